@@ -1,0 +1,55 @@
+# replywire — every target installs what it needs through `setup`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROTO := protos/shared/pb/replywire.proto
+GENERATED := shared/pb/replywire_pb2.py shared/pb/replywire_pb2.pyi \
+             shared/pb/replywire_pb2_grpc.py shared/pb/replywire_pb2_grpc.pyi
+
+.PHONY: setup protos test lint demo lock clean
+
+setup: $(STAMP) $(GENERATED)
+
+# Re-install only when the dependency pins change.
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $@
+
+# Generated protobuf code is not committed: it is generated here, from the
+# .proto, by the pinned grpcio-tools, with .pyi stubs from mypy-protobuf.
+$(GENERATED) &: $(PROTO) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
+	    --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy --mypy_out=. \
+	    --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=. \
+	    $(PROTO)
+	touch $(GENERATED)
+
+protos: $(STAMP)
+	rm -f $(GENERATED)
+	$(MAKE) --no-print-directory $(GENERATED)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m consumer demo
+
+# Refresh requirements.lock from a clean resolve of pyproject.toml.
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	(echo '# The exact versions `make setup` installs (pip constraints file).'; \
+	 echo '# Regenerate after changing pyproject.toml: make lock'; \
+	 .lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==') > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) $(GENERATED) .mypy_cache .ruff_cache .pytest_cache .hypothesis

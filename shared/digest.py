@@ -1,0 +1,44 @@
+"""Canonical JSON digests and strict JSON parsing, exactly as the lab defines them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """The lab's canonical form: sorted keys, compact separators, UTF-8, no ASCII escaping."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def digest(value: Any) -> str:
+    """SHA-256 hex of the canonical JSON of ``value`` (the lab's ``digest``)."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _unique_pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in items:
+        if key in result:
+            raise ValueError("duplicate_json_key")
+        result[key] = value
+    return result
+
+
+def _reject_constant(value: str) -> Any:
+    raise ValueError("invalid_json_constant")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """Parse JSON, refusing duplicate object keys and NaN / Infinity (the lab's ``strict_json``).
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` is one) or ``RecursionError``.
+    """
+    return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)

@@ -1,0 +1,210 @@
+"""One exception family with stable reason codes.
+
+Every way a stream can fail or be refused has a reason code (a short
+snake_case string that never changes once published). A code carries the
+result status it produces and the gRPC status code the producer answers with
+when it refuses a request for that reason. The gRPC mapping is kept here as a
+*name* (``"FAILED_PRECONDITION"``) so this module stays free of grpc; the edges
+turn it into ``grpc.StatusCode[name]``.
+
+Codes marked "lab" are the ones of the lab's ``stream_core`` and mean exactly
+what they mean there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """Final status of one stream, as written into the result document."""
+
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+    INVALID = "invalid"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonInfo:
+    status: Status
+    grpc_code: str
+    meaning: str
+
+
+class Reason(StrEnum):
+    # --- recording and binding (lab) -------------------------------------
+    RECORDING_HASH_MISMATCH = "recording_hash_mismatch"
+    DEVELOPMENT_CASE_REQUIRED = "development_case_required"
+    RECORDED_REQUEST_MISMATCH = "recorded_request_mismatch"
+    RECORDED_CONTEXT_MISMATCH = "recorded_context_mismatch"
+    REQUEST_BINDING_MISMATCH = "request_binding_mismatch"
+    INVALID_LOCAL_TERMINAL = "invalid_local_terminal"
+    # --- producer request checks (ours) ----------------------------------
+    INVALID_REQUEST = "invalid_request"
+    FAULTS_NOT_ALLOWED = "faults_not_allowed"
+    # --- consumer input (lab) --------------------------------------------
+    CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
+    TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
+    STREAM_BYTE_LIMIT = "stream_byte_limit"
+    INVALID_UTF8 = "invalid_utf8"
+    FRAME_BYTE_LIMIT = "frame_byte_limit"
+    FRAME_AFTER_TERMINAL = "frame_after_terminal"
+    INVALID_FRAME_JSON = "invalid_frame_json"
+    INVALID_FRAME_SCHEMA = "invalid_frame_schema"
+    INVALID_SEQUENCE = "invalid_sequence"
+    FRAME_REQUEST_MISMATCH = "frame_request_mismatch"
+    FRAME_COUNT_LIMIT = "frame_count_limit"
+    INVALID_CONTENT_DELTA = "invalid_content_delta"
+    CONTENT_LIMIT = "content_limit"
+    INVALID_TERMINAL_REASON = "invalid_terminal_reason"
+    TRUNCATED_UTF8 = "truncated_utf8"
+    TRUNCATED_FRAME = "truncated_frame"
+    # --- length-prefixed wire and integrity (ours) -----------------------
+    INVALID_FRAME_HEADER = "invalid_frame_header"
+    INVALID_FRAME_PAYLOAD = "invalid_frame_payload"
+    UNKNOWN_FRAME_FIELD = "unknown_frame_field"
+    MISSING_FRAME_KIND = "missing_frame_kind"
+    CONTENT_DIGEST_MISMATCH = "content_digest_mismatch"
+    CONFLICTING_DUPLICATE = "conflicting_duplicate"
+    # --- final reply (lab) -----------------------------------------------
+    INVALID_ANSWER_JSON = "invalid_answer_json"
+    INVALID_ANSWER_SCHEMA = "invalid_answer_schema"
+    UNKNOWN_CONTEXT_CITATION = "unknown_context_citation"
+    STATUS_CITATION_MISMATCH = "status_citation_mismatch"
+    # --- how a stream ended without a verdict (lab) -----------------------
+    MISSING_TERMINAL = "missing_terminal"
+    TRANSPORT_IO_ERROR = "transport_io_error"
+    # --- terminals the producer sends in controlled faults (lab) ----------
+    CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
+    CONTROLLED_LOCAL_ERROR = "controlled_local_error"
+
+    @property
+    def info(self) -> ReasonInfo:
+        return REASONS[self]
+
+    @property
+    def status(self) -> Status:
+        return REASONS[self].status
+
+    @property
+    def grpc_code(self) -> str:
+        return REASONS[self].grpc_code
+
+
+def _info(status: Status, grpc_code: str, meaning: str) -> ReasonInfo:
+    return ReasonInfo(status=status, grpc_code=grpc_code, meaning=meaning)
+
+
+_R, _I, _E = Status.REFUSED, Status.INVALID, Status.ERROR
+
+REASONS: dict[Reason, ReasonInfo] = {
+    Reason.RECORDING_HASH_MISMATCH: _info(
+        _R, "FAILED_PRECONDITION", "the recording file does not have its pinned SHA-256"
+    ),
+    Reason.DEVELOPMENT_CASE_REQUIRED: _info(
+        _R, "FAILED_PRECONDITION", "the case is not on the development allowlist"
+    ),
+    Reason.RECORDED_REQUEST_MISMATCH: _info(
+        _R, "FAILED_PRECONDITION", "the recorded messages do not hash to the recorded request"
+    ),
+    Reason.RECORDED_CONTEXT_MISMATCH: _info(
+        _R, "FAILED_PRECONDITION", "the supplied context differs from the selected context"
+    ),
+    Reason.REQUEST_BINDING_MISMATCH: _info(
+        _R, "FAILED_PRECONDITION", "the request's binding differs from the recording's"
+    ),
+    Reason.INVALID_LOCAL_TERMINAL: _info(
+        _R, "INVALID_ARGUMENT", "a terminal other than done, error or cancel was asked for"
+    ),
+    Reason.INVALID_REQUEST: _info(
+        _R, "INVALID_ARGUMENT", "the request is malformed (wire format, chunking, fault)"
+    ),
+    Reason.FAULTS_NOT_ALLOWED: _info(
+        _R, "PERMISSION_DENIED", "a fault was asked of a producer that does not allow faults"
+    ),
+    Reason.CONSUMER_ALREADY_FINISHED: _info(
+        _I, "INTERNAL", "input arrived after the consumer had finished"
+    ),
+    Reason.TRANSPORT_REQUIRES_BYTES: _info(_I, "INTERNAL", "a transport fragment was not bytes"),
+    Reason.STREAM_BYTE_LIMIT: _info(
+        _I, "RESOURCE_EXHAUSTED", "more bytes than the stream byte limit"
+    ),
+    Reason.INVALID_UTF8: _info(_I, "DATA_LOSS", "the bytes are not valid UTF-8"),
+    Reason.FRAME_BYTE_LIMIT: _info(
+        _I, "RESOURCE_EXHAUSTED", "a frame (or a declared frame length) exceeds the frame limit"
+    ),
+    Reason.FRAME_AFTER_TERMINAL: _info(_I, "DATA_LOSS", "a frame arrived after the terminal"),
+    Reason.INVALID_FRAME_JSON: _info(_I, "DATA_LOSS", "an NDJSON frame is not strict JSON"),
+    Reason.INVALID_FRAME_SCHEMA: _info(_I, "DATA_LOSS", "a frame has the wrong shape"),
+    Reason.INVALID_SEQUENCE: _info(
+        _I, "DATA_LOSS", "a sequence number is not the next one (gap, reorder, replay)"
+    ),
+    Reason.FRAME_REQUEST_MISMATCH: _info(
+        _I, "DATA_LOSS", "a frame carries another request's binding hash"
+    ),
+    Reason.FRAME_COUNT_LIMIT: _info(_I, "RESOURCE_EXHAUSTED", "more frames than the frame limit"),
+    Reason.INVALID_CONTENT_DELTA: _info(_I, "DATA_LOSS", "a content delta is empty or not text"),
+    Reason.CONTENT_LIMIT: _info(
+        _I, "RESOURCE_EXHAUSTED", "the assembled content exceeds the content limit"
+    ),
+    Reason.INVALID_TERMINAL_REASON: _info(
+        _I, "DATA_LOSS", "an error/cancel terminal has no valid reason"
+    ),
+    Reason.TRUNCATED_UTF8: _info(_I, "DATA_LOSS", "the input ended inside a UTF-8 character"),
+    Reason.TRUNCATED_FRAME: _info(_I, "DATA_LOSS", "the input ended inside a frame"),
+    Reason.INVALID_FRAME_HEADER: _info(
+        _I, "DATA_LOSS", "a length-prefixed frame's flag byte is not 0"
+    ),
+    Reason.INVALID_FRAME_PAYLOAD: _info(
+        _I, "DATA_LOSS", "a length-prefixed payload is not a well-formed Frame message"
+    ),
+    Reason.UNKNOWN_FRAME_FIELD: _info(_I, "DATA_LOSS", "a Frame payload carries unknown fields"),
+    Reason.MISSING_FRAME_KIND: _info(_I, "DATA_LOSS", "a Frame payload sets no kind"),
+    Reason.CONTENT_DIGEST_MISMATCH: _info(
+        _I, "DATA_LOSS", "done's content digest or count differs from what was assembled"
+    ),
+    Reason.CONFLICTING_DUPLICATE: _info(
+        _I, "DATA_LOSS", "an applied sequence number came again with different bytes"
+    ),
+    Reason.INVALID_ANSWER_JSON: _info(_I, "DATA_LOSS", "the reply is not strict JSON"),
+    Reason.INVALID_ANSWER_SCHEMA: _info(_I, "DATA_LOSS", "the reply does not have the exact schema"),
+    Reason.UNKNOWN_CONTEXT_CITATION: _info(
+        _I, "DATA_LOSS", "the reply cites a source outside the bound context"
+    ),
+    Reason.STATUS_CITATION_MISMATCH: _info(
+        _I, "DATA_LOSS", "answered without citations, or not_in_docs with citations"
+    ),
+    Reason.MISSING_TERMINAL: _info(
+        Status.INCOMPLETE, "UNAVAILABLE", "the input ended cleanly but no terminal arrived"
+    ),
+    Reason.TRANSPORT_IO_ERROR: _info(_E, "UNAVAILABLE", "the transport failed mid-stream"),
+    Reason.CONTROLLED_LOCAL_CANCEL: _info(
+        Status.CANCELLED, "CANCELLED", "the producer sent a cancel terminal"
+    ),
+    Reason.CONTROLLED_LOCAL_ERROR: _info(_E, "INTERNAL", "the producer sent an error terminal"),
+}
+
+
+class ReplywireError(Exception):
+    """Base of the family: every failure carries a stable reason code."""
+
+    def __init__(self, reason: Reason, detail: str = "") -> None:
+        super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
+        self.reason = reason
+        self.detail = detail
+
+    @property
+    def code(self) -> str:
+        return self.reason.value
+
+
+class ProtocolFailure(ReplywireError):
+    """The consumer refused the bytes or frames it was given (status invalid)."""
+
+
+class RequestRefused(ReplywireError):
+    """The request could not be bound or served (status refused)."""

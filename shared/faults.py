@@ -1,0 +1,194 @@
+"""The producing side as a pure pipeline, with the controlled fault catalogue.
+
+``transmit()`` turns a bound case into what a producer puts on the wire::
+
+    frames (derive_frames)  -> frame faults (omit, repeat, foreign-binding, ...)
+    -> encoded frames       -> frame-bytes faults (corrupt)
+    -> wire bytes           -> wire faults (truncate-tail)
+    -> chunks (ChunkPlan)   -> how the stream ends (clean, or a transport error)
+
+Nothing here does I/O: the same ``Transmission`` is fed to the consumer in
+one process (``consumer replay``) and sent over gRPC by the producer.
+
+Faults exist to prove the consumer's refusals; each has one documented
+outcome (``EXPECTED_OUTCOMES``) which the tests check in both wires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from shared.errors import Reason, RequestRefused, Status
+from shared.frames import Frame, FrameKind, derive_frames
+from shared.recording import BoundCase
+from shared.wire import WireCodec, WireFormat, codec_for
+from shared.wire.chunking import ChunkPlan, cut
+
+DEFAULT_TARGET_FRAME: Final = 3
+DEFAULT_TRUNCATE_BYTES: Final = 3
+MAX_TRUNCATE_BYTES: Final = 1 << 20
+
+
+class FaultKind(StrEnum):
+    CANCEL = "cancel"
+    ERROR = "error"
+    EOF_BEFORE_TERMINAL = "eof-before-terminal"
+    TRANSPORT_ABORT = "transport-abort"
+    TRUNCATE_TAIL = "truncate-tail"
+    OMIT = "omit"
+    REPEAT = "repeat"
+    CORRUPT = "corrupt"
+    FOREIGN_BINDING = "foreign-binding"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    kind: FaultKind
+    #: 1-based frame for omit / repeat / corrupt / foreign-binding (None = default).
+    target_frame: int | None = None
+    #: Bytes dropped by truncate-tail (None = default).
+    byte_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_frame is not None and self.target_frame < 1:
+            raise RequestRefused(Reason.INVALID_REQUEST, "fault target frame must be >= 1")
+        if self.byte_count is not None and not 1 <= self.byte_count <= MAX_TRUNCATE_BYTES:
+            raise RequestRefused(Reason.INVALID_REQUEST, "fault byte count out of range")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Status
+    reason: str
+
+
+def _outcome(status: Status, reason: Reason) -> Outcome:
+    return Outcome(status, reason.value)
+
+
+#: What the consumer must conclude for each fault, per wire. The same in both
+#: wires except ``corrupt``, whose broken frame is not JSON in NDJSON and not a
+#: well-formed Frame message in the length-prefixed wire.
+EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
+    kind: {wire: outcome for wire in WireFormat}
+    for kind, outcome in {
+        FaultKind.CANCEL: _outcome(Status.CANCELLED, Reason.CONTROLLED_LOCAL_CANCEL),
+        FaultKind.ERROR: _outcome(Status.ERROR, Reason.CONTROLLED_LOCAL_ERROR),
+        FaultKind.EOF_BEFORE_TERMINAL: _outcome(Status.INCOMPLETE, Reason.MISSING_TERMINAL),
+        FaultKind.TRANSPORT_ABORT: _outcome(Status.ERROR, Reason.TRANSPORT_IO_ERROR),
+        FaultKind.TRUNCATE_TAIL: _outcome(Status.INVALID, Reason.TRUNCATED_FRAME),
+        FaultKind.OMIT: _outcome(Status.INVALID, Reason.INVALID_SEQUENCE),
+        FaultKind.REPEAT: _outcome(Status.INVALID, Reason.INVALID_SEQUENCE),
+        FaultKind.FOREIGN_BINDING: _outcome(Status.INVALID, Reason.FRAME_REQUEST_MISMATCH),
+    }.items()
+} | {
+    FaultKind.CORRUPT: {
+        WireFormat.NDJSON: _outcome(Status.INVALID, Reason.INVALID_FRAME_JSON),
+        WireFormat.LENGTH_PREFIXED: _outcome(Status.INVALID, Reason.INVALID_FRAME_PAYLOAD),
+    }
+}
+#: With the duplicate policy on, an exact repeat is dropped and the reply completes.
+REPEAT_WITH_DUPLICATE_POLICY: Final = Outcome(Status.COMPLETE, "")
+
+FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
+    FaultKind.CANCEL: "half the content, then a cancel terminal (controlled_local_cancel)",
+    FaultKind.ERROR: "half the content, then an error terminal (controlled_local_error)",
+    FaultKind.EOF_BEFORE_TERMINAL: "every content frame, no terminal, clean end of stream",
+    FaultKind.TRANSPORT_ABORT: "the first two frames as one chunk, then a transport error",
+    FaultKind.TRUNCATE_TAIL: "the final N wire bytes dropped (default 3), clean end of stream",
+    FaultKind.OMIT: "frame 3 (or the last content frame) never sent",
+    FaultKind.REPEAT: "frame 3 (or the last content frame) sent twice",
+    FaultKind.CORRUPT: "frame 3 (or the last content frame) sent with a broken payload",
+    FaultKind.FOREIGN_BINDING: "frame 3 (or the last content frame) carries another binding hash",
+}
+
+
+class Ending(StrEnum):
+    CLEAN = "clean"
+    TRANSPORT_ERROR = "transport_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Transmission:
+    frames: tuple[Frame, ...]
+    chunks: tuple[bytes, ...]
+    ending: Ending
+
+    @property
+    def wire_bytes(self) -> int:
+        return sum(len(chunk) for chunk in self.chunks)
+
+
+def target_index(frames: Sequence[Frame], fault: Fault) -> int:
+    """0-based index of frame K (default 3), or of the last content frame when there are fewer."""
+    content = sum(1 for frame in frames if frame.kind is FrameKind.CONTENT_DELTA)
+    if content == 0:
+        raise RequestRefused(Reason.INVALID_REQUEST, "the fault needs a content frame")
+    wanted = fault.target_frame or DEFAULT_TARGET_FRAME
+    return min(wanted, content) - 1
+
+
+def _frame_fault(frames: list[Frame], fault: Fault, foreign_binding_sha256: str) -> list[Frame]:
+    if fault.kind is FaultKind.EOF_BEFORE_TERMINAL:
+        return frames[:-1]
+    if fault.kind not in (FaultKind.OMIT, FaultKind.REPEAT, FaultKind.FOREIGN_BINDING):
+        return frames
+    index = target_index(frames, fault)
+    target = frames[index]
+    if fault.kind is FaultKind.OMIT:
+        return frames[:index] + frames[index + 1 :]
+    if fault.kind is FaultKind.REPEAT:
+        return frames[: index + 1] + [target] + frames[index + 1 :]
+    foreign = Frame(
+        sequence=target.sequence,
+        kind=target.kind,
+        binding_sha256=foreign_binding_sha256,
+        text=target.text,
+    )
+    return frames[:index] + [foreign] + frames[index + 1 :]
+
+
+def truncate_tail(encoded: list[bytes], count: int) -> list[bytes]:
+    """Drop the final ``count`` bytes of the wire, keeping the frame split of the rest."""
+    kept: list[bytes] = []
+    remaining = max(0, sum(len(part) for part in encoded) - count)
+    for part in encoded:
+        if remaining <= 0:
+            break
+        kept.append(part[:remaining])
+        remaining -= len(kept[-1])
+    return kept
+
+
+def transmit(
+    case: BoundCase,
+    *,
+    wire: WireFormat,
+    plan: ChunkPlan,
+    fault: Fault | None = None,
+    foreign_binding_sha256: str | None = None,
+) -> Transmission:
+    codec: WireCodec = codec_for(wire)
+    terminal = FrameKind.DONE
+    if fault is not None and fault.kind is FaultKind.CANCEL:
+        terminal = FrameKind.CANCEL
+    elif fault is not None and fault.kind is FaultKind.ERROR:
+        terminal = FrameKind.ERROR
+    frames = derive_frames(case.binding_sha256, case.content, terminal)
+    if fault is not None:
+        if fault.kind is FaultKind.FOREIGN_BINDING and not foreign_binding_sha256:
+            raise RequestRefused(Reason.INVALID_REQUEST, "foreign-binding needs another binding")
+        frames = _frame_fault(frames, fault, foreign_binding_sha256 or "")
+    encoded = [codec.encode_frame(frame) for frame in frames]
+    if fault is not None and fault.kind is FaultKind.CORRUPT:
+        index = target_index(frames, fault)
+        encoded[index] = codec.corrupt_frame(encoded[index])
+    if fault is not None and fault.kind is FaultKind.TRUNCATE_TAIL:
+        encoded = truncate_tail(encoded, fault.byte_count or DEFAULT_TRUNCATE_BYTES)
+    if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
+        # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.
+        return Transmission(tuple(frames), (b"".join(encoded[:2]),), Ending.TRANSPORT_ERROR)
+    return Transmission(tuple(frames), tuple(cut(encoded, plan)), Ending.CLEAN)

@@ -1,0 +1,117 @@
+"""The application frame model and the lab's frame derivation.
+
+A frame is one application event: a ``content_delta`` carrying text, or the
+single terminal (``done``, ``error`` or ``cancel``) that closes the stream.
+Frames are numbered from 1 and every frame carries the SHA-256 of the request
+binding it answers.
+
+Decoded frames keep their fields as the wire gave them (``object``): the
+consumer checks types in the lab's order (sequence, then binding, then
+content), so a wrongly typed field produces the same reason code in both wires.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.errors import Reason, RequestRefused
+
+#: The lab derives 13-character content deltas from a saved reply.
+DELTA_CHARS = 13
+
+
+class FrameKind(StrEnum):
+    CONTENT_DELTA = "content_delta"
+    DONE = "done"
+    ERROR = "error"
+    CANCEL = "cancel"
+
+
+TERMINAL_KINDS = frozenset({FrameKind.DONE, FrameKind.ERROR, FrameKind.CANCEL})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DoneDigest:
+    """Our end-of-stream integrity claim (length-prefixed wire only)."""
+
+    content_sha256: str
+    content_frames: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frame:
+    sequence: object
+    kind: FrameKind
+    binding_sha256: object
+    #: content_delta only.
+    text: object = None
+    #: error / cancel only.
+    reason: object = None
+    #: done only, and only where the wire carries it (length-prefixed).
+    done_digest: DoneDigest | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.kind in TERMINAL_KINDS
+
+
+def content_sha256(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def split_content(content: str, delta_chars: int = DELTA_CHARS) -> Iterator[str]:
+    for offset in range(0, len(content), delta_chars):
+        yield content[offset : offset + delta_chars]
+
+
+def content_frames(binding_sha256: str, deltas: list[str]) -> list[Frame]:
+    return [
+        Frame(
+            sequence=index,
+            kind=FrameKind.CONTENT_DELTA,
+            binding_sha256=binding_sha256,
+            text=text,
+        )
+        for index, text in enumerate(deltas, start=1)
+    ]
+
+
+def terminal_frame(
+    binding_sha256: str, sequence: int, kind: FrameKind, sent: list[str], reason: str | None = None
+) -> Frame:
+    """The terminal after ``sent`` content deltas; ``done`` carries their digest and count."""
+    if kind is FrameKind.DONE:
+        return Frame(
+            sequence=sequence,
+            kind=kind,
+            binding_sha256=binding_sha256,
+            done_digest=DoneDigest(
+                content_sha256=content_sha256("".join(sent)), content_frames=len(sent)
+            ),
+        )
+    if kind not in TERMINAL_KINDS or not reason:
+        raise RequestRefused(Reason.INVALID_LOCAL_TERMINAL, str(kind))
+    return Frame(sequence=sequence, kind=kind, binding_sha256=binding_sha256, reason=reason)
+
+
+def derive_frames(
+    binding_sha256: str, content: str, terminal: FrameKind = FrameKind.DONE
+) -> list[Frame]:
+    """The lab's ``replay_frames``: 13-character deltas, then the terminal.
+
+    A cancel or error terminal follows only the first half of the content
+    (at least one character) and carries ``controlled_local_<kind>``.
+    """
+    if terminal not in TERMINAL_KINDS:
+        raise RequestRefused(Reason.INVALID_LOCAL_TERMINAL, str(terminal))
+    reason = None
+    if terminal is not FrameKind.DONE:
+        content = content[: max(1, len(content) // 2)]
+        reason = f"controlled_local_{terminal.value}"
+    deltas = list(split_content(content))
+    frames = content_frames(binding_sha256, deltas)
+    frames.append(terminal_frame(binding_sha256, len(frames) + 1, terminal, deltas, reason))
+    return frames

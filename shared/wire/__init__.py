@@ -1,0 +1,17 @@
+"""Wire formats: encoders and sans-IO decoders for length-prefixed frames and NDJSON."""
+
+from shared.wire.base import NEED_DATA, FrameDecoder, NeedData, WireCodec, WireFormat
+from shared.wire.lp import LengthPrefixedCodec
+from shared.wire.ndjson import NdjsonCodec
+
+_CODECS: dict[WireFormat, WireCodec] = {
+    WireFormat.LENGTH_PREFIXED: LengthPrefixedCodec(),
+    WireFormat.NDJSON: NdjsonCodec(),
+}
+
+
+def codec_for(wire: WireFormat) -> WireCodec:
+    return _CODECS[wire]
+
+
+__all__ = ["NEED_DATA", "FrameDecoder", "NeedData", "WireCodec", "WireFormat", "codec_for"]

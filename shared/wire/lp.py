@@ -1,0 +1,234 @@
+"""The length-prefixed wire: ``flag (1 byte, 0) | length (4 bytes, big-endian) | Frame``.
+
+This is gRPC's own message framing, applied again inside our byte stream so
+frame boundaries survive any re-chunking. The decoder checks the header the
+moment its five bytes are in: a flag other than 0 is ``invalid_frame_header``
+and a declared length over the frame limit is ``frame_byte_limit`` before a
+single body byte is buffered.
+
+Payloads are parsed by the generated protobuf code. Because a protobuf parse
+failure says nothing about *why*, each payload is first walked by a small
+scanner of the protobuf wire format that knows the ``Frame`` schema, so every
+refusal has a precise code: a malformed payload (``invalid_frame_payload``),
+a field the schema does not have (``unknown_frame_field``), a string field
+that is not UTF-8 (``invalid_utf8``), a field given twice or two kinds at once
+(``invalid_frame_schema``); after a clean scan, no kind set is
+``missing_frame_kind``.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import Enum
+from typing import Final
+
+from google.protobuf.message import DecodeError
+
+from shared.errors import ProtocolFailure, Reason
+from shared.frames import DoneDigest, Frame, FrameKind
+from shared.pb import replywire_pb2 as pb
+from shared.wire.base import NEED_DATA, NeedData, WireFormat
+
+HEADER: Final = struct.Struct(">BI")
+HEADER_BYTES: Final = HEADER.size
+MAX_DECLARED_LENGTH: Final = 2**32 - 1
+
+
+# --- encoding ---------------------------------------------------------------
+
+
+def to_message(frame: Frame) -> pb.Frame:
+    if not isinstance(frame.sequence, int) or not isinstance(frame.binding_sha256, str):
+        raise TypeError("a produced frame has an int sequence and a str binding hash")
+    message = pb.Frame(sequence=frame.sequence, binding_sha256=frame.binding_sha256)
+    if frame.kind is FrameKind.CONTENT_DELTA:
+        if not isinstance(frame.text, str):
+            raise TypeError("content_delta text must be str")
+        message.content_delta.text = frame.text
+    elif frame.kind is FrameKind.DONE:
+        digest = frame.done_digest or DoneDigest(content_sha256="", content_frames=0)
+        message.done.content_sha256 = digest.content_sha256
+        message.done.content_frames = digest.content_frames
+    else:
+        if not isinstance(frame.reason, str):
+            raise TypeError("terminal reason must be str")
+        stop = message.error if frame.kind is FrameKind.ERROR else message.cancel
+        stop.reason = frame.reason
+    return message
+
+
+def frame_with_header(payload: bytes) -> bytes:
+    return HEADER.pack(0, len(payload)) + payload
+
+
+def encode_frame(frame: Frame) -> bytes:
+    return frame_with_header(to_message(frame).SerializeToString(deterministic=True))
+
+
+def encode_frames(frames: list[Frame]) -> bytes:
+    return b"".join(encode_frame(frame) for frame in frames)
+
+
+# --- the schema-aware scanner --------------------------------------------------
+
+
+class _Field(Enum):
+    VARINT = 0
+    STRING = 1
+    MESSAGE = 2
+
+
+_WIRE_VARINT = 0
+_WIRE_LEN = 2
+_Schema = dict[int, tuple[_Field, "_Schema | None"]]
+
+_STOP: _Schema = {1: (_Field.STRING, None)}
+_CONTENT_DELTA: _Schema = {1: (_Field.STRING, None)}
+_DONE: _Schema = {1: (_Field.STRING, None), 2: (_Field.VARINT, None)}
+_FRAME: _Schema = {
+    1: (_Field.VARINT, None),
+    2: (_Field.STRING, None),
+    3: (_Field.MESSAGE, _CONTENT_DELTA),
+    4: (_Field.MESSAGE, _DONE),
+    5: (_Field.MESSAGE, _STOP),
+    6: (_Field.MESSAGE, _STOP),
+}
+_KIND_FIELDS = frozenset({3, 4, 5, 6})
+
+
+def _varint(data: bytes, offset: int, end: int) -> tuple[int, int]:
+    value = 0
+    for index in range(10):
+        if offset >= end:
+            raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, "truncated varint")
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << (7 * index)
+        if not byte & 0x80:
+            if value >= 2**64:
+                raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, "varint over 64 bits")
+            return value, offset
+    raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, "varint longer than 10 bytes")
+
+
+def _scan(data: bytes, offset: int, end: int, schema: _Schema, top: bool) -> None:
+    seen: set[int] = set()
+    while offset < end:
+        tag, offset = _varint(data, offset, end)
+        number, wire_type = tag >> 3, tag & 7
+        if number == 0 or wire_type in (6, 7):
+            raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"invalid tag {tag}")
+        if number not in schema:
+            raise ProtocolFailure(Reason.UNKNOWN_FRAME_FIELD, f"field {number}")
+        if number in seen:
+            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, f"field {number} repeated")
+        if top and number in _KIND_FIELDS and seen & _KIND_FIELDS:
+            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "more than one kind")
+        seen.add(number)
+        field, nested = schema[number]
+        if field is _Field.VARINT:
+            if wire_type != _WIRE_VARINT:
+                raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"field {number} wire type")
+            _, offset = _varint(data, offset, end)
+            continue
+        if wire_type != _WIRE_LEN:
+            raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"field {number} wire type")
+        length, offset = _varint(data, offset, end)
+        if length > end - offset:
+            raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"field {number} overruns")
+        if field is _Field.STRING:
+            try:
+                data[offset : offset + length].decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ProtocolFailure(Reason.INVALID_UTF8, f"field {number}") from error
+        else:
+            assert nested is not None
+            _scan(data, offset, offset + length, nested, top=False)
+        offset += length
+
+
+def parse_frame(payload: bytes) -> Frame:
+    _scan(payload, 0, len(payload), _FRAME, top=True)
+    try:
+        message = pb.Frame.FromString(payload)
+    except DecodeError as error:  # the scanner should have caught it; stay precise anyway
+        raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, str(error)[:200]) from error
+    which = message.WhichOneof("kind")
+    if which is None:
+        raise ProtocolFailure(Reason.MISSING_FRAME_KIND, f"sequence {message.sequence}")
+    kind = FrameKind(which)
+    common = {"sequence": message.sequence, "binding_sha256": message.binding_sha256}
+    if kind is FrameKind.CONTENT_DELTA:
+        return Frame(kind=kind, text=message.content_delta.text, **common)
+    if kind is FrameKind.DONE:
+        digest = DoneDigest(
+            content_sha256=message.done.content_sha256,
+            content_frames=message.done.content_frames,
+        )
+        return Frame(kind=kind, done_digest=digest, **common)
+    stop = message.error if kind is FrameKind.ERROR else message.cancel
+    return Frame(kind=kind, reason=stop.reason, **common)
+
+
+# --- decoding -------------------------------------------------------------------
+
+
+class LengthPrefixedDecoder:
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        # Payload length of the frame whose header was already checked.
+        self._declared: int | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_event(self) -> bytes | NeedData:
+        if self._declared is None:
+            if len(self._buffer) < HEADER_BYTES:
+                return NEED_DATA
+            flag, length = HEADER.unpack_from(self._buffer)
+            if flag != 0:
+                raise ProtocolFailure(Reason.INVALID_FRAME_HEADER, f"flag byte {flag}")
+            if length > self._max_frame_bytes:
+                raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"declared length {length}")
+            del self._buffer[:HEADER_BYTES]
+            self._declared = length
+        if len(self._buffer) < self._declared:
+            return NEED_DATA
+        payload = bytes(self._buffer[: self._declared])
+        del self._buffer[: self._declared]
+        self._declared = None
+        return payload
+
+    def end_of_input(self) -> None:
+        if self._declared is not None or self._buffer:
+            pending = len(self._buffer) + (HEADER_BYTES if self._declared is not None else 0)
+            raise ProtocolFailure(Reason.TRUNCATED_FRAME, f"{pending} bytes of an unfinished frame")
+
+
+def corrupt_frame(encoded: bytes) -> bytes:
+    """Same header and length; the first payload byte becomes a tag of wire type 7."""
+    if len(encoded) <= HEADER_BYTES:
+        return encoded[:HEADER_BYTES]
+    return encoded[:HEADER_BYTES] + b"\x07" + encoded[HEADER_BYTES + 1 :]
+
+
+class LengthPrefixedCodec:
+    wire = WireFormat.LENGTH_PREFIXED
+
+    def encode_frame(self, frame: Frame) -> bytes:
+        return encode_frame(frame)
+
+    def decoder(self, max_frame_bytes: int) -> LengthPrefixedDecoder:
+        return LengthPrefixedDecoder(max_frame_bytes)
+
+    def parse_frame(self, payload: bytes) -> Frame:
+        return parse_frame(payload)
+
+    def corrupt_frame(self, encoded: bytes) -> bytes:
+        return corrupt_frame(encoded)
