@@ -1,0 +1,185 @@
+"""``python -m consumer``: replay a case in-process, or run the demo table.
+
+Exit codes (every consumer command): 0 complete, 3 incomplete, 4 cancelled,
+5 error, 6 invalid, 7 refused, 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from consumer.results import EXIT_USAGE, exit_code, refused_result
+from shared.errors import ReplywireError, RequestRefused
+from shared.faults import Fault, FaultKind
+from shared.logs import LEVELS, configure_logging
+from shared.machine import Limits
+from shared.recording import DEFAULT_RECORDING_PATH, Recording
+from shared.replay import replay
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+
+
+class UsageError(Exception):
+    """A bad flag or configuration: exit 2 with a one-line message."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
+    return value
+
+
+def _chunk_plan(text: str) -> ChunkPlan:
+    try:
+        return ChunkPlan.parse(text)
+    except RequestRefused as error:
+        raise argparse.ArgumentTypeError(
+            f"--chunks takes frame, whole, N or a,b,c: {error.detail}"
+        ) from error
+
+
+def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> None:
+    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+    parser.add_argument("--log-level", choices=LEVELS, default=level)
+
+
+def add_stream_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that consumes one stream."""
+    parser.add_argument("--case", required=True, help="development case id")
+    parser.add_argument(
+        "--wire",
+        choices=[wire.value for wire in WireFormat],
+        default=WireFormat.LENGTH_PREFIXED.value,
+        help="frame wire format (default: lp, length-prefixed)",
+    )
+    parser.add_argument(
+        "--chunks",
+        type=_chunk_plan,
+        default=ChunkPlan.parse("frame"),
+        help="transport chunking: frame | whole | N | a,b,c cycled (default: frame)",
+    )
+    parser.add_argument("--fault", choices=[kind.value for kind in FaultKind], default=None)
+    parser.add_argument("--fault-frame", type=_positive, default=None, help="frame K a fault targets")
+    parser.add_argument(
+        "--fault-bytes", type=_positive, default=None, help="bytes truncate-tail drops"
+    )
+    parser.add_argument(
+        "--ignore-duplicates",
+        action="store_true",
+        help="drop an exact replay of an applied frame instead of refusing it",
+    )
+    parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
+    parser.add_argument("--result", type=Path, default=None, help="write the result here")
+    limits = Limits()
+    parser.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes)
+    parser.add_argument("--max-frame-bytes", type=_positive, default=limits.max_frame_bytes)
+    parser.add_argument("--max-content-chars", type=_positive, default=limits.max_content_chars)
+    parser.add_argument("--max-frames", type=_positive, default=limits.max_frames)
+    add_logging_flags(parser)
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_stream_bytes=args.max_stream_bytes,
+        max_frame_bytes=args.max_frame_bytes,
+        max_content_chars=args.max_content_chars,
+        max_frames=args.max_frames,
+    )
+
+
+def fault_from(args: argparse.Namespace) -> Fault | None:
+    if args.fault is None:
+        if args.fault_frame is not None or args.fault_bytes is not None:
+            raise UsageError("--fault-frame and --fault-bytes need --fault")
+        return None
+    return Fault(
+        kind=FaultKind(args.fault), target_frame=args.fault_frame, byte_count=args.fault_bytes
+    )
+
+
+def load_recording(path: Path) -> Recording:
+    try:
+        return Recording.load(path)
+    except OSError as error:
+        raise UsageError(f"cannot read the recording {path}: {error.strerror}") from error
+    except ReplywireError as error:
+        raise UsageError(f"recording {path} refused: {error.code}") from error
+
+
+def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
+    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    if path is None:
+        out.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+def run_replay(args: argparse.Namespace, out: TextIO) -> int:
+    recording = load_recording(args.recording)
+    fault = fault_from(args)
+    wire = WireFormat(args.wire)
+    log = structlog.get_logger().bind(case_id=args.case, wire=wire.value)
+    try:
+        result = replay(
+            recording,
+            args.case,
+            wire=wire,
+            plan=args.chunks,
+            fault=fault,
+            limits=limits_from(args),
+            ignore_duplicates=args.ignore_duplicates,
+            logger=log,
+        )
+    except RequestRefused as error:
+        log.info("request_refused", reason=error.code, detail=error.detail)
+        result = refused_result(error, case_id=args.case, wire_format=wire.value)
+    log.info("stream_finished", status=result["status"], reason=result["reason"])
+    emit_result(result, args.result, out)
+    return exit_code(result)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m consumer",
+        description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
+        "5 error, 6 invalid, 7 refused, 2 usage or configuration error.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    replay_parser = commands.add_parser(
+        "replay", help="frame a recorded case and consume it in this process"
+    )
+    add_stream_flags(replay_parser)
+    demo_parser = commands.add_parser(
+        "demo", help="replay the development cases and the fault catalogue; print a table"
+    )
+    demo_parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
+    demo_parser.add_argument("--wire", choices=[w.value for w in WireFormat], default=None)
+    add_logging_flags(demo_parser, level="warning")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging("consumer", log_format=args.log_format, level=args.log_level)
+    try:
+        if args.command == "replay":
+            return run_replay(args, out)
+        from consumer.demo import run_demo
+
+        return run_demo(args, out)
+    except (UsageError, ReplywireError) as error:
+        print(f"consumer: {error}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,99 @@
+"""One logging setup for both processes: structlog, JSON lines off a TTY.
+
+Every record carries ``timestamp`` (ISO 8601, UTC), ``level``, ``event``,
+``side`` (producer / consumer) and ``stream_id`` (bound per stream with
+``structlog.contextvars``; ``null`` outside a stream). Values under
+secret-looking keys, and any occurrence of a registered secret value, are
+replaced before rendering, so no API key or token reaches a trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, Literal, TextIO
+
+import structlog
+
+LogFormat = Literal["auto", "json", "console"]
+LEVELS = ("debug", "info", "warning", "error", "critical")
+REDACTED = "[redacted]"
+SECRET_KEYS = frozenset(
+    {"api_key", "apikey", "authorization", "x-goog-api-key", "token", "password", "secret"}
+)
+_secret_values: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Never let ``value`` appear in a log record (e.g. the Gemini API key)."""
+    if value and len(value) >= 4:
+        _secret_values.add(value)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        for secret in _secret_values:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if str(key).lower() in SECRET_KEYS else _scrub(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_scrub(item) for item in value]
+    return value
+
+
+def redact_secrets(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    for key in list(event_dict):
+        event_dict[key] = REDACTED if key.lower() in SECRET_KEYS else _scrub(event_dict[key])
+    return event_dict
+
+
+def _add_side(side: str) -> structlog.typing.Processor:
+    def add_side(
+        logger: Any, method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        event_dict.setdefault("side", side)
+        event_dict.setdefault("stream_id", None)
+        return event_dict
+
+    return add_side
+
+
+def configure_logging(
+    side: str,
+    *,
+    log_format: LogFormat = "auto",
+    level: str = "info",
+    stream: TextIO | None = None,
+) -> None:
+    """Configure structlog for one process. Call once, at start-up."""
+    out = stream or sys.stderr
+    if level not in LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
+    use_console = log_format == "console" or (log_format == "auto" and out.isatty())
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer(colors=out.isatty())
+        if use_console
+        else structlog.processors.JSONRenderer(sort_keys=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+            _add_side(side),
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
