@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,6 +25,10 @@ from shared.recording import DEFAULT_RECORDING_PATH, Recording
 from shared.replay import replay
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+
+
+def new_stream_id() -> str:
+    return uuid.uuid4().hex
 
 
 class UsageError(Exception):
@@ -81,6 +86,9 @@ def add_stream_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
     parser.add_argument("--result", type=Path, default=None, help="write the result here")
+    parser.add_argument(
+        "--stream-id", default=None, help="id that joins this stream's traces (default: random)"
+    )
     limits = Limits()
     parser.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes)
     parser.add_argument("--max-frame-bytes", type=_positive, default=limits.max_frame_bytes)
@@ -129,6 +137,7 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     recording = load_recording(args.recording)
     fault = fault_from(args)
     wire = WireFormat(args.wire)
+    structlog.contextvars.bind_contextvars(stream_id=args.stream_id or new_stream_id())
     log = structlog.get_logger().bind(case_id=args.case, wire=wire.value)
     try:
         result = replay(

@@ -1,0 +1,150 @@
+"""``python -m consumer`` as a user runs it: real subprocesses, exit codes, stdout, stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.faults import EXPECTED_OUTCOMES, FaultKind
+from shared.wire import WireFormat
+
+ROOT = Path(__file__).resolve().parent.parent
+EXIT = {"complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6, "refused": 7}
+
+
+def consumer(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "consumer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def trace(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.strip()]
+
+
+def test_replay_complete_prints_the_result_and_exits_0() -> None:
+    run = consumer("replay", "--case", "replace-file", "--wire", "ndjson", "--chunks", "1,2,7,3,11")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["status"] == "complete"
+    assert result["stats"] == {
+        "bytes_received": 1427,
+        "transport_fragments": 299,
+        "application_frames": 10,
+    }
+    assert result["accepted_answer"]["source_ids"] == ["path-write"]
+    assert result["wire_format"] == "ndjson"
+    assert result["binding_sha256"] == (
+        "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70"
+    )
+
+
+def test_trace_is_json_lines_with_the_interface_fields() -> None:
+    run = consumer("replay", "--case", "utf8-write", "--stream-id", "s-123")
+    assert run.returncode == 0
+    records = trace(run.stderr)
+    assert records, "no trace on stderr"
+    for record in records:
+        assert {"timestamp", "level", "event", "side", "stream_id"} <= set(record)
+        assert record["side"] == "consumer"
+        assert record["stream_id"] == "s-123"
+        assert record["timestamp"].endswith("Z")
+    changes = [(r["from_state"], r["to_state"]) for r in records if r["event"] == "state_changed"]
+    assert changes == [
+        ("streaming", "terminal_received"),
+        ("terminal_received", "validating"),
+        ("validating", "complete"),
+    ]
+
+
+@pytest.mark.parametrize("wire", [w.value for w in WireFormat])
+@pytest.mark.parametrize("fault", [kind.value for kind in FaultKind])
+def test_each_fault_exits_with_its_status_code(fault: str, wire: str) -> None:
+    run = consumer("replay", "--case", "replace-file", "--wire", wire, "--fault", fault)
+    expected = EXPECTED_OUTCOMES[FaultKind(fault)][WireFormat(wire)]
+    result = json.loads(run.stdout)
+    assert (result["status"], result["reason"]) == (expected.status, expected.reason)
+    assert run.returncode == EXIT[expected.status]
+    assert result["accepted_answer"] is None
+
+
+def test_fault_parameters_reach_the_fault() -> None:
+    run = consumer(
+        "replay", "--case", "replace-file", "--fault", "truncate-tail", "--fault-bytes", "1"
+    )
+    assert run.returncode == 6
+    assert json.loads(run.stdout)["stats"]["bytes_received"] == 942  # 943 - 1
+
+
+def test_ignore_duplicates_flag() -> None:
+    run = consumer("replay", "--case", "replace-file", "--fault", "repeat", "--ignore-duplicates")
+    assert run.returncode == 0
+    assert json.loads(run.stdout)["status"] == "complete"
+
+
+def test_a_case_outside_the_allowlist_is_refused_with_7() -> None:
+    run = consumer("replay", "--case", "held-out-case")
+    assert run.returncode == 7
+    result = json.loads(run.stdout)
+    assert (result["status"], result["reason"]) == ("refused", "development_case_required")
+    assert result["accepted_answer"] is None
+
+
+def test_limits_are_flags() -> None:
+    run = consumer("replay", "--case", "replace-file", "--max-frames", "9")
+    assert run.returncode == 6
+    assert json.loads(run.stdout)["reason"] == "frame_count_limit"
+
+
+def test_result_file(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    run = consumer("replay", "--case", "json-result-type", "--result", str(path))
+    assert run.returncode == 0
+    assert run.stdout == ""
+    assert json.loads(path.read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["replay"],
+        ["replay", "--case", "replace-file", "--wire", "xml"],
+        ["replay", "--case", "replace-file", "--chunks", "0"],
+        ["replay", "--case", "replace-file", "--chunks", "a,b"],
+        ["replay", "--case", "replace-file", "--fault", "meteor"],
+        ["replay", "--case", "replace-file", "--max-frames", "0"],
+        ["replay", "--case", "replace-file", "--fault-frame", "2"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    assert consumer(*args).returncode == 2
+
+
+def test_a_tampered_recording_is_a_configuration_error(tmp_path: Path) -> None:
+    tampered = tmp_path / "recording.json"
+    tampered.write_bytes((ROOT / "fixtures/recording.json").read_bytes() + b" ")
+    run = consumer("replay", "--case", "replace-file", "--recording", str(tampered))
+    assert run.returncode == 2
+    assert "recording_hash_mismatch" in run.stderr
+    missing = consumer("replay", "--case", "replace-file", "--recording", str(tmp_path / "no"))
+    assert missing.returncode == 2
+
+
+def test_demo_prints_the_table() -> None:
+    run = consumer("demo")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("replace-file + truncate-tail") and "truncated_frame" in line for line in lines)
+    assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 10
+    assert "10 accepted, 20 refused or not accepted." in run.stdout

@@ -1,0 +1,161 @@
+"""The fault catalogue: each fault's documented outcome, in both wires and several chunkings."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.errors import Reason, RequestRefused
+from shared.faults import (
+    EXPECTED_OUTCOMES,
+    FAULT_DESCRIPTIONS,
+    Ending,
+    Fault,
+    FaultKind,
+    target_index,
+    transmit,
+    truncate_tail,
+)
+from shared.frames import FrameKind, derive_frames
+from shared.recording import Recording
+from shared.replay import replay
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+
+PLANS = ["frame", "whole", "1", "3", "1,2,7,3,11", "4096"]
+
+
+def test_every_fault_has_a_documented_outcome_and_description() -> None:
+    assert set(EXPECTED_OUTCOMES) == set(FaultKind)
+    assert set(FAULT_DESCRIPTIONS) == set(FaultKind)
+    for outcomes in EXPECTED_OUTCOMES.values():
+        assert set(outcomes) == set(WireFormat)
+        assert all(outcome.status != "complete" for outcome in outcomes.values())
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("wire", list(WireFormat))
+@pytest.mark.parametrize("kind", list(FaultKind))
+def test_fault_outcome(recording: Recording, kind: FaultKind, wire: WireFormat, plan: str) -> None:
+    for case_id in recording.case_ids:
+        result = replay(
+            recording, case_id, wire=wire, plan=ChunkPlan.parse(plan), fault=Fault(kind=kind)
+        )
+        expected = EXPECTED_OUTCOMES[kind][wire]
+        assert (result["status"], result["reason"]) == (expected.status, expected.reason)
+        assert result["accepted_answer"] is None
+        assert result["citations"] == []
+        assert not any(event["kind"] == "validated_answer" for event in result["events"])
+        # Partial content is kept, and it is a prefix of the saved reply.
+        content = recording.case(case_id).content
+        assert content.startswith(result["provisional_content"])
+
+
+@pytest.mark.parametrize("wire", list(WireFormat))
+def test_repeat_under_the_duplicate_policy_completes(recording: Recording, wire: WireFormat) -> None:
+    result = replay(
+        recording,
+        "utf8-write",
+        wire=wire,
+        plan=ChunkPlan.parse("1,2,7,3,11"),
+        fault=Fault(kind=FaultKind.REPEAT),
+        ignore_duplicates=True,
+    )
+    assert result["status"] == "complete"
+    assert result["stats"]["application_frames"] == 15
+    assert [e for e in result["events"] if e["kind"] == "duplicate_dropped"] == [
+        {"kind": "duplicate_dropped", "sequence": 3}
+    ]
+
+
+@pytest.mark.parametrize("kind", [FaultKind.OMIT, FaultKind.CORRUPT, FaultKind.FOREIGN_BINDING])
+def test_the_duplicate_policy_repairs_nothing_else(recording: Recording, kind: FaultKind) -> None:
+    for wire in WireFormat:
+        result = replay(
+            recording, "replace-file", wire=wire, fault=Fault(kind=kind), ignore_duplicates=True
+        )
+        assert result["status"] == "invalid"
+        assert result["reason"] == EXPECTED_OUTCOMES[kind][wire].reason
+
+
+def test_target_frame_defaults_to_three_and_clamps_to_the_last_content_frame(
+    recording: Recording,
+) -> None:
+    case = recording.case("replace-file")
+    frames = derive_frames(case.binding_sha256, case.content)
+    assert target_index(frames, Fault(kind=FaultKind.OMIT)) == 2
+    assert target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=7)) == 6
+    assert target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=50)) == 8
+    short = derive_frames(case.binding_sha256, "{}")  # one content frame, then done
+    assert target_index(short, Fault(kind=FaultKind.REPEAT)) == 0
+
+
+def test_omit_targets_the_requested_frame(recording: Recording) -> None:
+    result = replay(recording, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=6))
+    assert (result["status"], result["reason"]) == ("invalid", "invalid_sequence")
+    assert result["stats"]["application_frames"] == 5
+
+
+@pytest.mark.parametrize("count", [1, 3, 10])
+def test_truncate_tail_drops_exactly_n_bytes(recording: Recording, count: int) -> None:
+    case = recording.case("json-result-type")
+    for wire in WireFormat:
+        whole = transmit(case, wire=wire, plan=ChunkPlan.parse("whole"))
+        cut = transmit(
+            case,
+            wire=wire,
+            plan=ChunkPlan.parse("whole"),
+            fault=Fault(kind=FaultKind.TRUNCATE_TAIL, byte_count=count),
+        )
+        assert cut.chunks[0] == whole.chunks[0][:-count]
+
+
+def test_truncate_tail_keeps_frame_split() -> None:
+    assert truncate_tail([b"abc", b"def", b"gh"], 3) == [b"abc", b"de"]
+    assert truncate_tail([b"abc"], 5) == []
+
+
+def test_transport_abort_is_two_frames_then_a_transport_error(recording: Recording) -> None:
+    case = recording.case("replace-file")
+    transmission = transmit(
+        case,
+        wire=WireFormat.NDJSON,
+        plan=ChunkPlan.parse("1"),
+        fault=Fault(kind=FaultKind.TRANSPORT_ABORT),
+    )
+    assert transmission.ending is Ending.TRANSPORT_ERROR
+    assert len(transmission.chunks) == 1
+    assert transmission.chunks[0].count(b"\n") == 2
+
+
+def test_cancel_and_error_halve_the_content(recording: Recording) -> None:
+    case = recording.case("replace-file")
+    for kind, terminal in ((FaultKind.CANCEL, FrameKind.CANCEL), (FaultKind.ERROR, FrameKind.ERROR)):
+        transmission = transmit(
+            case, wire=WireFormat.NDJSON, plan=ChunkPlan.parse("frame"), fault=Fault(kind=kind)
+        )
+        last = transmission.frames[-1]
+        assert last.kind is terminal
+        assert last.reason == f"controlled_local_{terminal.value}"
+        text = "".join(str(frame.text) for frame in transmission.frames[:-1])
+        assert text == case.content[: len(case.content) // 2]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"target_frame": 0}, {"target_frame": -1}, {"byte_count": 0}, {"byte_count": 2**21}],
+)
+def test_invalid_fault_parameters_are_refused(fault: dict[str, int]) -> None:
+    with pytest.raises(RequestRefused) as info:
+        Fault(kind=FaultKind.OMIT, **fault)
+    assert info.value.reason is Reason.INVALID_REQUEST
+
+
+def test_foreign_binding_needs_another_binding(recording: Recording) -> None:
+    with pytest.raises(RequestRefused) as info:
+        transmit(
+            recording.case("replace-file"),
+            wire=WireFormat.NDJSON,
+            plan=ChunkPlan.parse("frame"),
+            fault=Fault(kind=FaultKind.FOREIGN_BINDING),
+        )
+    assert info.value.reason is Reason.INVALID_REQUEST

@@ -1,0 +1,73 @@
+"""Logs are an interface: the fields every record has, levels, and secrets kept out."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import structlog
+
+from shared.logs import REDACTED, configure_logging, register_secret
+
+
+def records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_the_interface_fields() -> None:
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out)
+    structlog.contextvars.bind_contextvars(stream_id="abc")
+    structlog.get_logger().info("state_changed", from_state="received", to_state="verified")
+    (record,) = records(out)
+    assert record["event"] == "state_changed"
+    assert record["level"] == "info"
+    assert record["side"] == "producer"
+    assert record["stream_id"] == "abc"
+    assert isinstance(record["timestamp"], str) and record["timestamp"].endswith("Z")
+
+
+def test_stream_id_is_null_outside_a_stream() -> None:
+    out = io.StringIO()
+    configure_logging("consumer", log_format="json", stream=out)
+    structlog.get_logger().warning("started")
+    assert records(out)[0]["stream_id"] is None
+
+
+def test_auto_is_json_off_a_tty_and_console_renders_text() -> None:
+    out = io.StringIO()
+    configure_logging("consumer", log_format="auto", stream=out)
+    structlog.get_logger().info("hello")
+    assert records(out)[0]["event"] == "hello"
+    text = io.StringIO()
+    configure_logging("consumer", log_format="console", stream=text)
+    structlog.get_logger().info("hello")
+    assert "hello" in text.getvalue()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text.getvalue())
+
+
+def test_level_filters_debug() -> None:
+    out = io.StringIO()
+    configure_logging("consumer", log_format="json", level="info", stream=out)
+    structlog.get_logger().debug("chunk_received")
+    structlog.get_logger().info("kept")
+    assert [r["event"] for r in records(out)] == ["kept"]
+    with pytest.raises(ValueError):
+        configure_logging("consumer", level="loud")
+
+
+def test_secrets_never_reach_a_record() -> None:
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out)
+    register_secret("AIzaSy-test-secret-value")
+    log = structlog.get_logger()
+    log.info("request", api_key="AIzaSy-test-secret-value", headers={"x-goog-api-key": "k"})
+    log.error("failed", detail="url ...?key=AIzaSy-test-secret-value&alt=sse")
+    text = out.getvalue()
+    assert "AIzaSy-test-secret-value" not in text
+    first, second = records(out)
+    assert first["api_key"] == REDACTED
+    assert first["headers"] == {"x-goog-api-key": REDACTED}
+    assert second["detail"] == f"url ...?key={REDACTED}&alt=sse"
