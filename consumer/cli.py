@@ -16,12 +16,14 @@ from typing import Any, TextIO
 
 import structlog
 
+from consumer.config import UsageError, load_recording
+from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from shared.errors import ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.logs import LEVELS, configure_logging
 from shared.machine import Limits
-from shared.recording import DEFAULT_RECORDING_PATH, Recording
+from shared.recording import DEFAULT_RECORDING_PATH
 from shared.replay import replay
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -29,10 +31,6 @@ from shared.wire.chunking import ChunkPlan
 
 def new_stream_id() -> str:
     return uuid.uuid4().hex
-
-
-class UsageError(Exception):
-    """A bad flag or configuration: exit 2 with a one-line message."""
 
 
 def _positive(text: str) -> int:
@@ -75,7 +73,9 @@ def add_stream_flags(parser: argparse.ArgumentParser) -> None:
         help="transport chunking: frame | whole | N | a,b,c cycled (default: frame)",
     )
     parser.add_argument("--fault", choices=[kind.value for kind in FaultKind], default=None)
-    parser.add_argument("--fault-frame", type=_positive, default=None, help="frame K a fault targets")
+    parser.add_argument(
+        "--fault-frame", type=_positive, default=None, help="frame K a fault targets"
+    )
     parser.add_argument(
         "--fault-bytes", type=_positive, default=None, help="bytes truncate-tail drops"
     )
@@ -114,15 +114,6 @@ def fault_from(args: argparse.Namespace) -> Fault | None:
     return Fault(
         kind=FaultKind(args.fault), target_frame=args.fault_frame, byte_count=args.fault_bytes
     )
-
-
-def load_recording(path: Path) -> Recording:
-    try:
-        return Recording.load(path)
-    except OSError as error:
-        raise UsageError(f"cannot read the recording {path}: {error.strerror}") from error
-    except ReplywireError as error:
-        raise UsageError(f"recording {path} refused: {error.code}") from error
 
 
 def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
@@ -186,8 +177,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "replay":
             return run_replay(args, out)
-        from consumer.demo import run_demo
-
         return run_demo(args, out)
     except (UsageError, ReplywireError) as error:
         print(f"consumer: {error}", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from consumer.cli import load_recording
+from consumer.config import load_recording
 from consumer.results import refused_result
 from shared.errors import RequestRefused
 from shared.faults import Fault, FaultKind
@@ -56,8 +56,10 @@ def row(run: DemoRun, wire: WireFormat, result: dict[str, Any]) -> tuple[str, ..
 
 def render(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(line[i]) for line in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-             for line in [COLUMNS, *rows]]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        for line in [COLUMNS, *rows]
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines) + "\n"
 

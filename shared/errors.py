@@ -171,7 +171,9 @@ REASONS: dict[Reason, ReasonInfo] = {
         _I, "DATA_LOSS", "an applied sequence number came again with different bytes"
     ),
     Reason.INVALID_ANSWER_JSON: _info(_I, "DATA_LOSS", "the reply is not strict JSON"),
-    Reason.INVALID_ANSWER_SCHEMA: _info(_I, "DATA_LOSS", "the reply does not have the exact schema"),
+    Reason.INVALID_ANSWER_SCHEMA: _info(
+        _I, "DATA_LOSS", "the reply does not have the exact schema"
+    ),
     Reason.UNKNOWN_CONTEXT_CITATION: _info(
         _I, "DATA_LOSS", "the reply cites a source outside the bound context"
     ),

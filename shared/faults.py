@@ -141,14 +141,14 @@ def _frame_fault(frames: list[Frame], fault: Fault, foreign_binding_sha256: str)
     if fault.kind is FaultKind.OMIT:
         return frames[:index] + frames[index + 1 :]
     if fault.kind is FaultKind.REPEAT:
-        return frames[: index + 1] + [target] + frames[index + 1 :]
+        return [*frames[: index + 1], target, *frames[index + 1 :]]
     foreign = Frame(
         sequence=target.sequence,
         kind=target.kind,
         binding_sha256=foreign_binding_sha256,
         text=target.text,
     )
-    return frames[:index] + [foreign] + frames[index + 1 :]
+    return [*frames[:index], foreign, *frames[index + 1 :]]
 
 
 def truncate_tail(encoded: list[bytes], count: int) -> list[bytes]:

@@ -91,23 +91,23 @@ class Input(StrEnum):
     REPLY_REJECTED = "reply_rejected"
 
 
-S, I = ConsumerState, Input
+S, In = ConsumerState, Input
 
 #: Every legal (state, input) pair. A pair that is missing is a bug, not a verdict.
 TRANSITIONS: Final[dict[tuple[ConsumerState, Input], ConsumerState]] = {
-    (S.STREAMING, I.TERMINAL_FRAME): S.TERMINAL_RECEIVED,
-    (S.STREAMING, I.PROTOCOL_FAILURE): S.INVALID,
-    (S.STREAMING, I.END_WITHOUT_TERMINAL): S.INCOMPLETE,
-    (S.STREAMING, I.TRANSPORT_ERROR): S.ERROR,
-    (S.STREAMING, I.LOCAL_ABORT): S.INCOMPLETE,
-    (S.TERMINAL_RECEIVED, I.PROTOCOL_FAILURE): S.INVALID,
-    (S.TERMINAL_RECEIVED, I.END_AFTER_DONE): S.VALIDATING,
-    (S.TERMINAL_RECEIVED, I.END_AFTER_CANCEL): S.CANCELLED,
-    (S.TERMINAL_RECEIVED, I.END_AFTER_ERROR): S.ERROR,
-    (S.TERMINAL_RECEIVED, I.TRANSPORT_ERROR): S.ERROR,
-    (S.TERMINAL_RECEIVED, I.LOCAL_ABORT): S.INCOMPLETE,
-    (S.VALIDATING, I.REPLY_ACCEPTED): S.COMPLETE,
-    (S.VALIDATING, I.REPLY_REJECTED): S.INVALID,
+    (S.STREAMING, In.TERMINAL_FRAME): S.TERMINAL_RECEIVED,
+    (S.STREAMING, In.PROTOCOL_FAILURE): S.INVALID,
+    (S.STREAMING, In.END_WITHOUT_TERMINAL): S.INCOMPLETE,
+    (S.STREAMING, In.TRANSPORT_ERROR): S.ERROR,
+    (S.STREAMING, In.LOCAL_ABORT): S.INCOMPLETE,
+    (S.TERMINAL_RECEIVED, In.PROTOCOL_FAILURE): S.INVALID,
+    (S.TERMINAL_RECEIVED, In.END_AFTER_DONE): S.VALIDATING,
+    (S.TERMINAL_RECEIVED, In.END_AFTER_CANCEL): S.CANCELLED,
+    (S.TERMINAL_RECEIVED, In.END_AFTER_ERROR): S.ERROR,
+    (S.TERMINAL_RECEIVED, In.TRANSPORT_ERROR): S.ERROR,
+    (S.TERMINAL_RECEIVED, In.LOCAL_ABORT): S.INCOMPLETE,
+    (S.VALIDATING, In.REPLY_ACCEPTED): S.COMPLETE,
+    (S.VALIDATING, In.REPLY_REJECTED): S.INVALID,
 }
 
 FINAL_STATES: Final = frozenset({S.COMPLETE, S.INCOMPLETE, S.CANCELLED, S.ERROR, S.INVALID})
@@ -119,9 +119,9 @@ STATUS_OF: Final = {
     S.INVALID: Status.INVALID,
 }
 _END_AFTER: Final = {
-    FrameKind.DONE: I.END_AFTER_DONE,
-    FrameKind.CANCEL: I.END_AFTER_CANCEL,
-    FrameKind.ERROR: I.END_AFTER_ERROR,
+    FrameKind.DONE: In.END_AFTER_DONE,
+    FrameKind.CANCEL: In.END_AFTER_CANCEL,
+    FrameKind.ERROR: In.END_AFTER_ERROR,
 }
 
 #: The result document's keys: the lab's, then ours.
@@ -158,6 +158,7 @@ class ReplyConsumer:
         self._state = S.STREAMING
         self._finished = False
         self._reason: str | None = None
+        self._failure: Reason | None = None
         # Stats, as the lab counts them.
         self._bytes = 0
         self._fragments = 0
@@ -207,8 +208,9 @@ class ReplyConsumer:
 
     def _fail(self, reason: Reason, detail: str = "") -> ProtocolFailure:
         """Record the first failure, move to INVALID, and return the exception to raise."""
+        self._failure = reason
         self._reason = reason.value
-        self._transition(I.PROTOCOL_FAILURE)
+        self._transition(In.PROTOCOL_FAILURE)
         return ProtocolFailure(reason, detail)
 
     # --- input --------------------------------------------------------------------
@@ -217,8 +219,8 @@ class ReplyConsumer:
         """Take one transport chunk. Raises ``ProtocolFailure`` on the first bad byte or frame."""
         if self._finished:
             raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED)
-        if self._state is S.INVALID:
-            raise ProtocolFailure(Reason(self._reason))
+        if self._failure is not None:
+            raise ProtocolFailure(self._failure)
         if not isinstance(data, bytes):
             raise self._fail(Reason.TRANSPORT_REQUIRES_BYTES, type(data).__name__)
         self._bytes += len(data)
@@ -232,7 +234,7 @@ class ReplyConsumer:
                 assert isinstance(payload, bytes)
                 self._apply(payload)
         except ProtocolFailure as failure:
-            if self._state is S.INVALID:  # already recorded by _apply
+            if self._failure is not None:  # already recorded by _apply
                 raise
             raise self._fail(failure.reason, failure.detail) from failure
 
@@ -323,7 +325,7 @@ class ReplyConsumer:
         self._events.append(
             {"kind": "local_terminal", "status": frame.kind.value, "sequence": frame.sequence}
         )
-        self._transition(I.TERMINAL_FRAME)
+        self._transition(In.TERMINAL_FRAME)
 
     # --- how the input ended --------------------------------------------------------
 
@@ -332,7 +334,7 @@ class ReplyConsumer:
         if self._finished:
             raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED)
         self._finished = True
-        return self._state is not S.INVALID
+        return self._failure is None
 
     def end_of_stream(self) -> dict[str, Any]:
         """The input ended cleanly. Returns the result document."""
@@ -345,18 +347,18 @@ class ReplyConsumer:
             return self.result()
         if self._terminal is None:
             self._reason = Reason.MISSING_TERMINAL.value
-            self._transition(I.END_WITHOUT_TERMINAL)
+            self._transition(In.END_WITHOUT_TERMINAL)
             return self.result()
         if self._terminal is not FrameKind.DONE:
             self._reason = self._terminal_reason
             self._transition(_END_AFTER[self._terminal])
             return self.result()
-        self._transition(I.END_AFTER_DONE)
+        self._transition(In.END_AFTER_DONE)
         try:
             accepted, citations = validate_reply(self.provisional_content, self.binding)
         except ProtocolFailure as failure:
             self._reason = failure.reason.value
-            self._transition(I.REPLY_REJECTED)
+            self._transition(In.REPLY_REJECTED)
             return self.result()
         self._accepted, self._citations = accepted, citations
         self._events.append(
@@ -368,7 +370,7 @@ class ReplyConsumer:
                 "citations": citations,
             }
         )
-        self._transition(I.REPLY_ACCEPTED)
+        self._transition(In.REPLY_ACCEPTED)
         return self.result()
 
     def transport_error(self, detail: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -378,7 +380,7 @@ class ReplyConsumer:
         self.transport = dict(detail) if detail else None
         self._reason = Reason.TRANSPORT_IO_ERROR.value
         self._events.append({"kind": "transport_error", "reason": self._reason})
-        self._transition(I.TRANSPORT_ERROR)
+        self._transition(In.TRANSPORT_ERROR)
         return self.result()
 
     def abort(self, reason: Reason) -> dict[str, Any]:
@@ -387,7 +389,7 @@ class ReplyConsumer:
             return self.result()
         self._reason = reason.value
         self._events.append({"kind": "consumer_abort", "reason": self._reason})
-        self._transition(I.LOCAL_ABORT)
+        self._transition(In.LOCAL_ABORT)
         return self.result()
 
     # --- the verdict ------------------------------------------------------------------

@@ -59,7 +59,9 @@ def _bind(case_id: str, entry: Mapping[str, Any]) -> BoundCase:
         events = metadata["trace"]["events"]
         request = _event(events, "model_request_ready")
         selected = _event(events, "context_selected")
-        candidates = {row["chunk_id"]: row for row in _event(events, "retrieval_completed")["candidates"]}
+        candidates = {
+            row["chunk_id"]: row for row in _event(events, "retrieval_completed")["candidates"]
+        }
         context = [
             {key: candidates[chunk][key] for key in CONTEXT_KEYS} for chunk in selected["chunk_ids"]
         ]
@@ -141,7 +143,9 @@ class Recording:
         try:
             case_id = binding["case_id"]
         except KeyError as error:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding has no case_id") from error
+            raise RequestRefused(
+                Reason.REQUEST_BINDING_MISMATCH, "binding has no case_id"
+            ) from error
         bound = self.case(case_id)
         if digest(binding) != bound.binding_sha256:
             raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, str(case_id))

@@ -29,5 +29,6 @@ def recording() -> Recording:
 def quiet_logger() -> structlog.typing.FilteringBoundLogger:
     """A logger that drops everything below CRITICAL (for large inputs)."""
     return structlog.wrap_logger(
-        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+        structlog.PrintLogger(),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
     )

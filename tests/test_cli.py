@@ -145,6 +145,9 @@ def test_demo_prints_the_table() -> None:
     run = consumer("demo")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert any(line.startswith("replace-file + truncate-tail") and "truncated_frame" in line for line in lines)
+    assert any(
+        line.startswith("replace-file + truncate-tail") and "truncated_frame" in line
+        for line in lines
+    )
     assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 10
     assert "10 accepted, 20 refused or not accepted." in run.stdout

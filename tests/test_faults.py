@@ -51,7 +51,9 @@ def test_fault_outcome(recording: Recording, kind: FaultKind, wire: WireFormat, 
 
 
 @pytest.mark.parametrize("wire", list(WireFormat))
-def test_repeat_under_the_duplicate_policy_completes(recording: Recording, wire: WireFormat) -> None:
+def test_repeat_under_the_duplicate_policy_completes(
+    recording: Recording, wire: WireFormat
+) -> None:
     result = replay(
         recording,
         "utf8-write",
@@ -129,7 +131,10 @@ def test_transport_abort_is_two_frames_then_a_transport_error(recording: Recordi
 
 def test_cancel_and_error_halve_the_content(recording: Recording) -> None:
     case = recording.case("replace-file")
-    for kind, terminal in ((FaultKind.CANCEL, FrameKind.CANCEL), (FaultKind.ERROR, FrameKind.ERROR)):
+    for kind, terminal in (
+        (FaultKind.CANCEL, FrameKind.CANCEL),
+        (FaultKind.ERROR, FrameKind.ERROR),
+    ):
         transmission = transmit(
             case, wire=WireFormat.NDJSON, plan=ChunkPlan.parse("frame"), fault=Fault(kind=kind)
         )

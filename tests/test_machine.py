@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +12,14 @@ import structlog
 from structlog.testing import capture_logs
 
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import DoneDigest, Frame, FrameKind, content_frames, derive_frames, terminal_frame
+from shared.frames import (
+    DoneDigest,
+    Frame,
+    FrameKind,
+    content_frames,
+    derive_frames,
+    terminal_frame,
+)
 from shared.machine import (
     FINAL_STATES,
     TRANSITIONS,
@@ -22,8 +29,7 @@ from shared.machine import (
     ReplyConsumer,
 )
 from shared.recording import BoundCase, Recording
-from shared.wire import WireFormat, codec_for
-from shared.wire import lp, ndjson
+from shared.wire import WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
 
@@ -208,7 +214,9 @@ def test_limits_must_be_positive_integers() -> None:
 @pytest.mark.parametrize("wire", WIRES)
 def test_frame_after_terminal(case: BoundCase, wire: WireFormat) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
-    extra = Frame(sequence=11, kind=FrameKind.CONTENT_DELTA, binding_sha256=case.binding_sha256, text="x")
+    extra = Frame(
+        sequence=11, kind=FrameKind.CONTENT_DELTA, binding_sha256=case.binding_sha256, text="x"
+    )
     assert_refused(run(case, [*frames, extra], wire), "invalid", "frame_after_terminal")
     # Even a second copy of the terminal itself.
     assert_refused(run(case, [*frames, frames[-1]], wire), "invalid", "frame_after_terminal")
@@ -281,7 +289,9 @@ def test_terminal_reason_at_and_past_the_edge(
 
 @pytest.mark.parametrize("reason", [None, 7, "\udc80"])
 def test_ndjson_terminal_reason_must_be_text(case: BoundCase, reason: object) -> None:
-    frame = Frame(sequence=1, kind=FrameKind.ERROR, binding_sha256=case.binding_sha256, reason=reason)
+    frame = Frame(
+        sequence=1, kind=FrameKind.ERROR, binding_sha256=case.binding_sha256, reason=reason
+    )
     line = json.dumps(ndjson.frame_object(frame), ensure_ascii=True, separators=(",", ":"))
     result = run(case, line.encode() + b"\n", WireFormat.NDJSON)
     assert_refused(result, "invalid", "invalid_terminal_reason")
@@ -290,7 +300,9 @@ def test_ndjson_terminal_reason_must_be_text(case: BoundCase, reason: object) ->
 def test_reason_limit_is_configurable(case: BoundCase) -> None:
     frames = [terminal_frame(case.binding_sha256, 1, FrameKind.CANCEL, [], "abcd")]
     limits = Limits(max_reason_chars=3)
-    assert_refused(run(case, frames, WireFormat.NDJSON, limits=limits), "invalid", "invalid_terminal_reason")
+    assert_refused(
+        run(case, frames, WireFormat.NDJSON, limits=limits), "invalid", "invalid_terminal_reason"
+    )
 
 
 # --- how the input ends ---------------------------------------------------------------------
@@ -324,7 +336,11 @@ def test_missing_terminal(case: BoundCase, wire: WireFormat) -> None:
 def test_nothing_at_all_is_incomplete(case: BoundCase) -> None:
     result = run(case, b"", WireFormat.LENGTH_PREFIXED)
     assert_refused(result, "incomplete", "missing_terminal")
-    assert result["stats"] == {"bytes_received": 0, "transport_fragments": 1, "application_frames": 0}
+    assert result["stats"] == {
+        "bytes_received": 0,
+        "transport_fragments": 1,
+        "application_frames": 0,
+    }
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -343,7 +359,9 @@ def test_transport_error_after_done_is_not_accepted(case: BoundCase, wire: WireF
 def test_abort_keeps_partial_content(case: BoundCase, state: str) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
     consumer = ReplyConsumer(case.binding)
-    consumer.receive_data(encode(frames if state == "terminal_received" else frames[:3], WireFormat.LENGTH_PREFIXED))
+    consumer.receive_data(
+        encode(frames if state == "terminal_received" else frames[:3], WireFormat.LENGTH_PREFIXED)
+    )
     result = consumer.abort(Reason.MISSING_TERMINAL)
     assert_refused(result, "incomplete", "missing_terminal")
     assert result["events"][-1]["kind"] == "consumer_abort"
@@ -371,7 +389,9 @@ def test_a_failure_is_not_overwritten_by_a_later_transport_error(case: BoundCase
 def test_content_digest_mismatch(case: BoundCase, digest: DoneDigest | None) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
     frames[-1] = replace(frames[-1], done_digest=digest)
-    assert_refused(run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch")
+    assert_refused(
+        run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch"
+    )
 
 
 def test_content_frame_count_mismatch(case: BoundCase) -> None:
@@ -379,7 +399,9 @@ def test_content_frame_count_mismatch(case: BoundCase) -> None:
     good = frames[-1].done_digest
     assert good is not None
     frames[-1] = replace(frames[-1], done_digest=replace(good, content_frames=8))
-    assert_refused(run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch")
+    assert_refused(
+        run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch"
+    )
 
 
 # --- duplicate policy -------------------------------------------------------------------------
@@ -426,22 +448,74 @@ REPLY_CASES: list[tuple[str, Callable[[BoundCase], str], str]] = [
     ("duplicate key", lambda c: '{"status":"answered","status":"answered"}', "invalid_answer_json"),
     ("nan", lambda c: '{"status": NaN}', "invalid_answer_json"),
     ("array", lambda c: "[]", "invalid_answer_schema"),
-    ("extra key", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": ["path-write"], "x": 1}), "invalid_answer_schema"),
-    ("bad status", lambda c: json.dumps({"status": "maybe", "answer": "a", "source_ids": []}), "invalid_answer_schema"),
-    ("blank answer", lambda c: json.dumps({"status": "not_in_docs", "answer": "  ", "source_ids": []}), "invalid_answer_schema"),
-    ("answer not text", lambda c: json.dumps({"status": "not_in_docs", "answer": 1, "source_ids": []}), "invalid_answer_schema"),
-    ("surrogate answer", lambda c: '{"status": "not_in_docs", "answer": "\\ud800", "source_ids": []}', "invalid_answer_schema"),
-    ("ids not list", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": "path-write"}), "invalid_answer_schema"),
-    ("empty id", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": [""]}), "invalid_answer_schema"),
-    ("repeated id", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": ["path-write", "path-write"]}), "invalid_answer_schema"),
-    ("unknown id", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": ["json-text"]}), "unknown_context_citation"),
-    ("answered no ids", lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": []}), "status_citation_mismatch"),
-    ("not_in_docs with ids", lambda c: json.dumps({"status": "not_in_docs", "answer": "a", "source_ids": ["path-write"]}), "status_citation_mismatch"),
+    (
+        "extra key",
+        lambda c: json.dumps(
+            {"status": "answered", "answer": "a", "source_ids": ["path-write"], "x": 1}
+        ),
+        "invalid_answer_schema",
+    ),
+    (
+        "bad status",
+        lambda c: json.dumps({"status": "maybe", "answer": "a", "source_ids": []}),
+        "invalid_answer_schema",
+    ),
+    (
+        "blank answer",
+        lambda c: json.dumps({"status": "not_in_docs", "answer": "  ", "source_ids": []}),
+        "invalid_answer_schema",
+    ),
+    (
+        "answer not text",
+        lambda c: json.dumps({"status": "not_in_docs", "answer": 1, "source_ids": []}),
+        "invalid_answer_schema",
+    ),
+    (
+        "surrogate answer",
+        lambda c: '{"status": "not_in_docs", "answer": "\\ud800", "source_ids": []}',
+        "invalid_answer_schema",
+    ),
+    (
+        "ids not list",
+        lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": "path-write"}),
+        "invalid_answer_schema",
+    ),
+    (
+        "empty id",
+        lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": [""]}),
+        "invalid_answer_schema",
+    ),
+    (
+        "repeated id",
+        lambda c: json.dumps(
+            {"status": "answered", "answer": "a", "source_ids": ["path-write", "path-write"]}
+        ),
+        "invalid_answer_schema",
+    ),
+    (
+        "unknown id",
+        lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": ["json-text"]}),
+        "unknown_context_citation",
+    ),
+    (
+        "answered no ids",
+        lambda c: json.dumps({"status": "answered", "answer": "a", "source_ids": []}),
+        "status_citation_mismatch",
+    ),
+    (
+        "not_in_docs with ids",
+        lambda c: json.dumps(
+            {"status": "not_in_docs", "answer": "a", "source_ids": ["path-write"]}
+        ),
+        "status_citation_mismatch",
+    ),
 ]
 
 
 @pytest.mark.parametrize("wire", WIRES)
-@pytest.mark.parametrize(("label", "content", "reason"), REPLY_CASES, ids=[c[0] for c in REPLY_CASES])
+@pytest.mark.parametrize(
+    ("label", "content", "reason"), REPLY_CASES, ids=[c[0] for c in REPLY_CASES]
+)
 def test_reply_validation(
     case: BoundCase, wire: WireFormat, label: str, content: Callable[[BoundCase], str], reason: str
 ) -> None:
@@ -455,7 +529,11 @@ def test_reply_validation(
 
 
 def test_citations_resolve_only_from_the_bound_context(case: BoundCase) -> None:
-    reply = {"status": "answered", "answer": "see https://evil.example/", "source_ids": ["path-write"]}
+    reply = {
+        "status": "answered",
+        "answer": "see https://evil.example/",
+        "source_ids": ["path-write"],
+    }
     result = run(case, reply_frames(case, reply), WireFormat.LENGTH_PREFIXED)
     assert result["status"] == "complete"
     assert result["citations"] == [
@@ -470,7 +548,7 @@ def test_citations_resolve_only_from_the_bound_context(case: BoundCase) -> None:
 def test_logger_is_injected(case: BoundCase) -> None:
     seen: list[str] = []
 
-    def keep(_: Any, __: str, event_dict: dict[str, Any]) -> str:
+    def keep(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> str:
         seen.append(event_dict["event"])
         raise structlog.DropEvent
 

@@ -58,7 +58,9 @@ def test_development_case_equals_published(recording: Recording, published: dict
     result = replay(recording, published["case_id"], wire=WireFormat.NDJSON, plan=LAB_PLAN)
     assert lab_view(result) == published["result"]
     assert result["request_sha256"] == published["request_sha256"]
-    selected = [row["source_id"] for row in recording.case(published["case_id"]).binding["selected_context"]]
+    selected = [
+        row["source_id"] for row in recording.case(published["case_id"]).binding["selected_context"]
+    ]
     assert selected == published["selected_source_ids"]
     status, answer_status, citations, frames, fragments = SUMMARY[published["case_id"]]
     assert result["status"] == status
@@ -90,7 +92,7 @@ def test_saved_replies_are_preserved(recording: Recording) -> None:
 def test_our_recording_is_not_the_original_file() -> None:
     # The original file (and its hash) is not available; we pin our rebuild's hash.
     assert PUBLISHED["original_recording_sha256"].startswith("193d4c3c")
-    assert RECORDING_SHA256 != PUBLISHED["original_recording_sha256"]
+    assert PUBLISHED["original_recording_sha256"] != RECORDING_SHA256
 
 
 @pytest.mark.parametrize("case_id", list(SUMMARY))
@@ -105,5 +107,8 @@ def test_length_prefixed_wire_gives_the_same_answers(recording: Recording, case_
         assert result["citations"] == published["result"]["citations"]
         assert result["provisional_content"] == published["result"]["provisional_content"]
         assert result["events"] == published["result"]["events"]
-        assert result["stats"]["application_frames"] == published["result"]["stats"]["application_frames"]
+        assert (
+            result["stats"]["application_frames"]
+            == published["result"]["stats"]["application_frames"]
+        )
         assert result["wire_format"] == "lp"

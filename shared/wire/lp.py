@@ -157,17 +157,24 @@ def parse_frame(payload: bytes) -> Frame:
     if which is None:
         raise ProtocolFailure(Reason.MISSING_FRAME_KIND, f"sequence {message.sequence}")
     kind = FrameKind(which)
-    common = {"sequence": message.sequence, "binding_sha256": message.binding_sha256}
+    sequence, binding_sha256 = message.sequence, message.binding_sha256
     if kind is FrameKind.CONTENT_DELTA:
-        return Frame(kind=kind, text=message.content_delta.text, **common)
+        return Frame(
+            sequence=sequence,
+            kind=kind,
+            binding_sha256=binding_sha256,
+            text=message.content_delta.text,
+        )
     if kind is FrameKind.DONE:
         digest = DoneDigest(
             content_sha256=message.done.content_sha256,
             content_frames=message.done.content_frames,
         )
-        return Frame(kind=kind, done_digest=digest, **common)
+        return Frame(
+            sequence=sequence, kind=kind, binding_sha256=binding_sha256, done_digest=digest
+        )
     stop = message.error if kind is FrameKind.ERROR else message.cancel
-    return Frame(kind=kind, reason=stop.reason, **common)
+    return Frame(sequence=sequence, kind=kind, binding_sha256=binding_sha256, reason=stop.reason)
 
 
 # --- decoding -------------------------------------------------------------------
