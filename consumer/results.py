@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-from shared.errors import ReplywireError, Status
+from shared.errors import EXIT_CODES, EXIT_USAGE, ReplywireError, Status
 
-#: Exit codes, documented in the README and kept for every consumer command.
-EXIT_USAGE: Final = 2
-EXIT_CODES: Final = {
-    Status.COMPLETE: 0,
-    Status.INCOMPLETE: 3,
-    Status.CANCELLED: 4,
-    Status.ERROR: 5,
-    Status.INVALID: 6,
-    Status.REFUSED: 7,
-}
+__all__ = ["EXIT_CODES", "EXIT_USAGE", "exit_code", "refused_result"]
 
 
 def exit_code(result: dict[str, Any]) -> int:

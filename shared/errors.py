@@ -28,6 +28,18 @@ class Status(StrEnum):
     REFUSED = "refused"
 
 
+#: Exit codes of every consumer command, by final status (2 = usage or configuration).
+EXIT_CODES: dict[Status, int] = {
+    Status.COMPLETE: 0,
+    Status.INCOMPLETE: 3,
+    Status.CANCELLED: 4,
+    Status.ERROR: 5,
+    Status.INVALID: 6,
+    Status.REFUSED: 7,
+}
+EXIT_USAGE = 2
+
+
 @dataclass(frozen=True, slots=True)
 class ReasonInfo:
     status: Status
