@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from consumer.config import load_recording
 from consumer.results import refused_result
 from shared.errors import RequestRefused
-from shared.faults import Fault, FaultKind
+from shared.faults import TIMING_FAULTS, Fault, FaultKind
 from shared.recording import Recording
 from shared.replay import replay
 from shared.wire import WireFormat
@@ -29,7 +29,11 @@ class DemoRun:
 
 def demo_runs(recording: Recording) -> list[DemoRun]:
     runs = [DemoRun(case_id, case_id) for case_id in recording.case_ids]
-    runs += [DemoRun(f"{FAULT_CASE} + {kind}", FAULT_CASE, Fault(kind=kind)) for kind in FaultKind]
+    runs += [
+        DemoRun(f"{FAULT_CASE} + {kind}", FAULT_CASE, Fault(kind=kind))
+        for kind in FaultKind
+        if kind not in TIMING_FAULTS  # no clock in one process
+    ]
     runs.append(
         DemoRun(
             f"{FAULT_CASE} + repeat, --ignore-duplicates",

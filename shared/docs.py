@@ -5,6 +5,9 @@ python -m shared.docs    # prints the state diagram and the reason-code table
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.machine import TRANSITIONS, ConsumerState
@@ -43,16 +46,40 @@ def fault_table() -> str:
     for kind, outcomes in EXPECTED_OUTCOMES.items():
         cells = [
             f"{outcomes[wire].status.value} / `{outcomes[wire].reason}`"
+            if outcomes[wire].reason
+            else f"{outcomes[wire].status.value} (in one process; see below)"
             for wire in (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
         ]
         lines.append(f"| `{kind.value}` | {FAULT_DESCRIPTIONS[kind]} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
 
+SECTIONS = {
+    "state-diagram": state_diagram,
+    "fault-table": fault_table,
+    "reason-table": reason_table,
+}
+
+
+def update(text: str) -> str:
+    """Rewrite every ``<!-- generated:NAME -->`` section of ``text``."""
+    for name, render in SECTIONS.items():
+        start, end = f"<!-- generated:{name} -->\n", f"<!-- /generated:{name} -->"
+        head, _, rest = text.partition(start)
+        _, _, tail = rest.partition(end)
+        text = head + start + render() + end + tail
+    return text
+
+
 def main() -> None:
-    print(state_diagram())
-    print(reason_table())
-    print(fault_table())
+    parser = argparse.ArgumentParser(description="print or update the generated documentation")
+    parser.add_argument("--update", type=Path, help="rewrite the generated sections of this file")
+    args = parser.parse_args()
+    if args.update:
+        args.update.write_text(update(args.update.read_text(encoding="utf-8")), encoding="utf-8")
+        return
+    for render in SECTIONS.values():
+        print(render())
 
 
 if __name__ == "__main__":

@@ -90,6 +90,10 @@ class Reason(StrEnum):
     # --- how a stream ended without a verdict (lab) -----------------------
     MISSING_TERMINAL = "missing_terminal"
     TRANSPORT_IO_ERROR = "transport_io_error"
+    # --- the consumer gave up (ours) ---------------------------------------
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    IDLE_TIMEOUT = "idle_timeout"
+    CONSUMER_CANCELLED = "consumer_cancelled"
     # --- terminals the producer sends in controlled faults (lab) ----------
     CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
@@ -195,7 +199,18 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.MISSING_TERMINAL: _info(
         Status.INCOMPLETE, "UNAVAILABLE", "the input ended cleanly but no terminal arrived"
     ),
-    Reason.TRANSPORT_IO_ERROR: _info(_E, "UNAVAILABLE", "the transport failed mid-stream"),
+    Reason.TRANSPORT_IO_ERROR: _info(
+        _E, "UNAVAILABLE", "the transport failed: no connection, or it broke mid-stream"
+    ),
+    Reason.DEADLINE_EXCEEDED: _info(
+        Status.INCOMPLETE, "DEADLINE_EXCEEDED", "the consumer's overall deadline passed"
+    ),
+    Reason.IDLE_TIMEOUT: _info(
+        Status.INCOMPLETE, "DEADLINE_EXCEEDED", "no chunk arrived within the idle timeout"
+    ),
+    Reason.CONSUMER_CANCELLED: _info(
+        Status.INCOMPLETE, "CANCELLED", "the consumer was interrupted (Ctrl-C) and cancelled"
+    ),
     Reason.CONTROLLED_LOCAL_CANCEL: _info(
         Status.CANCELLED, "CANCELLED", "the producer sent a cancel terminal"
     ),

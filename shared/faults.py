@@ -30,6 +30,8 @@ from shared.wire.chunking import ChunkPlan, cut
 DEFAULT_TARGET_FRAME: Final = 3
 DEFAULT_TRUNCATE_BYTES: Final = 3
 MAX_TRUNCATE_BYTES: Final = 1 << 20
+DEFAULT_STALL_MS: Final = 60_000
+MAX_STALL_MS: Final = 600_000
 
 
 class FaultKind(StrEnum):
@@ -42,6 +44,9 @@ class FaultKind(StrEnum):
     REPEAT = "repeat"
     CORRUPT = "corrupt"
     FOREIGN_BINDING = "foreign-binding"
+    # Faults of a real connection: they need a clock or a transport.
+    STALL = "stall"
+    ABORT_AFTER_DONE = "abort-after-done"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,18 +56,22 @@ class Fault:
     target_frame: int | None = None
     #: Bytes dropped by truncate-tail (None = default).
     byte_count: int | None = None
+    #: How long a stall lasts (None = default).
+    stall_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.target_frame is not None and self.target_frame < 1:
             raise RequestRefused(Reason.INVALID_REQUEST, "fault target frame must be >= 1")
         if self.byte_count is not None and not 1 <= self.byte_count <= MAX_TRUNCATE_BYTES:
             raise RequestRefused(Reason.INVALID_REQUEST, "fault byte count out of range")
+        if self.stall_ms is not None and not 1 <= self.stall_ms <= MAX_STALL_MS:
+            raise RequestRefused(Reason.INVALID_REQUEST, "fault stall out of range")
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     status: Status
-    reason: str
+    reason: str | None
 
 
 def _outcome(status: Status, reason: Reason) -> Outcome:
@@ -83,6 +92,10 @@ EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
         FaultKind.OMIT: _outcome(Status.INVALID, Reason.INVALID_SEQUENCE),
         FaultKind.REPEAT: _outcome(Status.INVALID, Reason.INVALID_SEQUENCE),
         FaultKind.FOREIGN_BINDING: _outcome(Status.INVALID, Reason.FRAME_REQUEST_MISMATCH),
+        FaultKind.ABORT_AFTER_DONE: _outcome(Status.ERROR, Reason.TRANSPORT_IO_ERROR),
+        # In one process there is no clock: the stall passes unnoticed and the reply completes.
+        # Across processes the consumer's idle timeout or deadline ends it (incomplete).
+        FaultKind.STALL: Outcome(Status.COMPLETE, None),
     }.items()
 } | {
     FaultKind.CORRUPT: {
@@ -91,7 +104,7 @@ EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
     }
 }
 #: With the duplicate policy on, an exact repeat is dropped and the reply completes.
-REPEAT_WITH_DUPLICATE_POLICY: Final = Outcome(Status.COMPLETE, "")
+REPEAT_WITH_DUPLICATE_POLICY: Final = Outcome(Status.COMPLETE, None)
 
 FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.CANCEL: "half the content, then a cancel terminal (controlled_local_cancel)",
@@ -103,7 +116,14 @@ FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.REPEAT: "frame 3 (or the last content frame) sent twice",
     FaultKind.CORRUPT: "frame 3 (or the last content frame) sent with a broken payload",
     FaultKind.FOREIGN_BINDING: "frame 3 (or the last content frame) carries another binding hash",
+    FaultKind.STALL: "after frame K (default 3) nothing is sent for N ms (default 60000), "
+    "the stream kept open",
+    FaultKind.ABORT_AFTER_DONE: "everything including done, then the RPC ends UNAVAILABLE",
 }
+
+
+#: Faults that need a clock: in one process they change nothing.
+TIMING_FAULTS: Final = frozenset({FaultKind.STALL})
 
 
 class Ending(StrEnum):
@@ -112,10 +132,18 @@ class Ending(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Stall:
+    #: Pause after this many chunks have been sent.
+    after_chunks: int
+    milliseconds: int
+
+
+@dataclass(frozen=True, slots=True)
 class Transmission:
     frames: tuple[Frame, ...]
     chunks: tuple[bytes, ...]
     ending: Ending
+    stall: Stall | None = None
 
     @property
     def wire_bytes(self) -> int:
@@ -163,6 +191,18 @@ def truncate_tail(encoded: list[bytes], count: int) -> list[bytes]:
     return kept
 
 
+def _stall(encoded: list[bytes], chunks: list[bytes], fault: Fault) -> Stall:
+    """Pause after the chunk that completes frame K (default 3, at most the last frame)."""
+    frame = min(fault.target_frame or DEFAULT_TARGET_FRAME, len(encoded))
+    frame_end = sum(len(part) for part in encoded[:frame])
+    sent = 0
+    for index, chunk in enumerate(chunks):
+        sent += len(chunk)
+        if sent >= frame_end:
+            return Stall(index + 1, fault.stall_ms or DEFAULT_STALL_MS)
+    return Stall(len(chunks), fault.stall_ms or DEFAULT_STALL_MS)
+
+
 def transmit(
     case: BoundCase,
     *,
@@ -191,4 +231,11 @@ def transmit(
     if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
         # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.
         return Transmission(tuple(frames), (b"".join(encoded[:2]),), Ending.TRANSPORT_ERROR)
-    return Transmission(tuple(frames), tuple(cut(encoded, plan)), Ending.CLEAN)
+    chunks = cut(encoded, plan)
+    if fault is not None and fault.kind is FaultKind.ABORT_AFTER_DONE:
+        return Transmission(tuple(frames), tuple(chunks), Ending.TRANSPORT_ERROR)
+    if fault is not None and fault.kind is FaultKind.STALL:
+        return Transmission(
+            tuple(frames), tuple(chunks), Ending.CLEAN, _stall(encoded, chunks, fault)
+        )
+    return Transmission(tuple(frames), tuple(chunks), Ending.CLEAN)

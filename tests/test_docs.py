@@ -32,7 +32,9 @@ def section(name: str) -> str:
 )
 def test_generated_sections_are_current(name: str, render: object) -> None:
     assert callable(render)
-    assert section(name) == render(), f"regenerate with: python -m shared.docs ({name})"
+    assert section(name) == render(), (
+        f"regenerate: python -m shared.docs --update README.md ({name})"
+    )
 
 
 def test_every_reason_code_is_documented() -> None:

@@ -49,11 +49,10 @@ class ChunkPlan:
         text = text.strip()
         if text in (ChunkMode.FRAME, ChunkMode.WHOLE):
             return cls(ChunkMode(text))
-        try:
-            sizes = tuple(int(part) for part in text.split(","))
-        except ValueError as error:
-            raise RequestRefused(Reason.INVALID_REQUEST, f"chunks: {text!r}") from error
-        return cls(ChunkMode.SIZES, sizes)
+        parts = text.split(",")
+        if not all(part.isascii() and part.isdigit() for part in parts):
+            raise RequestRefused(Reason.INVALID_REQUEST, f"chunks: {text!r}")
+        return cls(ChunkMode.SIZES, tuple(int(part) for part in parts))
 
     def describe(self) -> str:
         if self.mode is ChunkMode.SIZES:
