@@ -7,6 +7,7 @@ Exit codes (every consumer command): 0 complete, 3 incomplete, 4 cancelled,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import uuid
@@ -16,15 +17,24 @@ from typing import Any, TextIO
 
 import structlog
 
+from consumer.client import (
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_WINDOW_BYTES,
+    StreamOptions,
+    StreamSession,
+    install_interrupt,
+)
 from consumer.config import UsageError, load_recording
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
+from shared.digest import strict_json
 from shared.errors import ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.logs import LEVELS, configure_logging
-from shared.machine import Limits
-from shared.recording import DEFAULT_RECORDING_PATH
+from shared.machine import Limits, ReplyConsumer
+from shared.recording import DEFAULT_RECORDING_PATH, Recording
 from shared.replay import replay
+from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -124,6 +134,125 @@ def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
+    """The binding to send: the verified recording's, or (for testing refusals) a file's."""
+    recording = load_recording(args.recording)
+    if args.binding is not None:
+        try:
+            return strict_json(args.binding.read_text(encoding="utf-8")), recording
+        except (OSError, ValueError) as error:
+            raise UsageError(f"cannot read the binding {args.binding}: {error}") from error
+    return recording.case(args.case).binding, recording
+
+
+async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
+    wire = WireFormat(args.wire)
+    stream_id = args.stream_id or new_stream_id()
+    structlog.contextvars.bind_contextvars(stream_id=stream_id)
+    log: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(case_id=args.case)
+    request = build_request(
+        case_id=args.case,
+        binding=binding,
+        wire=wire,
+        plan=args.chunks,
+        fault=fault_from(args),
+        stream_id=stream_id,
+        chunk_interval_ms=args.chunk_interval_ms,
+    )
+    consumer = ReplyConsumer(
+        binding,
+        wire=wire,
+        limits=limits_from(args),
+        ignore_duplicates=args.ignore_duplicates,
+        logger=log.bind(component="core"),
+    )
+    options = StreamOptions(
+        target=args.target,
+        queue_size=args.queue_size,
+        process_delay_s=args.process_delay_ms / 1000,
+        mode=args.mode,
+        window_bytes=args.window_bytes,
+        deadline_s=args.deadline_s,
+        idle_timeout_s=args.idle_timeout_s,
+    )
+    interrupted = asyncio.Event()
+    remove_handlers = install_interrupt(interrupted)
+    try:
+        result = await StreamSession(request, consumer, options, log).run(interrupted)
+    finally:
+        remove_handlers()
+    log.info("stream_finished", status=result["status"], reason=result["reason"], **result["stats"])
+    return result
+
+
+def run_stream(args: argparse.Namespace, out: TextIO) -> int:
+    binding, _ = load_binding(args)
+    try:
+        result = asyncio.run(stream_once(args, binding))
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    emit_result(result, args.result, out)
+    return exit_code(result)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from error
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
+    return value
+
+
+def add_network_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="127.0.0.1:50051", help="producer host:port")
+    parser.add_argument(
+        "--queue-size", type=_positive, default=DEFAULT_QUEUE_SIZE, help="bounded chunk queue"
+    )
+    parser.add_argument(
+        "--process-delay-ms", type=_non_negative, default=0, help="simulated work per chunk"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("stream", "buffered"),
+        default="stream",
+        help="stream: decode as chunks arrive; buffered: read the whole body first",
+    )
+    parser.add_argument(
+        "--window-bytes",
+        type=_positive,
+        default=DEFAULT_WINDOW_BYTES,
+        help="HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off)",
+    )
+    parser.add_argument("--deadline-s", type=_seconds, default=None, help="overall deadline")
+    parser.add_argument(
+        "--idle-timeout-s", type=_seconds, default=None, help="longest wait for one chunk"
+    )
+    parser.add_argument(
+        "--chunk-interval-ms",
+        type=_non_negative,
+        default=0,
+        help="ask the producer to pause this long between chunks",
+    )
+    parser.add_argument(
+        "--binding",
+        type=Path,
+        default=None,
+        help="send this binding (a JSON file) instead of the recording's: for testing refusals",
+    )
+
+
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     recording = load_recording(args.recording)
     fault = fault_from(args)
@@ -160,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="frame a recorded case and consume it in this process"
     )
     add_stream_flags(replay_parser)
+    stream_parser = commands.add_parser(
+        "stream", help="open a stream from a producer over gRPC and consume it"
+    )
+    add_stream_flags(stream_parser)
+    add_network_flags(stream_parser)
     demo_parser = commands.add_parser(
         "demo", help="replay the development cases and the fault catalogue; print a table"
     )
@@ -177,6 +311,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "replay":
             return run_replay(args, out)
+        if args.command == "stream":
+            return run_stream(args, out)
         return run_demo(args, out)
     except (UsageError, ReplywireError) as error:
         print(f"consumer: {error}", file=sys.stderr)

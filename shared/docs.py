@@ -19,8 +19,8 @@ def state_diagram() -> str:
     lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {ConsumerState.STREAMING.value}"]
     for (state, event), target in TRANSITIONS.items():
         lines.append(f"    {state.value} --> {target.value}: {event.value}")
-    for state in ("complete", "incomplete", "cancelled", "error", "invalid"):
-        lines.append(f"    {state} --> [*]")
+    for final in ("complete", "incomplete", "cancelled", "error", "invalid"):
+        lines.append(f"    {final} --> [*]")
     lines.append("```")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,349 @@
+"""The consumer's network edge: one gRPC stream, flow-controlled, fed to the sans-IO core.
+
+Two tasks share a bounded queue:
+
+* the **reader** moves chunks from the call into the queue. When the queue is
+  full it stops calling ``read()``; gRPC then stops returning HTTP/2 window
+  to the producer, whose writes block. The channel's window is bounded
+  (``grpc.http2.lookahead_bytes`` with BDP probing off): with gRPC's defaults a
+  reader that stops lets the server push megabytes into one stream;
+* the **processor** applies each chunk to the ``ReplyConsumer`` core (after an
+  optional simulated per-chunk delay) and turns how the stream ended into the
+  result document.
+
+Time is bounded twice: an overall deadline and an idle timeout (no chunk for
+that long). Either cancels the RPC and ends ``incomplete`` with the partial
+content kept. A refusal by the producer (a gRPC status whose details are one of
+our refusal codes, before any chunk) is ``refused``; any other failure of the
+call is ``error`` / ``transport_io_error`` with the gRPC code and details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+import grpc
+import structlog
+
+from consumer.results import refused_result
+from shared.errors import ProtocolFailure, Reason, RequestRefused, Status
+from shared.machine import ReplyConsumer
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+
+DEFAULT_WINDOW_BYTES: Final = 64 * 1024
+DEFAULT_QUEUE_SIZE: Final = 8
+#: Codes with which the producer refuses a request (the details carry the reason code).
+REFUSAL_CODES: Final = frozenset(
+    {
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+REFUSAL_REASONS: Final = frozenset(
+    reason.value for reason in Reason if reason.status is Status.REFUSED
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamOptions:
+    target: str
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    process_delay_s: float = 0.0
+    mode: Literal["stream", "buffered"] = "stream"
+    window_bytes: int = DEFAULT_WINDOW_BYTES
+    max_message_bytes: int = 4 << 20
+    deadline_s: float | None = None
+    idle_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue_size < 1:
+            raise ValueError("queue size must be >= 1")
+        if self.window_bytes < 1024:
+            raise ValueError("window must be >= 1024 bytes")
+        for name in ("deadline_s", "idle_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0")
+
+
+def channel_options(options: StreamOptions) -> list[tuple[str, int]]:
+    return [
+        # A bounded stream window: a paused reader really stops the producer.
+        ("grpc.http2.lookahead_bytes", options.window_bytes),
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.max_receive_message_length", options.max_message_bytes),
+        ("grpc.max_send_message_length", options.max_message_bytes),
+        # A paid or partial stream is never retried behind our back.
+        ("grpc.enable_retries", 0),
+    ]
+
+
+class ReaderState(StrEnum):
+    CONNECTING = "connecting"
+    STREAMING = "streaming"
+    PAUSED = "paused"
+    ENDED = "ended"
+
+
+READER_TRANSITIONS: Final = frozenset(
+    {
+        (ReaderState.CONNECTING, ReaderState.STREAMING),
+        (ReaderState.CONNECTING, ReaderState.ENDED),
+        (ReaderState.STREAMING, ReaderState.PAUSED),
+        (ReaderState.PAUSED, ReaderState.STREAMING),
+        (ReaderState.STREAMING, ReaderState.ENDED),
+        (ReaderState.PAUSED, ReaderState.ENDED),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """The call ended: cleanly (``code`` None), with a gRPC status, or by the idle timer."""
+
+    code: grpc.StatusCode | None = None
+    details: str = ""
+    idle: bool = False
+
+
+QueueItem = bytes | StreamEnded
+
+
+class Reader:
+    """Moves chunks from the call into the bounded queue; logs its own state changes."""
+
+    def __init__(
+        self,
+        call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk],
+        queue: asyncio.Queue[QueueItem],
+        options: StreamOptions,
+        logger: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.call = call
+        self.queue = queue
+        self.options = options
+        self.state = ReaderState.CONNECTING
+        self.chunks_read = 0
+        self.pauses = 0
+        self.paused_s = 0.0
+        self._log = logger.bind(component="reader")
+
+    def _transition(self, target: ReaderState, **fields: object) -> None:
+        if self.state is target:
+            return
+        if (self.state, target) not in READER_TRANSITIONS:
+            raise RuntimeError(f"no reader transition from {self.state} to {target}")
+        self._log.info(
+            "state_changed", from_state=self.state.value, to_state=target.value, **fields
+        )
+        self.state = target
+
+    async def _read(self) -> pb.Chunk | object:
+        if self.options.idle_timeout_s is None:
+            return await self.call.read()
+        return await asyncio.wait_for(self.call.read(), self.options.idle_timeout_s)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    message = await self._read()
+                except TimeoutError:
+                    self._transition(ReaderState.ENDED, why="idle_timeout")
+                    await self.queue.put(StreamEnded(idle=True))
+                    return
+                except grpc.aio.AioRpcError as error:
+                    self._transition(ReaderState.ENDED, why=error.code().name)
+                    await self.queue.put(StreamEnded(error.code(), error.details() or ""))
+                    return
+                if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
+                    self._transition(ReaderState.ENDED, why="eof")
+                    await self.queue.put(StreamEnded())
+                    return
+                assert isinstance(message, pb.Chunk)
+                self.chunks_read += 1
+                self._transition(ReaderState.STREAMING)
+                await self._enqueue(message.data)
+        except asyncio.CancelledError:
+            if self.state is not ReaderState.ENDED:
+                self._transition(ReaderState.ENDED, why="cancelled")
+            raise
+
+    async def _enqueue(self, data: bytes) -> None:
+        if not self.queue.full():
+            self.queue.put_nowait(data)
+            return
+        # Full: stop reading. gRPC stops granting window; the producer's writes block.
+        self.pauses += 1
+        started = time.monotonic()
+        self._log.info("reads_paused", queue_depth=self.queue.qsize(), chunks_read=self.chunks_read)
+        self._transition(ReaderState.PAUSED)
+        await self.queue.put(data)
+        waited = time.monotonic() - started
+        self.paused_s += waited
+        self._transition(ReaderState.STREAMING)
+        self._log.info("reads_resumed", paused_ms=round(waited * 1000, 3))
+
+
+class StreamSession:
+    """One consumer stream over gRPC: request, reader, processor, verdict."""
+
+    def __init__(
+        self,
+        request: pb.OpenRequest,
+        consumer: ReplyConsumer,
+        options: StreamOptions,
+        logger: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.request = request
+        self.consumer = consumer
+        self.options = options
+        self._log = logger
+        self.reader: Reader | None = None
+        self._call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk] | None = None
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+    async def run(self, interrupted: asyncio.Event | None = None) -> dict[str, Any]:
+        options = self.options
+        self._log.info(
+            "stream_opening",
+            target=options.target,
+            case_id=self.request.case_id,
+            queue_size=options.queue_size,
+            window_bytes=options.window_bytes,
+            mode=options.mode,
+        )
+        async with grpc.aio.insecure_channel(
+            options.target, options=channel_options(options)
+        ) as channel:
+            stub = pb_grpc.ReplyStreamStub(channel)
+            # A gRPC deadline backs up our own (ours fires first and says why).
+            backstop = options.deadline_s + 5 if options.deadline_s else None
+            self._call = stub.Open(self.request, timeout=backstop)
+            size = 0 if options.mode == "buffered" else options.queue_size
+            queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
+            self.reader = Reader(self._call, queue, options, self._log)
+            reader_task = asyncio.create_task(self.reader.run(), name="reader")
+            processing = asyncio.create_task(self._process(queue), name="processor")
+            stop_waiter = asyncio.create_task((interrupted or asyncio.Event()).wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {processing, stop_waiter},
+                    timeout=options.deadline_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if processing in done:
+                    result = processing.result()
+                elif stop_waiter in done:
+                    result = self.consumer.abort(Reason.CONSUMER_CANCELLED)
+                else:
+                    result = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+            finally:
+                for task in (processing, stop_waiter, reader_task):
+                    task.cancel()
+                self._call.cancel()
+                await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
+        result["stream_id"] = self.request.stream_id
+        result["flow"] = {
+            "mode": options.mode,
+            "queue_size": options.queue_size,
+            "window_bytes": options.window_bytes,
+            "reads_paused": self.reader.pauses,
+            "paused_ms": round(self.reader.paused_s * 1000, 3),
+        }
+        return result
+
+    async def _process(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+        if self.options.mode == "buffered":
+            return await self._process_buffered(queue)
+        while True:
+            item = await queue.get()
+            if isinstance(item, StreamEnded):
+                return self._ended(item)
+            if not self._apply(item):
+                return self.consumer.result()
+            if self.options.process_delay_s:
+                await asyncio.sleep(self.options.process_delay_s)
+
+    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+        """Read the whole body first (bounded by the stream byte limit), then decode."""
+        body: list[bytes] = []
+        size = 0
+        limit = self.consumer.limits.max_stream_bytes
+        while True:
+            item = await queue.get()
+            if isinstance(item, StreamEnded):
+                break
+            body.append(item)
+            size += len(item)
+            if size > limit:  # the core refuses it; stop reading now
+                self.cancel()
+                item = StreamEnded()
+                break
+        for chunk in body:
+            if not self._apply(chunk):
+                return self.consumer.result()
+        return self._ended(item)
+
+    def _apply(self, data: bytes) -> bool:
+        try:
+            self.consumer.receive_data(data)
+        except ProtocolFailure:
+            self.cancel()  # nothing after the first refusal is read
+            return False
+        self._log.debug(
+            "chunk_applied",
+            size=len(data),
+            bytes_applied=self.consumer.stats["bytes_received"],
+            frames_applied=self.consumer.stats["application_frames"],
+        )
+        return True
+
+    def _ended(self, end: StreamEnded) -> dict[str, Any]:
+        if end.idle:
+            self.cancel()
+            return self.consumer.abort(Reason.IDLE_TIMEOUT)
+        if end.code is None:
+            return self.consumer.end_of_stream()
+        if end.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+        nothing_received = self.consumer.stats["transport_fragments"] == 0
+        if nothing_received and end.code in REFUSAL_CODES and end.details in REFUSAL_REASONS:
+            refused = refused_result(
+                RequestRefused(Reason(end.details), f"producer answered {end.code.name}"),
+                case_id=self.request.case_id,
+                wire_format=self.consumer.wire.value,
+            )
+            refused["request_sha256"] = self.consumer.binding.get("request_sha256")
+            refused["binding_sha256"] = self.consumer.binding_sha256
+            refused["transport"] = {"grpc_code": end.code.name, "grpc_details": end.details}
+            self._log.info("request_refused", reason=end.details, grpc_code=end.code.name)
+            return refused
+        return self.consumer.transport_error(
+            {"grpc_code": end.code.name, "grpc_details": end.details}
+        )
+
+
+def install_interrupt(event: asyncio.Event) -> Callable[[], None]:
+    """Ctrl-C / SIGTERM set ``event``; returns a function that removes the handlers."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, event.set)
+
+    def remove() -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+    return remove

@@ -1,0 +1,115 @@
+"""``python -m producer``: serve ``replywire.v1.ReplyStream`` until SIGINT / SIGTERM.
+
+Every flag has an environment variable (``REPLYWIRE_<FLAG>``); a flag on the
+command line wins. Exit codes: 0 after a clean shutdown, 2 for a usage or
+configuration error (including a recording that fails its checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from producer.server import start_server
+from shared.errors import EXIT_USAGE, ReplywireError
+from shared.logs import LEVELS, configure_logging
+from shared.recording import DEFAULT_RECORDING_PATH, Recording
+
+ENV_PREFIX: Final = "REPLYWIRE_"
+SHUTDOWN_GRACE_S: Final = 5.0
+TRUE_WORDS: Final = frozenset({"1", "true", "yes", "on"})
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m producer",
+        description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
+        "Each flag may also be set as REPLYWIRE_<FLAG> (e.g. REPLYWIRE_PORT=0).",
+    )
+    parser.add_argument("--host", default=env("HOST", "127.0.0.1"))
+    parser.add_argument(
+        "--port", type=int, default=int(env("PORT", "50051")), help="0 picks a free port"
+    )
+    parser.add_argument("--source", choices=("recording",), default=env("SOURCE", "recording"))
+    parser.add_argument(
+        "--recording", type=Path, default=Path(env("RECORDING", str(DEFAULT_RECORDING_PATH)))
+    )
+    parser.add_argument(
+        "--allow-faults",
+        action="store_true",
+        default=env("ALLOW_FAULTS", "").lower() in TRUE_WORDS,
+        help="serve controlled fault requests (off by default)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("auto", "json", "console"), default=env("LOG_FORMAT", "auto")
+    )
+    parser.add_argument("--log-level", choices=LEVELS, default=env("LOG_LEVEL", "info"))
+    return parser
+
+
+async def serve(args: argparse.Namespace, recording: Recording) -> int:
+    log = structlog.get_logger()
+    server, port, servicer = await start_server(
+        recording, host=args.host, port=args.port, allow_faults=args.allow_faults
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    log.info(
+        "producer_listening",
+        host=args.host,
+        port=port,
+        source=args.source,
+        allow_faults=args.allow_faults,
+        recording_sha256=recording.sha256,
+    )
+    # The one line a wrapper script (or a test) reads to find an ephemeral port.
+    print(f"listening on {args.host}:{port}", flush=True)
+    await stop.wait()
+    log.info("producer_stopping", grace_s=SHUTDOWN_GRACE_S)
+    await server.stop(SHUTDOWN_GRACE_S)
+    counters = servicer.counters
+    log.info(
+        "producer_stopped",
+        streams_opened=counters.streams_opened,
+        streams_completed=counters.streams_completed,
+        streams_cancelled=counters.streams_cancelled,
+        streams_refused=counters.streams_refused,
+        chunks_written=counters.chunks_written,
+        bytes_written=counters.bytes_written,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging("producer", log_format=args.log_format, level=args.log_level)
+    try:
+        recording = Recording.load(args.recording)
+    except OSError as error:
+        print(
+            f"producer: cannot read the recording {args.recording}: {error.strerror}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except ReplywireError as error:
+        print(f"producer: recording {args.recording} refused: {error.code}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(serve(args, recording))
+    except OSError as error:
+        print(f"producer: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return EXIT_USAGE

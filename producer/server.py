@@ -1,0 +1,155 @@
+"""The ``replywire.v1.ReplyStream`` servicer and the grpc.aio server around it.
+
+A thin I/O edge: it turns an ``OpenRequest`` into a checked request
+(``shared.requests``), asks the pure pipeline (``shared.faults.transmit``) for
+the chunks, and yields them one at a time. grpc.aio writes each yielded chunk
+before resuming the generator, and a write waits for HTTP/2 flow control, so a
+consumer that stops reading stops the producer and nothing is buffered without
+bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+import structlog
+
+from producer.states import ProducerStream, StreamState
+from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.faults import Ending, Transmission, transmit
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.recording import Recording
+from shared.requests import CheckedRequest, check_request, parse_binding
+from shared.wire.chunking import MAX_CHUNK_BYTES
+
+MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
+
+
+@dataclass
+class ProducerCounters:
+    """What the producer has done, for its operator and for the backpressure test."""
+
+    streams_opened: int = 0
+    streams_completed: int = 0
+    streams_cancelled: int = 0
+    streams_refused: int = 0
+    chunks_written: int = 0
+    bytes_written: int = 0
+
+
+class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
+    def __init__(self, recording: Recording, *, allow_faults: bool) -> None:
+        self.recording = recording
+        self.allow_faults = allow_faults
+        self.counters = ProducerCounters()
+        self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+
+    def _prepare(self, request: pb.OpenRequest) -> tuple[CheckedRequest, Transmission]:
+        checked = check_request(request, allow_faults=self.allow_faults)
+        case = self.recording.case(checked.case_id)
+        bound = self.recording.checked_binding(parse_binding(request.binding_json))
+        if bound is not case:
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        transmission = transmit(
+            case,
+            wire=checked.wire,
+            plan=checked.plan,
+            fault=checked.fault,
+            foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
+        )
+        return checked, transmission
+
+    async def Open(  # noqa: N802 - the RPC's name in the .proto
+        self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
+    ) -> AsyncIterator[pb.Chunk]:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
+        log = self._log.bind(case_id=request.case_id, peer=context.peer())
+        stream = ProducerStream(log)
+        self.counters.streams_opened += 1
+        try:
+            try:
+                checked, transmission = self._prepare(request)
+            except ReplywireError as error:
+                self.counters.streams_refused += 1
+                stream.transition(StreamState.REFUSED, reason=error.code, detail=error.detail)
+                await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
+            stream.transition(
+                StreamState.VERIFIED,
+                wire=checked.wire.value,
+                chunks=checked.plan.describe(),
+                fault=checked.fault.kind.value if checked.fault else None,
+            )
+            async for chunk in self._chunks(stream, checked, transmission):
+                # Each yield is written before the next chunk is made: it waits for the
+                # consumer's HTTP/2 window, so a paused consumer pauses this loop.
+                yield chunk
+            if transmission.ending is Ending.TRANSPORT_ERROR:
+                stream.transition(StreamState.ABORTED, **stream.sent)
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "controlled_transport_abort")
+            self.counters.streams_completed += 1
+            stream.transition(StreamState.COMPLETED, **stream.sent)
+        except asyncio.CancelledError:
+            # grpc.aio cancels the handler when the consumer cancels or its connection drops.
+            if stream.open:
+                self.counters.streams_cancelled += 1
+                stream.transition(StreamState.CANCELLED_BY_CONSUMER, **stream.sent)
+            raise
+        except Exception:
+            if stream.open:
+                log.exception("stream_failed")
+                stream.transition(StreamState.FAILED)
+            raise
+
+    async def _chunks(
+        self,
+        stream: ProducerStream,
+        checked: CheckedRequest,
+        transmission: Transmission,
+    ) -> AsyncIterator[pb.Chunk]:
+        stream.transition(StreamState.STREAMING, planned_chunks=len(transmission.chunks))
+        for index, data in enumerate(transmission.chunks):
+            if index and checked.interval_s:
+                await asyncio.sleep(checked.interval_s)
+            yield pb.Chunk(data=data)
+            # The write has completed: the consumer's window had room for it.
+            stream.bytes_sent += len(data)
+            stream.chunks_sent += 1
+            self.counters.chunks_written += 1
+            self.counters.bytes_written += len(data)
+            self._log.debug("chunk_sent", index=index, size=len(data), bytes_sent=stream.bytes_sent)
+            stall = transmission.stall
+            if stall is not None and index + 1 == stall.after_chunks:
+                stream.transition(StreamState.STALLED, milliseconds=stall.milliseconds)
+                await asyncio.sleep(stall.milliseconds / 1000)
+                stream.transition(StreamState.STREAMING)
+
+
+def server_options() -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        # Notice a consumer that vanished without closing its connection.
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ]
+
+
+async def start_server(
+    recording: Recording, *, host: str, port: int, allow_faults: bool
+) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
+    """Start a server; returns it with the bound port (``port=0`` picks a free one)."""
+    server = grpc.aio.server(options=server_options())
+    servicer = ReplyStreamServicer(recording, allow_faults=allow_faults)
+    pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind {host}:{port}")
+    await server.start()
+    return server, bound, servicer
