@@ -1,0 +1,182 @@
+"""Real processes for cross-process tests, started through the Makefile's entry points.
+
+Every wait is bounded; only the processes a test started are ever signalled,
+by their pid. Traces go to files so a test can read them while the process runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line still being written
+                continue
+    return records
+
+
+def wait_for(
+    predicate: Callable[[], bool], *, timeout: float = 15.0, interval: float = 0.02
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"condition not met within {timeout} s")
+
+
+def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> int:
+    """Signal one child by pid and wait for it; SIGKILL if it does not stop in time."""
+    if process.poll() is None:
+        os.kill(process.pid, sig)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=STOP_TIMEOUT_S)
+    return process.returncode
+
+
+@dataclass
+class Producer:
+    process: subprocess.Popen[bytes]
+    port: int
+    trace_path: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def trace(self) -> list[dict[str, Any]]:
+        return read_trace(self.trace_path)
+
+    def stream_trace(self, stream_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.trace() if r.get("stream_id") == stream_id]
+
+    def states(self, stream_id: str) -> list[tuple[str | None, str]]:
+        return [
+            (r["from_state"], r["to_state"])
+            for r in self.stream_trace(stream_id)
+            if r["event"] == "state_changed"
+        ]
+
+
+@contextmanager
+def producer(tmp_path: Path, *args: str, name: str = "producer") -> Iterator[Producer]:
+    """``python -m producer --port 0 ...``; yields once it prints its port; stops it after."""
+    trace_path = tmp_path / f"{name}.trace.jsonl"
+    with trace_path.open("w") as trace_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=trace_file,
+        )
+    try:
+        port = _read_port(process)
+        yield Producer(process, port, trace_path)
+    finally:
+        stop_process(process)
+        if process.stdout:
+            process.stdout.close()
+
+
+def _read_port(process: subprocess.Popen[bytes]) -> int:
+    """Wait (bounded) for the producer's ``listening on HOST:PORT`` line."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    buffered = b""
+    while (remaining := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buffered += chunk
+            for line in buffered.decode(errors="replace").splitlines():
+                if line.startswith("listening on "):
+                    return int(line.rsplit(":", 1)[1])
+        elif process.poll() is not None:
+            break
+    raise RuntimeError(f"producer did not print its port (exit code {process.poll()})")
+
+
+@dataclass
+class ConsumerRun:
+    returncode: int
+    result: dict[str, Any]
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    def states(self, component: str) -> list[tuple[str, str]]:
+        return [
+            (r["from_state"], r["to_state"])
+            for r in self.trace
+            if r["event"] == "state_changed" and r.get("component") == component
+        ]
+
+
+def consumer_command(target: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "consumer",
+        "stream",
+        "--target",
+        target,
+        "--log-format",
+        "json",
+        *args,
+    ]
+
+
+def run_consumer(target: str, *args: str, timeout: float = 60.0) -> ConsumerRun:
+    """``python -m consumer stream ...`` to completion (bounded)."""
+    done = subprocess.run(
+        consumer_command(target, *args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    result = json.loads(done.stdout) if done.stdout.strip() else {}
+    trace = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return ConsumerRun(done.returncode, result, trace)
+
+
+@contextmanager
+def consumer_process(tmp_path: Path, target: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """A consumer left running (for kill tests); its stdout and trace go to files."""
+    out = (tmp_path / "consumer.out").open("w")
+    err = (tmp_path / "consumer.trace.jsonl").open("w")
+    process = subprocess.Popen(
+        consumer_command(target, *args), cwd=ROOT, stdout=out, stderr=err, text=True
+    )
+    try:
+        yield process
+    finally:
+        stop_process(process, signal.SIGKILL)
+        out.close()
+        err.close()
