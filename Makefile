@@ -7,7 +7,12 @@ PROTO := protos/shared/pb/replywire.proto
 GENERATED := shared/pb/replywire_pb2.py shared/pb/replywire_pb2.pyi \
              shared/pb/replywire_pb2_grpc.py shared/pb/replywire_pb2_grpc.pyi
 
-.PHONY: setup protos test lint demo lock clean
+PORT ?= 50051
+TARGET ?= 127.0.0.1:$(PORT)
+CASE ?= replace-file
+ARGS ?=
+
+.PHONY: setup protos test lint demo run-producer run-consumer lock clean
 
 setup: $(STAMP) $(GENERATED)
 
@@ -40,6 +45,14 @@ test: setup lint
 
 demo: setup
 	$(PY) -m consumer demo
+
+# Terminal 1: make run-producer [PORT=50051] [ARGS="--allow-faults"]
+run-producer: setup
+	$(PY) -m producer --port $(PORT) $(ARGS)
+
+# Terminal 2: make run-consumer CASE=replace-file [TARGET=127.0.0.1:50051] [ARGS="--wire ndjson"]
+run-consumer: setup
+	$(PY) -m consumer stream --case $(CASE) --target $(TARGET) $(ARGS)
 
 # Refresh requirements.lock from a clean resolve of pyproject.toml.
 lock:

@@ -295,10 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_stream_flags(stream_parser)
     add_network_flags(stream_parser)
     demo_parser = commands.add_parser(
-        "demo", help="replay the development cases and the fault catalogue; print a table"
+        "demo",
+        help="start a producer, stream the cases and the fault catalogue through it, "
+        "print a table, stop the producer",
     )
     demo_parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
-    demo_parser.add_argument("--wire", choices=[w.value for w in WireFormat], default=None)
     add_logging_flags(demo_parser, level="warning")
     return parser
 

@@ -1,55 +1,123 @@
-"""The demo table: every development case, then the fault catalogue, through the consumer core."""
+"""``make demo``: a producer process, the cases and the fault catalogue through this consumer.
+
+Starts ``python -m producer --port 0 --allow-faults`` as a child process, streams
+every development case and every fault over gRPC (wire, chunking and timeouts
+as listed), prints one table of what was accepted and what was refused, and
+stops the producer (SIGTERM to its pid). Both traces are kept in a directory
+whose path is printed at the end.
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import asyncio
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
-from consumer.config import load_recording
-from consumer.results import refused_result
-from shared.errors import RequestRefused
-from shared.faults import TIMING_FAULTS, Fault, FaultKind
+import structlog
+
+from consumer.client import StreamOptions, StreamSession
+from consumer.config import UsageError, load_recording
+from shared.faults import Fault, FaultKind
+from shared.machine import ReplyConsumer
 from shared.recording import Recording
-from shared.replay import replay
+from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
 FAULT_CASE = "replace-file"
 COLUMNS = ("run", "wire", "status", "reason", "frames", "bytes", "accepted")
+START_TIMEOUT_S = 20.0
+LAB_PLAN = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
 
 
 @dataclass(frozen=True)
 class DemoRun:
     label: str
     case_id: str
+    wire: WireFormat = WireFormat.LENGTH_PREFIXED
+    plan: ChunkPlan = LAB_PLAN
     fault: Fault | None = None
     ignore_duplicates: bool = False
+    idle_timeout_s: float | None = None
+    binding_edit: dict[str, Any] = field(default_factory=dict)
 
 
 def demo_runs(recording: Recording) -> list[DemoRun]:
-    runs = [DemoRun(case_id, case_id) for case_id in recording.case_ids]
-    runs += [
-        DemoRun(f"{FAULT_CASE} + {kind}", FAULT_CASE, Fault(kind=kind))
-        for kind in FaultKind
-        if kind not in TIMING_FAULTS  # no clock in one process
+    runs = [
+        DemoRun(case_id, case_id, wire) for wire in WireFormat for case_id in recording.case_ids
     ]
-    runs.append(
+    for kind in FaultKind:
+        runs.append(
+            DemoRun(
+                f"{FAULT_CASE} + {kind}",
+                FAULT_CASE,
+                fault=Fault(kind=kind, stall_ms=5_000 if kind is FaultKind.STALL else None),
+                idle_timeout_s=0.5 if kind is FaultKind.STALL else None,
+            )
+        )
+    runs += [
         DemoRun(
             f"{FAULT_CASE} + repeat, --ignore-duplicates",
             FAULT_CASE,
-            Fault(kind=FaultKind.REPEAT),
+            fault=Fault(kind=FaultKind.REPEAT),
             ignore_duplicates=True,
-        )
-    )
-    runs.append(DemoRun("held-out-case (not on the allowlist)", "held-out-case"))
+        ),
+        DemoRun(
+            f"{FAULT_CASE}, tampered binding",
+            FAULT_CASE,
+            binding_edit={"schema": {"type": "object"}},
+        ),
+        DemoRun("held-out-case (not on the allowlist)", "held-out-case"),
+    ]
     return runs
 
 
-def row(run: DemoRun, wire: WireFormat, result: dict[str, Any]) -> tuple[str, ...]:
+def binding_for(run: DemoRun, recording: Recording) -> dict[str, Any]:
+    if run.case_id not in recording.case_ids:
+        # Borrow a real binding under another case id: the producer's allowlist refuses it.
+        return {**recording.case(FAULT_CASE).binding, "case_id": run.case_id}
+    return {**recording.case(run.case_id).binding, **run.binding_edit}
+
+
+async def stream(run: DemoRun, recording: Recording, target: str) -> dict[str, Any]:
+    binding = binding_for(run, recording)
+    stream_id = f"demo-{uuid.uuid4().hex[:12]}"
+    structlog.contextvars.bind_contextvars(stream_id=stream_id)
+    log: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(case_id=run.case_id)
+    request = build_request(
+        case_id=run.case_id,
+        binding=binding,
+        wire=run.wire,
+        plan=run.plan,
+        fault=run.fault,
+        stream_id=stream_id,
+    )
+    consumer = ReplyConsumer(
+        binding,
+        wire=run.wire,
+        ignore_duplicates=run.ignore_duplicates,
+        logger=log.bind(component="core"),
+    )
+    options = StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0)
+    result = await StreamSession(request, consumer, options, log).run()
+    log.info("stream_finished", status=result["status"], reason=result["reason"])
+    return result
+
+
+def row(run: DemoRun, result: dict[str, Any]) -> tuple[str, ...]:
     return (
         run.label,
-        wire.value,
+        run.wire.value,
         result["status"],
         result["reason"] or "-",
         str(result["stats"]["application_frames"]),
@@ -68,30 +136,60 @@ def render(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def start_producer(trace: Path, recording_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    command = [
+        sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
+        "--recording", str(recording_path), "--log-format", "json",
+    ]  # fmt: skip
+    with trace.open("w") as trace_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)
+    assert process.stdout is not None
+    fd, buffered = process.stdout.fileno(), b""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while (remaining := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
+        if ready:
+            data = os.read(fd, 4096)
+            if not data:
+                break
+            buffered += data
+            for line in buffered.decode(errors="replace").splitlines():
+                if line.startswith("listening on "):
+                    return process, int(line.rsplit(":", 1)[1])
+        elif process.poll() is not None:
+            break
+    stop_producer(process)
+    raise UsageError(f"the producer did not start; its trace is in {trace}")
+
+
+def stop_producer(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    if process.stdout:
+        process.stdout.close()
+
+
 def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     recording = load_recording(args.recording)
-    wires = [WireFormat(args.wire)] if args.wire else list(WireFormat)
-    plan = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
+    traces = Path(tempfile.mkdtemp(prefix="replywire-demo-"))
+    producer, port = start_producer(traces / "producer.jsonl", args.recording)
+    target = f"127.0.0.1:{port}"
+    out.write(f"replywire demo: producer pid {producer.pid} on {target} (faults allowed)\n")
+    out.write(f"chunks cut {','.join(map(str, LAB_PATTERN))} unless a fault says otherwise\n\n")
+    out.flush()
     rows = []
-    for wire in wires:
+    try:
         for run in demo_runs(recording):
-            try:
-                result = replay(
-                    recording,
-                    run.case_id,
-                    wire=wire,
-                    plan=plan,
-                    fault=run.fault,
-                    ignore_duplicates=run.ignore_duplicates,
-                )
-            except RequestRefused as error:
-                result = refused_result(error, case_id=run.case_id, wire_format=wire.value)
-            rows.append(row(run, wire, result))
-    out.write(
-        "replywire demo: in-process replay (producer framing -> consumer core), "
-        f"chunks cut {','.join(map(str, LAB_PATTERN))}\n\n"
-    )
+            rows.append(row(run, asyncio.run(stream(run, recording, target))))
+    finally:
+        stop_producer(producer)
     out.write(render(rows))
     accepted = sum(1 for line in rows if line[-1] == "yes")
     out.write(f"\n{accepted} accepted, {len(rows) - accepted} refused or not accepted.\n")
+    out.write(f"producer stopped. Traces: {traces}/producer.jsonl (producer), stderr (consumer)\n")
     return 0

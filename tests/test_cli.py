@@ -149,5 +149,7 @@ def test_demo_prints_the_table() -> None:
         line.startswith("replace-file + truncate-tail") and "truncated_frame" in line
         for line in lines
     )
-    assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 10
-    assert "10 accepted, 22 refused or not accepted." in run.stdout
+    assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 9
+    assert any(line.startswith("replace-file + stall") and "idle_timeout" in line for line in lines)
+    assert "9 accepted, 13 refused or not accepted." in run.stdout
+    assert "producer stopped." in run.stdout
