@@ -18,18 +18,20 @@ setup: $(STAMP) $(GENERATED)
 
 # Re-install only when the dependency pins change.
 $(STAMP): pyproject.toml requirements.lock
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
-	touch $@
+	@echo "setup: creating $(VENV) and installing the pinned dependencies" >&2
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]' >&2
+	@touch $@
 
 # Generated protobuf code is not committed: it is generated here, from the
 # .proto, by the pinned grpcio-tools, with .pyi stubs from mypy-protobuf.
 $(GENERATED) &: $(PROTO) $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
+	@echo "setup: generating shared/pb/ from $(PROTO)" >&2
+	@$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
 	    --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy --mypy_out=. \
 	    --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=. \
-	    $(PROTO)
-	touch $(GENERATED)
+	    $(PROTO) >&2
+	@touch $(GENERATED)
 
 protos: $(STAMP)
 	rm -f $(GENERATED)
@@ -44,15 +46,16 @@ test: setup lint
 	$(PY) -m pytest
 
 demo: setup
-	$(PY) -m consumer demo
+	@$(PY) -m consumer demo
 
 # Terminal 1: make run-producer [PORT=50051] [ARGS="--allow-faults"]
 run-producer: setup
-	$(PY) -m producer --port $(PORT) $(ARGS)
+	@$(PY) -m producer --port $(PORT) $(ARGS)
 
 # Terminal 2: make run-consumer CASE=replace-file [TARGET=127.0.0.1:50051] [ARGS="--wire ndjson"]
+# (make turns a non-zero exit into 2: call `.venv/bin/python -m consumer` for the exact code.)
 run-consumer: setup
-	$(PY) -m consumer stream --case $(CASE) --target $(TARGET) $(ARGS)
+	@$(PY) -m consumer stream --case $(CASE) --target $(TARGET) $(ARGS)
 
 # Refresh requirements.lock from a clean resolve of pyproject.toml.
 lock:

@@ -1,6 +1,6 @@
 """Documentation generated from the code's own tables (the README embeds these verbatim).
 
-python -m shared.docs    # prints the state diagram and the reason-code table
+python -m tools.docs    # prints the state diagram and the reason-code table
 """
 
 from __future__ import annotations
@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from consumer.client import READER_TRANSITIONS, ReaderState
+from producer.states import TRANSITIONS as PRODUCER_TRANSITIONS
+from producer.states import StreamState
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.machine import TRANSITIONS, ConsumerState
@@ -21,6 +24,30 @@ def state_diagram() -> str:
         lines.append(f"    {state.value} --> {target.value}: {event.value}")
     for final in ("complete", "incomplete", "cancelled", "error", "invalid"):
         lines.append(f"    {final} --> [*]")
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+def producer_diagram() -> str:
+    """The producer's per-stream states, one edge per allowed transition."""
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {StreamState.RECEIVED.value}"]
+    order = list(StreamState)
+    for source, target in sorted(
+        PRODUCER_TRANSITIONS, key=lambda pair: (order.index(pair[0]), order.index(pair[1]))
+    ):
+        lines.append(f"    {source.value} --> {target.value}")
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+def reader_diagram() -> str:
+    """The consumer's reader (flow control) states."""
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {ReaderState.CONNECTING.value}"]
+    order = list(ReaderState)
+    for source, target in sorted(
+        READER_TRANSITIONS, key=lambda pair: (order.index(pair[0]), order.index(pair[1]))
+    ):
+        lines.append(f"    {source.value} --> {target.value}")
     lines.append("```")
     return "\n".join(lines) + "\n"
 
@@ -56,6 +83,8 @@ def fault_table() -> str:
 
 SECTIONS = {
     "state-diagram": state_diagram,
+    "producer-diagram": producer_diagram,
+    "reader-diagram": reader_diagram,
     "fault-table": fault_table,
     "reason-table": reason_table,
 }
