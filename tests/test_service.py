@@ -62,7 +62,7 @@ def without_pauses(states: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [pair for pair in states if "paused" not in pair]
 
 
-# --- 1. the published scenarios ----------------------------------------------------------
+# --- 1. the published scenarios -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("published", PUBLISHED["development_cases"], ids=lambda c: c["case_id"])
@@ -107,7 +107,7 @@ def test_length_prefixed_cases_complete_in_every_mode(
     assert run.result["flow"]["mode"] == mode
 
 
-# --- 2. truncation -------------------------------------------------------------------------
+# --- 2. truncation ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("wire", ["lp", "ndjson"])
@@ -124,7 +124,7 @@ def test_truncate_tail_is_invalid_and_keeps_the_partial_content(
     assert run.result["local_terminal"] is None
 
 
-# --- 3. producer disconnect ----------------------------------------------------------------------
+# --- 3. producer disconnect ---------------------------------------------------------------
 
 
 def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> None:
@@ -161,7 +161,7 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
     assert all(r["stream_id"] == stream_id for r in trace)
 
 
-# --- 4. consumer disconnect --------------------------------------------------------------------
+# --- 4. consumer disconnect ---------------------------------------------------------------
 
 
 def test_consumer_killed_mid_stream_then_the_next_stream_is_served(
@@ -193,7 +193,7 @@ def test_consumer_killed_mid_stream_then_the_next_stream_is_served(
     assert after.result["status"] == "complete"
 
 
-# --- 5. abort after done ------------------------------------------------------------------------
+# --- 5. abort after done ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("wire", ["lp", "ndjson"])
@@ -211,7 +211,7 @@ def test_abort_after_done_is_not_accepted(faulty: Producer, wire: str) -> None:
     ]
 
 
-# --- 6. backpressure ----------------------------------------------------------------------------
+# --- 6. backpressure ----------------------------------------------------------------------
 
 
 def test_a_paused_consumer_holds_the_producer_to_the_window(faulty: Producer) -> None:
@@ -261,7 +261,7 @@ def test_a_paused_consumer_holds_the_producer_to_the_window(faulty: Producer) ->
     assert 0 < lead <= bound
 
 
-# --- 7. time bounds ---------------------------------------------------------------------------------
+# --- 7. time bounds -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -291,7 +291,7 @@ def test_time_bounds_end_a_stalled_stream(
     wait_for(lambda: ("stalled", "cancelled_by_consumer") in faulty.states(stream_id))
 
 
-# --- 8. refusals ---------------------------------------------------------------------------------------
+# --- 8. refusals --------------------------------------------------------------------------
 
 
 def test_tampered_binding_is_refused(
@@ -340,7 +340,7 @@ def test_no_producer_is_a_transport_error(tmp_path: Path) -> None:
     assert run.result["stats"]["transport_fragments"] == 0
 
 
-# --- 9. traces joined by stream id -------------------------------------------------------------------
+# --- 9. traces joined by stream id --------------------------------------------------------
 
 
 def test_traces_of_a_complete_stream(faulty: Producer) -> None:
