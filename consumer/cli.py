@@ -18,6 +18,8 @@ from typing import Any, TextIO
 import structlog
 
 from consumer.client import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_QUEUE_SIZE,
     DEFAULT_WINDOW_BYTES,
     StreamOptions,
@@ -235,9 +237,14 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_WINDOW_BYTES,
         help="HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off)",
     )
-    parser.add_argument("--deadline-s", type=_seconds, default=None, help="overall deadline")
     parser.add_argument(
-        "--idle-timeout-s", type=_seconds, default=None, help="longest wait for one chunk"
+        "--deadline-s", type=_seconds, default=DEFAULT_DEADLINE_S, help="overall deadline"
+    )
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="longest wait for one chunk",
     )
     parser.add_argument(
         "--chunk-interval-ms",

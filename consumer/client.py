@@ -39,6 +39,8 @@ from shared.pb import replywire_pb2_grpc as pb_grpc
 
 DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
+DEFAULT_DEADLINE_S: Final = 300.0
+DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 #: Codes with which the producer refuses a request (the details carry the reason code).
 REFUSAL_CODES: Final = frozenset(
     {

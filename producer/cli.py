@@ -18,7 +18,7 @@ from typing import Final
 
 import structlog
 
-from producer.server import start_server
+from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server
 from shared.errors import EXIT_USAGE, ReplywireError
 from shared.logs import LEVELS, configure_logging
 from shared.recording import DEFAULT_RECORDING_PATH, Recording
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default=env("HOST", "127.0.0.1"))
     parser.add_argument(
-        "--port", type=int, default=int(env("PORT", "50051")), help="0 picks a free port"
+        "--port", type=int, default=env("PORT", "50051"), help="0 picks a free port"
     )
     parser.add_argument("--source", choices=("recording",), default=env("SOURCE", "recording"))
     parser.add_argument(
@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve controlled fault requests (off by default)",
     )
     parser.add_argument(
+        "--max-connection-age-s",
+        type=float,
+        default=env("MAX_CONNECTION_AGE_S", str(DEFAULT_MAX_CONNECTION_AGE_S)),
+        help="drain connections older than this; no stream outlives twice this",
+    )
+    parser.add_argument(
         "--log-format", choices=("auto", "json", "console"), default=env("LOG_FORMAT", "auto")
     )
     parser.add_argument("--log-level", choices=LEVELS, default=env("LOG_LEVEL", "info"))
@@ -62,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
     server, port, servicer = await start_server(
-        recording, host=args.host, port=args.port, allow_faults=args.allow_faults
+        recording,
+        host=args.host,
+        port=args.port,
+        allow_faults=args.allow_faults,
+        max_connection_age_s=args.max_connection_age_s,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -95,7 +105,10 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.max_connection_age_s > 0:
+        parser.error("--max-connection-age-s must be > 0")
     configure_logging("producer", log_format=args.log_format, level=args.log_level)
     try:
         recording = Recording.load(args.recording)

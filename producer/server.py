@@ -130,8 +130,19 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 stream.transition(StreamState.STREAMING)
 
 
-def server_options() -> list[tuple[str, int]]:
+DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
+
+
+def server_options(
+    max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
+) -> list[tuple[str, int]]:
+    age_ms = int(max_connection_age_s * 1000)
     return [
+        # Bounded time: a connection older than this is drained (GOAWAY) and closed after
+        # the same again, so no stream, even one whose writes are blocked by a consumer
+        # that stopped reading without cancelling, outlives twice this.
+        ("grpc.max_connection_age_ms", age_ms),
+        ("grpc.max_connection_age_grace_ms", age_ms),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         # Notice a consumer that vanished without closing its connection.
@@ -142,10 +153,15 @@ def server_options() -> list[tuple[str, int]]:
 
 
 async def start_server(
-    recording: Recording, *, host: str, port: int, allow_faults: bool
+    recording: Recording,
+    *,
+    host: str,
+    port: int,
+    allow_faults: bool,
+    max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
 ) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
     """Start a server; returns it with the bound port (``port=0`` picks a free one)."""
-    server = grpc.aio.server(options=server_options())
+    server = grpc.aio.server(options=server_options(max_connection_age_s))
     servicer = ReplyStreamServicer(recording, allow_faults=allow_faults)
     pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")

@@ -396,3 +396,25 @@ def test_producer_refuses_to_start_on_a_tampered_recording(tmp_path: Path) -> No
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith("refused: recording_hash_mismatch")
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_cancels_and_keeps_the_partial_content(
+    faulty: Producer, recording: Recording, tmp_path: Path
+) -> None:
+    stream_id = "interrupted"
+    result_path = tmp_path / "result.json"
+    with consumer_process(
+        tmp_path, faulty.target, "--case", "replace-file", "--fault", "stall",
+        "--stream-id", stream_id, "--result", str(result_path),
+    ) as consumer:  # fmt: skip
+        wait_for(lambda: ("streaming", "stalled") in faulty.states(stream_id))
+        stop_process(consumer, signal.SIGINT)
+        assert consumer.returncode == 3
+    result = json.loads(result_path.read_text())
+    assert (result["status"], result["reason"]) == ("incomplete", "consumer_cancelled")
+    assert result["provisional_content"] == recording.case("replace-file").content[:39]
+    assert result["accepted_answer"] is None
+    wait_for(lambda: ("stalled", "cancelled_by_consumer") in faulty.states(stream_id))
