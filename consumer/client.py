@@ -32,7 +32,7 @@ import grpc
 import structlog
 
 from consumer.results import refused_result
-from shared.errors import ProtocolFailure, Reason, RequestRefused, Status
+from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -41,18 +41,10 @@ DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
 DEFAULT_DEADLINE_S: Final = 300.0
 DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
-#: Codes with which the producer refuses a request (the details carry the reason code).
-REFUSAL_CODES: Final = frozenset(
-    {
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
-REFUSAL_REASONS: Final = frozenset(
-    reason.value for reason in Reason if reason.status is Status.REFUSED
-)
+#: A producer that does not stream says why in the status details: one of these codes.
+KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
+#: Trailing metadata the producer sends with such an answer that the result keeps.
+PASSED_METADATA: Final = frozenset({"retry-delay", "provider-http-status"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +107,7 @@ class StreamEnded:
     code: grpc.StatusCode | None = None
     details: str = ""
     idle: bool = False
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 QueueItem = bytes | StreamEnded
@@ -165,7 +158,12 @@ class Reader:
                     return
                 except grpc.aio.AioRpcError as error:
                     self._transition(ReaderState.ENDED, why=error.code().name)
-                    await self.queue.put(StreamEnded(error.code(), error.details() or ""))
+                    # grpc.aio's Metadata iterates as (key, value) pairs (grpc-stubs says otherwise).
+                    pairs: Any = error.trailing_metadata() or ()
+                    trailing = tuple((str(key), str(value)) for key, value in pairs)
+                    await self.queue.put(
+                        StreamEnded(error.code(), error.details() or "", metadata=trailing)
+                    )
                     return
                 if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
                     self._transition(ReaderState.ENDED, why="eof")
@@ -321,21 +319,25 @@ class StreamSession:
             return self.consumer.end_of_stream()
         if end.code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+        transport: dict[str, Any] = {"grpc_code": end.code.name, "grpc_details": end.details}
+        transport.update({key: value for key, value in end.metadata if key in PASSED_METADATA})
         nothing_received = self.consumer.stats["transport_fragments"] == 0
-        if nothing_received and end.code in REFUSAL_CODES and end.details in REFUSAL_REASONS:
-            refused = refused_result(
-                RequestRefused(Reason(end.details), f"producer answered {end.code.name}"),
+        if nothing_received and end.details in KNOWN_REASONS:
+            # The producer named why it did not stream (a refusal, or the provider failing
+            # before the stream): report that reason, with its own status.
+            reason = Reason(end.details)
+            document = refused_result(
+                RequestRefused(reason, f"producer answered {end.code.name}"),
                 case_id=self.request.case_id,
                 wire_format=self.consumer.wire.value,
             )
-            refused["request_sha256"] = self.consumer.binding.get("request_sha256")
-            refused["binding_sha256"] = self.consumer.binding_sha256
-            refused["transport"] = {"grpc_code": end.code.name, "grpc_details": end.details}
-            self._log.info("request_refused", reason=end.details, grpc_code=end.code.name)
-            return refused
-        return self.consumer.transport_error(
-            {"grpc_code": end.code.name, "grpc_details": end.details}
-        )
+            document["status"] = reason.status.value
+            document["request_sha256"] = self.consumer.binding.get("request_sha256")
+            document["binding_sha256"] = self.consumer.binding_sha256
+            document["transport"] = transport
+            self._log.info("request_not_streamed", status=reason.status.value, **transport)
+            return document
+        return self.consumer.transport_error(transport)
 
 
 def install_interrupt(event: asyncio.Event) -> Callable[[], None]:

@@ -18,10 +18,21 @@ from typing import Final
 
 import structlog
 
+from producer.capture import RunCapture
+from producer.ledger import BudgetLedger, Rates
 from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server
+from producer.sources import Source
+from producer.sources.gemini import GeminiSource
+from producer.sources.recording import RecordingSource
 from shared.errors import EXIT_USAGE, ReplywireError
-from shared.logs import LEVELS, configure_logging
-from shared.recording import DEFAULT_RECORDING_PATH, Recording
+from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
+from shared.logs import LEVELS, configure_logging, register_secret
+from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
+
+
+class UsageError(Exception):
+    """A configuration the producer cannot start with (exit 2)."""
+
 
 ENV_PREFIX: Final = "REPLYWIRE_"
 SHUTDOWN_GRACE_S: Final = 5.0
@@ -42,9 +53,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=int, default=env("PORT", "50051"), help="0 picks a free port"
     )
-    parser.add_argument("--source", choices=("recording",), default=env("SOURCE", "recording"))
+    parser.add_argument(
+        "--source", choices=("recording", "gemini"), default=env("SOURCE", "recording")
+    )
     parser.add_argument(
         "--recording", type=Path, default=Path(env("RECORDING", str(DEFAULT_RECORDING_PATH)))
+    )
+    parser.add_argument(
+        "--recording-sha256",
+        default=env("RECORDING_SHA256", RECORDING_SHA256),
+        help="the pinned SHA-256 of --recording (a converted capture pins its own)",
+    )
+    gemini = parser.add_argument_group("gemini source (needs GEMINI_API_KEY)")
+    gemini.add_argument("--model", default=env("MODEL", DEFAULT_MODEL))
+    gemini.add_argument("--gemini-base-url", default=env("GEMINI_BASE_URL", DEFAULT_BASE_URL))
+    gemini.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=env("MAX_OUTPUT_TOKENS", str(DEFAULT_MAX_OUTPUT_TOKENS)),
+    )
+    gemini.add_argument(
+        "--ledger", type=Path, default=Path(env("LEDGER", "runs/gemini-ledger.json")),
+        help="budget ledger shared by every producer that spends on this key",
+    )  # fmt: skip
+    gemini.add_argument("--budget-usd", type=float, default=env("BUDGET_USD", "0.10"))
+    gemini.add_argument(
+        "--input-usd-per-mtok", type=float, default=env("INPUT_USD_PER_MTOK", "0.25")
+    )
+    gemini.add_argument(
+        "--output-usd-per-mtok", type=float, default=env("OUTPUT_USD_PER_MTOK", "1.50")
+    )
+    gemini.add_argument(
+        "--record", type=Path, default=None, help="capture every live call into this new directory"
     )
     parser.add_argument(
         "--allow-faults",
@@ -65,10 +105,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def make_source(args: argparse.Namespace, recording: Recording) -> Source:
+    if args.source == "recording":
+        return RecordingSource(recording)
+    api_key = os.environ.get("GEMINI_API_KEY", "")
+    if not api_key:
+        raise UsageError("the gemini source needs GEMINI_API_KEY in the environment")
+    register_secret(api_key)
+    if args.max_output_tokens < 1 or args.budget_usd <= 0:
+        raise UsageError("--max-output-tokens and --budget-usd must be positive")
+    ledger = BudgetLedger(
+        args.ledger,
+        budget_usd=args.budget_usd,
+        rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
+    )
+    try:
+        capture = RunCapture(args.record, model=args.model) if args.record else None
+    except FileExistsError as error:
+        raise UsageError(str(error)) from error
+    return GeminiSource(
+        recording,
+        api_key=api_key,
+        ledger=ledger,
+        model=args.model,
+        base_url=args.gemini_base_url,
+        max_output_tokens=args.max_output_tokens,
+        capture=capture,
+    )
+
+
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
+    source = make_source(args, recording)
     server, port, servicer = await start_server(
-        recording,
+        source,
         host=args.host,
         port=args.port,
         allow_faults=args.allow_faults,
@@ -85,12 +155,15 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         source=args.source,
         allow_faults=args.allow_faults,
         recording_sha256=recording.sha256,
+        model=args.model if args.source == "gemini" else None,
+        budget_usd=args.budget_usd if args.source == "gemini" else None,
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     print(f"listening on {args.host}:{port}", flush=True)
     await stop.wait()
     log.info("producer_stopping", grace_s=SHUTDOWN_GRACE_S)
     await server.stop(SHUTDOWN_GRACE_S)
+    await source.aclose()
     counters = servicer.counters
     log.info(
         "producer_stopped",
@@ -111,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--max-connection-age-s must be > 0")
     configure_logging("producer", log_format=args.log_format, level=args.log_level)
     try:
-        recording = Recording.load(args.recording)
+        recording = Recording.load(args.recording, expected_sha256=args.recording_sha256)
     except OSError as error:
         print(
             f"producer: cannot read the recording {args.recording}: {error.strerror}",
@@ -123,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(serve(args, recording))
+    except UsageError as error:
+        print(f"producer: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as error:
         print(f"producer: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return EXIT_USAGE

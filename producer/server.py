@@ -18,13 +18,14 @@ from typing import Final
 import grpc
 import structlog
 
+from producer.sources import Source, StreamPlan
+from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamState
-from shared.errors import Reason, ReplywireError, RequestRefused
-from shared.faults import Ending, Transmission, transmit
+from shared.errors import ReplywireError
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import CheckedRequest, check_request, parse_binding
+from shared.requests import check_request
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
@@ -43,26 +44,11 @@ class ProducerCounters:
 
 
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
-    def __init__(self, recording: Recording, *, allow_faults: bool) -> None:
-        self.recording = recording
+    def __init__(self, source: Source, *, allow_faults: bool) -> None:
+        self.source = source
         self.allow_faults = allow_faults
         self.counters = ProducerCounters()
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
-
-    def _prepare(self, request: pb.OpenRequest) -> tuple[CheckedRequest, Transmission]:
-        checked = check_request(request, allow_faults=self.allow_faults)
-        case = self.recording.case(checked.case_id)
-        bound = self.recording.checked_binding(parse_binding(request.binding_json))
-        if bound is not case:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
-        transmission = transmit(
-            case,
-            wire=checked.wire,
-            plan=checked.plan,
-            fault=checked.fault,
-            foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
-        )
-        return checked, transmission
 
     async def Open(  # noqa: N802 - the RPC's name in the .proto
         self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
@@ -72,62 +58,57 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         log = self._log.bind(case_id=request.case_id, peer=context.peer())
         stream = ProducerStream(log)
         self.counters.streams_opened += 1
+        plan: StreamPlan | None = None
         try:
             try:
-                checked, transmission = self._prepare(request)
+                checked = check_request(request, allow_faults=self.allow_faults)
+                plan = await self.source.prepare(request, checked)
             except ReplywireError as error:
                 self.counters.streams_refused += 1
                 stream.transition(StreamState.REFUSED, reason=error.code, detail=error.detail)
+                if error.metadata:
+                    context.set_trailing_metadata(tuple(error.metadata.items()))
                 await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
-            stream.transition(
-                StreamState.VERIFIED,
-                wire=checked.wire.value,
-                chunks=checked.plan.describe(),
-                fault=checked.fault.kind.value if checked.fault else None,
-            )
-            async for chunk in self._chunks(stream, checked, transmission):
-                # Each yield is written before the next chunk is made: it waits for the
-                # consumer's HTTP/2 window, so a paused consumer pauses this loop.
-                yield chunk
-            if transmission.ending is Ending.TRANSPORT_ERROR:
-                stream.transition(StreamState.ABORTED, **stream.sent)
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "controlled_transport_abort")
+            stream.transition(StreamState.VERIFIED, source=self.source.name, **plan.description)
+            stream.transition(StreamState.STREAMING)
+            async for data in plan.chunks(stream):
+                if stream.chunks_sent and checked.interval_s:
+                    await asyncio.sleep(checked.interval_s)
+                # Written before the generator resumes: the write waits for the consumer's
+                # HTTP/2 window, so a paused consumer pauses this loop.
+                yield pb.Chunk(data=data)
+                stream.bytes_sent += len(data)
+                stream.chunks_sent += 1
+                self.counters.chunks_written += 1
+                self.counters.bytes_written += len(data)
+                log.debug(
+                    "chunk_sent",
+                    index=stream.chunks_sent - 1,
+                    size=len(data),
+                    bytes_sent=stream.bytes_sent,
+                )
+            if plan.abort_details is not None:
+                stream.transition(StreamState.ABORTED, reason=plan.abort_details, **stream.sent)
+                await plan.close("aborted")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
             self.counters.streams_completed += 1
             stream.transition(StreamState.COMPLETED, **stream.sent)
+            await plan.close("completed")
         except asyncio.CancelledError:
             # grpc.aio cancels the handler when the consumer cancels or its connection drops.
             if stream.open:
                 self.counters.streams_cancelled += 1
                 stream.transition(StreamState.CANCELLED_BY_CONSUMER, **stream.sent)
+                if plan is not None:
+                    await plan.close("cancelled_by_consumer")
             raise
         except Exception:
             if stream.open:
                 log.exception("stream_failed")
                 stream.transition(StreamState.FAILED)
+                if plan is not None:
+                    await plan.close("failed")
             raise
-
-    async def _chunks(
-        self,
-        stream: ProducerStream,
-        checked: CheckedRequest,
-        transmission: Transmission,
-    ) -> AsyncIterator[pb.Chunk]:
-        stream.transition(StreamState.STREAMING, planned_chunks=len(transmission.chunks))
-        for index, data in enumerate(transmission.chunks):
-            if index and checked.interval_s:
-                await asyncio.sleep(checked.interval_s)
-            yield pb.Chunk(data=data)
-            # The write has completed: the consumer's window had room for it.
-            stream.bytes_sent += len(data)
-            stream.chunks_sent += 1
-            self.counters.chunks_written += 1
-            self.counters.bytes_written += len(data)
-            self._log.debug("chunk_sent", index=index, size=len(data), bytes_sent=stream.bytes_sent)
-            stall = transmission.stall
-            if stall is not None and index + 1 == stall.after_chunks:
-                stream.transition(StreamState.STALLED, milliseconds=stall.milliseconds)
-                await asyncio.sleep(stall.milliseconds / 1000)
-                stream.transition(StreamState.STREAMING)
 
 
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
@@ -153,7 +134,7 @@ def server_options(
 
 
 async def start_server(
-    recording: Recording,
+    source: Source | Recording,
     *,
     host: str,
     port: int,
@@ -162,7 +143,9 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
     """Start a server; returns it with the bound port (``port=0`` picks a free one)."""
     server = grpc.aio.server(options=server_options(max_connection_age_s))
-    servicer = ReplyStreamServicer(recording, allow_faults=allow_faults)
+    if isinstance(source, Recording):
+        source = RecordingSource(source)
+    servicer = ReplyStreamServicer(source, allow_faults=allow_faults)
     pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -94,6 +94,21 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     IDLE_TIMEOUT = "idle_timeout"
     CONSUMER_CANCELLED = "consumer_cancelled"
+    # --- the provider's SSE stream (ours) --------------------------------
+    SSE_INVALID_UTF8 = "sse_invalid_utf8"
+    SSE_MALFORMED_LINE = "sse_malformed_line"
+    SSE_UNKNOWN_FIELD = "sse_unknown_field"
+    SSE_EVENT_WITHOUT_DATA = "sse_event_without_data"
+    SSE_EVENT_TOO_LARGE = "sse_event_too_large"
+    # --- the live provider (ours) ------------------------------------------
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    PROVIDER_REJECTED = "provider_rejected"
+    PROVIDER_AUTH_FAILED = "provider_auth_failed"
+    PROVIDER_INVALID_EVENT = "provider_invalid_event"
+    PROVIDER_CONNECTION_LOST = "provider_connection_lost"
+    PROVIDER_EVENT_AFTER_FINISH = "provider_event_after_finish"
+    BUDGET_EXHAUSTED = "budget_exhausted"
     # --- terminals the producer sends in controlled faults (lab) ----------
     CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
@@ -211,6 +226,45 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.CONSUMER_CANCELLED: _info(
         Status.INCOMPLETE, "CANCELLED", "the consumer was interrupted (Ctrl-C) and cancelled"
     ),
+    Reason.SSE_INVALID_UTF8: _info(
+        _E, "UNAVAILABLE", "the provider's SSE stream is not UTF-8, or ends inside a character"
+    ),
+    Reason.SSE_MALFORMED_LINE: _info(
+        _E, "UNAVAILABLE", "a line of the provider's SSE stream is neither a field nor a comment"
+    ),
+    Reason.SSE_UNKNOWN_FIELD: _info(
+        _E, "UNAVAILABLE", "the provider's SSE stream has a field other than data and event"
+    ),
+    Reason.SSE_EVENT_WITHOUT_DATA: _info(
+        _E, "UNAVAILABLE", "an event of the provider's SSE stream has fields but no data"
+    ),
+    Reason.SSE_EVENT_TOO_LARGE: _info(
+        _E, "UNAVAILABLE", "an event of the provider's SSE stream exceeds the event byte limit"
+    ),
+    Reason.PROVIDER_RATE_LIMITED: _info(
+        _R, "RESOURCE_EXHAUSTED", "the provider answered 429; the retry delay is in the result"
+    ),
+    Reason.PROVIDER_UNAVAILABLE: _info(
+        _E, "UNAVAILABLE", "the provider could not be reached or answered 5xx before the stream"
+    ),
+    Reason.PROVIDER_REJECTED: _info(
+        _R, "FAILED_PRECONDITION", "the provider refused the request (400 / 404)"
+    ),
+    Reason.PROVIDER_AUTH_FAILED: _info(
+        _R, "PERMISSION_DENIED", "the provider refused the API key (401 / 403)"
+    ),
+    Reason.PROVIDER_INVALID_EVENT: _info(
+        _E, "INTERNAL", "a provider event was malformed SSE or not strict JSON (error terminal)"
+    ),
+    Reason.PROVIDER_CONNECTION_LOST: _info(
+        _E, "UNAVAILABLE", "the provider's response broke off mid-stream (error terminal)"
+    ),
+    Reason.PROVIDER_EVENT_AFTER_FINISH: _info(
+        _E, "UNAVAILABLE", "the provider sent an event after its finish reason (RPC aborted)"
+    ),
+    Reason.BUDGET_EXHAUSTED: _info(
+        _R, "RESOURCE_EXHAUSTED", "the call's worst-case cost would exceed the budget"
+    ),
     Reason.CONTROLLED_LOCAL_CANCEL: _info(
         Status.CANCELLED, "CANCELLED", "the producer sent a cancel terminal"
     ),
@@ -225,6 +279,8 @@ class ReplywireError(Exception):
         super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
         self.reason = reason
         self.detail = detail
+        #: Extra facts for the edge to pass on (e.g. gRPC trailing metadata: a retry delay).
+        self.metadata: dict[str, str] = {}
 
     @property
     def code(self) -> str:

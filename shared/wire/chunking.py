@@ -78,3 +78,37 @@ def cut(encoded_frames: Sequence[bytes], plan: ChunkPlan) -> list[bytes]:
     if plan.mode is ChunkMode.WHOLE:
         return [wire] if wire else []
     return list(cut_sizes(wire, plan.sizes))
+
+
+class Chunker:
+    """The same cuts as ``cut()``, for frames that arrive over time (a live provider stream).
+
+    ``frame`` emits each frame as it comes; sizes emit every complete chunk as
+    soon as its bytes exist and hold the remainder; ``whole`` holds everything
+    until ``flush()``. Concatenating all outputs gives exactly what ``cut()``
+    gives for the same frames.
+    """
+
+    def __init__(self, plan: ChunkPlan) -> None:
+        self.plan = plan
+        self._pending = bytearray()
+        self._sizes = cycle(plan.sizes) if plan.mode is ChunkMode.SIZES else None
+        self._next = next(self._sizes) if self._sizes else 0
+
+    def feed(self, encoded_frame: bytes) -> list[bytes]:
+        if self.plan.mode is ChunkMode.FRAME:
+            return [encoded_frame] if encoded_frame else []
+        self._pending += encoded_frame
+        if self._sizes is None:
+            return []
+        chunks = []
+        while len(self._pending) >= self._next:
+            chunks.append(bytes(self._pending[: self._next]))
+            del self._pending[: self._next]
+            self._next = next(self._sizes)
+        return chunks
+
+    def flush(self) -> list[bytes]:
+        rest = bytes(self._pending)
+        self._pending.clear()
+        return [rest] if rest else []

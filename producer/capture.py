@@ -1,0 +1,141 @@
+"""Evidence of every live call: the request, the raw SSE bytes, timings, usage, cost.
+
+``--record DIR`` (which must not exist yet, or be empty: a run is never
+overwritten) receives, per provider call, ``requests/request-NNN.json`` and the
+exact bytes of the response body in ``requests/request-NNN.sse``, and a run
+``manifest.json`` that links, per case, the historic request hash and the fresh
+provider-request hash and records whether the supplied user context is
+identical (as the lab's run manifest does). Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from shared.digest import digest, strict_json
+from shared.gemini import user_text
+
+FORMAT: Final = "replywire-gemini-run/1"
+#: The most response bytes one call's capture keeps (the consumer's limit is far below it).
+MAX_CAPTURE_BYTES: Final = 4 << 20
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+def user_context_identical(binding: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """The fresh request carries the binding's user turn, and its context is the selected one."""
+    sent = body["contents"][0]["parts"][0]["text"]
+    if sent != user_text(binding):
+        return False
+    supplied = strict_json(sent)["context"]
+    selected = [
+        {"id": row["source_id"], "text": row["text"]} for row in binding["selected_context"]
+    ]
+    return bool(supplied == selected)
+
+
+class CallCapture:
+    def __init__(self, run: RunCapture, index: int, meta: dict[str, Any]) -> None:
+        self.run = run
+        self.name = f"request-{index:03d}"
+        self.meta = meta
+        self.started = time.monotonic()
+        self.receipts: list[dict[str, float | int]] = []
+        self.raw = bytearray()
+        self.truncated = False
+
+    def received(self, data: bytes) -> None:
+        """One network read of the response body, with its monotonic offset."""
+        offset_ms = round((time.monotonic() - self.started) * 1000, 3)
+        self.receipts.append({"offset_ms": offset_ms, "bytes": len(data)})
+        room = MAX_CAPTURE_BYTES - len(self.raw)
+        self.raw += data[:room]
+        self.truncated = self.truncated or len(data) > room
+
+    async def finish(self, **outcome: Any) -> None:
+        record = {
+            **self.meta,
+            **outcome,
+            "sse_file": f"{self.name}.sse",
+            "sse_bytes": len(self.raw),
+            "sse_truncated": self.truncated,
+            "receipts": self.receipts,
+            "elapsed_ms": round((time.monotonic() - self.started) * 1000, 3),
+        }
+        await self.run.write_call(self.name, record, bytes(self.raw))
+
+
+class RunCapture:
+    def __init__(self, directory: Path, *, model: str) -> None:
+        if directory.exists() and any(directory.iterdir()):
+            raise FileExistsError(f"refusing to overwrite the run in {directory}")
+        (directory / "requests").mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.model = model
+        self._index = 0
+        self._calls: list[dict[str, Any]] = []
+        self._lock = asyncio.Lock()
+        self._write_manifest()
+
+    def start(
+        self, *, binding: Mapping[str, Any], body: Mapping[str, Any], **meta: Any
+    ) -> CallCapture:
+        self._index += 1
+        return CallCapture(
+            self,
+            self._index,
+            {
+                "model": self.model,
+                "case_id": binding["case_id"],
+                "historic_request_sha256": binding["request_sha256"],
+                "binding_sha256": digest(binding),
+                "provider_request_sha256": digest(body),
+                "user_context_identical": user_context_identical(binding, body),
+                "request_body": body,
+                **meta,
+            },
+        )
+
+    async def write_call(self, name: str, record: dict[str, Any], raw: bytes) -> None:
+        async with self._lock:
+            requests = self.directory / "requests"
+            write_atomically(requests / f"{name}.sse", raw)
+            text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+            write_atomically(requests / f"{name}.json", text.encode("utf-8"))
+            self._calls.append(
+                {
+                    "file": f"requests/{name}.json",
+                    **{
+                        key: record.get(key)
+                        for key in (
+                            "case_id",
+                            "historic_request_sha256",
+                            "provider_request_sha256",
+                            "binding_sha256",
+                            "user_context_identical",
+                            "outcome",
+                            "finish_reason",
+                            "estimated_usd",
+                        )
+                    },
+                }
+            )
+            self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        manifest = {"format": FORMAT, "model": self.model, "calls": self._calls}
+        text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        write_atomically(self.directory / "manifest.json", text.encode("utf-8"))

@@ -1,0 +1,37 @@
+"""Where replies come from. A source checks a request and plans its stream.
+
+``Source.prepare()`` runs before anything is sent: it verifies the binding and
+raises a ``ReplywireError`` to refuse. The ``StreamPlan`` it returns yields the
+chunks (bytes) and, when it is done, says whether the RPC must end with a
+transport error instead of OK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from producer.states import ProducerStream
+from shared.pb import replywire_pb2 as pb
+from shared.requests import CheckedRequest
+
+
+class StreamPlan(Protocol):
+    #: Fields for the ``verified`` trace record.
+    description: dict[str, Any]
+    #: Set when the RPC must end UNAVAILABLE with this detail after the chunks.
+    abort_details: str | None
+
+    def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]: ...
+
+    async def close(self, outcome: str) -> None:
+        """Release what the stream holds (an upstream response, a reservation)."""
+        ...
+
+
+class Source(Protocol):
+    name: str
+
+    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> StreamPlan: ...
+
+    async def aclose(self) -> None: ...

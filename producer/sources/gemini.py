@@ -1,0 +1,315 @@
+"""Live Gemini as a source: ``streamGenerateContent?alt=sse`` through the validated pipeline.
+
+Per request: verify the binding (a development case's, equal to the
+recording's; or a question binding that hashes to itself), reserve the call's
+worst-case cost in the budget ledger, POST the documented body with the API key
+in the ``x-goog-api-key`` header, and map the SSE events to frames with the
+lab's adapter (``shared.gemini.ProviderFrames``). An HTTP error before the
+stream refuses the request with the provider's status mapped to a gRPC code.
+Nothing is retried: a paid request is made at most once.
+
+When the consumer cancels or vanishes, ``close()`` closes the upstream response
+at once, so the provider stops generating (and billing) for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+import httpx
+import structlog
+
+from producer.capture import CallCapture, RunCapture
+from producer.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.states import ProducerStream
+from shared.digest import digest, strict_json
+from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.frames import Frame
+from shared.gemini import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MODEL,
+    ProviderError,
+    ProviderFrames,
+    request_body,
+)
+from shared.pb import replywire_pb2 as pb
+from shared.questions import check_question_binding, is_question
+from shared.recording import Recording
+from shared.requests import CheckedRequest, parse_binding
+from shared.sse import SseError, SseParser
+from shared.wire import NEED_DATA, codec_for
+from shared.wire.chunking import Chunker
+
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+#: HTTP statuses before the stream, mapped to our reasons (and so to gRPC codes).
+HTTP_REASONS: Final = {
+    400: Reason.PROVIDER_REJECTED,
+    401: Reason.PROVIDER_AUTH_FAILED,
+    403: Reason.PROVIDER_AUTH_FAILED,
+    404: Reason.PROVIDER_REJECTED,
+    429: Reason.PROVIDER_RATE_LIMITED,
+}
+
+
+def provider_error(status: int, body: bytes) -> ReplywireError:
+    """An HTTP error answer, as a refusal carrying the provider's status and retry delay."""
+    reason = HTTP_REASONS.get(status, Reason.PROVIDER_UNAVAILABLE)
+    detail: dict[str, object] = {"http_status": status}
+    metadata: dict[str, str] = {"provider-http-status": str(status)}
+    try:
+        error = strict_json(body.decode("utf-8"))["error"]
+        detail["provider_status"] = error.get("status")
+        for entry in error.get("details") or []:
+            if isinstance(entry, dict) and str(entry.get("@type", "")).endswith("RetryInfo"):
+                metadata["retry-delay"] = str(entry.get("retryDelay"))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        detail["provider_status"] = None
+    refusal = RequestRefused(reason, str(detail))
+    refusal.metadata.update(metadata)
+    return refusal
+
+
+class GeminiPlan:
+    def __init__(
+        self,
+        source: GeminiSource,
+        response: httpx.Response,
+        *,
+        checked: CheckedRequest,
+        binding: Mapping[str, Any],
+        call_id: str,
+        capture: CallCapture | None,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.source = source
+        self.response = response
+        self.checked = checked
+        self.call_id = call_id
+        self.capture = capture
+        self.adapter = ProviderFrames(digest(binding))
+        self.abort_details: str | None = None
+        self.body_ended = False
+        self._log = log
+        self._closed = False
+        self.description: dict[str, Any] = {
+            "wire": checked.wire.value,
+            "chunks": checked.plan.describe(),
+            "model": source.model,
+            "call_id": call_id,
+        }
+
+    async def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]:
+        codec = codec_for(self.checked.wire)
+        chunker = Chunker(self.checked.plan)
+        parser = SseParser()
+
+        def encoded(frames: list[Frame]) -> list[bytes]:
+            return [chunk for frame in frames for chunk in chunker.feed(codec.encode_frame(frame))]
+
+        try:
+            async for data in self.response.aiter_bytes():
+                if self.capture is not None:
+                    self.capture.received(data)
+                parser.receive_data(data)
+                while (event := parser.next_event()) is not NEED_DATA:
+                    for chunk in encoded(self._frames(event.data)):
+                        yield chunk
+            self.body_ended = True
+            last = parser.end_of_input()
+            if last is not None:
+                self._log.warning("provider_event_unterminated")
+                for chunk in encoded(self._frames(last.data)):
+                    yield chunk
+        except ProviderError as error:
+            # Already finished: no frame may follow the terminal. End the RPC instead.
+            self._log.warning("provider_protocol_error", reason=error.code)
+            self.abort_details = error.code
+        except SseError as error:
+            self._log.warning("provider_sse_error", reason=error.code, detail=error.detail)
+            for chunk in encoded(self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)):
+                yield chunk
+        except httpx.HTTPError as error:
+            self._log.warning("provider_connection_lost", error=type(error).__name__)
+            for chunk in encoded(self.adapter.failure(Reason.PROVIDER_CONNECTION_LOST)):
+                yield chunk
+        for chunk in chunker.flush():
+            yield chunk
+        if not self.adapter.finished and self.abort_details is None:
+            self._log.warning("provider_stream_ended_without_finish")
+
+    def _frames(self, data: str) -> list[Frame]:
+        try:
+            event = strict_json(data)
+        except (ValueError, RecursionError):
+            self._log.warning("provider_invalid_event", size=len(data))
+            if self.adapter.finished:
+                raise ProviderError(Reason.PROVIDER_EVENT_AFTER_FINISH) from None
+            return self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)
+        return self.adapter.event(event)
+
+    async def close(self, outcome: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Closing the response closes the upstream connection: no more tokens are generated.
+        await self.response.aclose()
+        self._log.info(
+            "provider_stream_closed",
+            outcome=outcome,
+            body_ended=self.body_ended,
+            finish_reason=self.adapter.finish_reason,
+            events=self.adapter.events,
+        )
+        await self.source.settle(
+            self.call_id,
+            usage=self.adapter.usage if self.adapter.finished else None,
+            capture=self.capture,
+            outcome=outcome,
+            finish_reason=self.adapter.finish_reason,
+        )
+
+
+class GeminiSource:
+    name = "gemini"
+
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        api_key: str,
+        ledger: BudgetLedger,
+        model: str = DEFAULT_MODEL,
+        base_url: str = DEFAULT_BASE_URL,
+        max_output_tokens: int = 1024,
+        capture: RunCapture | None = None,
+        http_timeout_s: float = 60.0,
+    ) -> None:
+        self.recording = recording
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.max_output_tokens = max_output_tokens
+        self.ledger = ledger
+        self.capture = capture
+        self._api_key = api_key
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(http_timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+            follow_redirects=False,
+        )
+        self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1beta/models/{self.model}:streamGenerateContent?alt=sse"
+
+    def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
+        supplied = parse_binding(request.binding_json)
+        if is_question(checked.case_id):
+            binding = check_question_binding(supplied)
+            if binding["case_id"] != checked.case_id:
+                raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "case id differs")
+            return binding
+        case = self.recording.case(checked.case_id)
+        if self.recording.checked_binding(supplied) is not case:
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        return case.binding
+
+    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> GeminiPlan:
+        if checked.fault is not None:
+            raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
+        binding = self.bind(request, checked)
+        body = request_body(binding, max_output_tokens=self.max_output_tokens)
+        call_id = uuid.uuid4().hex
+        log = self._log.bind(call_id=call_id, model=self.model)
+        reserved = await asyncio.to_thread(
+            self.ledger.reserve,
+            call_id,
+            body=body,
+            max_output_tokens=self.max_output_tokens,
+            case_id=checked.case_id,
+            model=self.model,
+        )
+        log.info(
+            "budget_reserved",
+            reserved_usd=reserved,
+            prompt_tokens_estimate=estimate_prompt_tokens(body),
+            max_output_tokens=self.max_output_tokens,
+        )
+        capture = (
+            self.capture.start(binding=binding, body=body, call_id=call_id)
+            if self.capture
+            else None
+        )
+        try:
+            response = await self._client.send(
+                self._client.build_request(
+                    "POST", self.url, json=body, headers={"x-goog-api-key": self._api_key}
+                ),
+                stream=True,
+            )
+        except httpx.HTTPError as error:
+            log.warning("provider_unreachable", error=type(error).__name__)
+            await self.settle(call_id, usage=None, capture=capture, outcome="unreachable")
+            raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
+        if response.status_code != 200:
+            body_bytes = await self._read_error(response)
+            if capture is not None:
+                capture.received(body_bytes)
+            refusal = provider_error(response.status_code, body_bytes)
+            log.warning("provider_refused", http_status=response.status_code, reason=refusal.code)
+            await self.settle(call_id, usage=None, capture=capture, outcome=refusal.code)
+            raise refusal
+        log.info("provider_stream_opened", http_status=response.status_code)
+        return GeminiPlan(
+            self,
+            response,
+            checked=checked,
+            binding=binding,
+            call_id=call_id,
+            capture=capture,
+            log=log,
+        )
+
+    @staticmethod
+    async def _read_error(response: httpx.Response) -> bytes:
+        body = bytearray()
+        try:
+            async for data in response.aiter_bytes():
+                body += data
+                if len(body) > MAX_ERROR_BODY_BYTES:
+                    break
+        except httpx.HTTPError:
+            pass
+        finally:
+            await response.aclose()
+        return bytes(body[:MAX_ERROR_BODY_BYTES])
+
+    async def settle(
+        self,
+        call_id: str,
+        *,
+        usage: dict[str, int] | None,
+        capture: CallCapture | None,
+        outcome: str,
+        finish_reason: str | None = None,
+    ) -> None:
+        """Record the call exactly once: settle with its usage, or keep its reservation."""
+        if usage is not None:
+            cost = await asyncio.to_thread(self.ledger.settle, call_id, usage)
+            self._log.info("budget_settled", call_id=call_id, cost_usd=cost, usage=usage)
+        else:
+            await asyncio.to_thread(self.ledger.keep_reservation, call_id, outcome)
+            self._log.info("budget_reservation_kept", call_id=call_id, outcome=outcome)
+        if capture is not None:
+            await capture.finish(
+                outcome=outcome,
+                finish_reason=finish_reason,
+                usage=usage,
+                estimated_usd=usage_cost(usage, self.ledger.rates) if usage else None,
+            )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

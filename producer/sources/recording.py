@@ -1,0 +1,64 @@
+"""The hashed recording as a source: development cases only, faults when allowed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from producer.states import ProducerStream, StreamState
+from shared.errors import Reason, RequestRefused
+from shared.faults import Ending, Transmission, transmit
+from shared.pb import replywire_pb2 as pb
+from shared.recording import Recording
+from shared.requests import CheckedRequest, parse_binding
+
+
+class RecordingPlan:
+    def __init__(self, transmission: Transmission, checked: CheckedRequest) -> None:
+        self.transmission = transmission
+        self.abort_details: str | None = None
+        self.description: dict[str, Any] = {
+            "wire": checked.wire.value,
+            "chunks": checked.plan.describe(),
+            "fault": checked.fault.kind.value if checked.fault else None,
+            "planned_chunks": len(transmission.chunks),
+        }
+
+    async def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]:
+        stall = self.transmission.stall
+        for index, data in enumerate(self.transmission.chunks):
+            yield data
+            if stall is not None and index + 1 == stall.after_chunks:
+                stream.transition(StreamState.STALLED, milliseconds=stall.milliseconds)
+                await asyncio.sleep(stall.milliseconds / 1000)
+                stream.transition(StreamState.STREAMING)
+        if self.transmission.ending is Ending.TRANSPORT_ERROR:
+            self.abort_details = "controlled_transport_abort"
+
+    async def close(self, outcome: str) -> None:
+        return None
+
+
+class RecordingSource:
+    name = "recording"
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+
+    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> RecordingPlan:
+        case = self.recording.case(checked.case_id)
+        bound = self.recording.checked_binding(parse_binding(request.binding_json))
+        if bound is not case:
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        transmission = transmit(
+            case,
+            wire=checked.wire,
+            plan=checked.plan,
+            fault=checked.fault,
+            foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
+        )
+        return RecordingPlan(transmission, checked)
+
+    async def aclose(self) -> None:
+        return None
