@@ -158,7 +158,7 @@ class Reader:
                     return
                 except grpc.aio.AioRpcError as error:
                     self._transition(ReaderState.ENDED, why=error.code().name)
-                    # grpc.aio's Metadata iterates as (key, value) pairs (grpc-stubs says otherwise).
+                    # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
                     pairs: Any = error.trailing_metadata() or ()
                     trailing = tuple((str(key), str(value)) for key, value in pairs)
                     await self.queue.put(
