@@ -34,6 +34,7 @@ from shared.errors import ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.logs import LEVELS, configure_logging
 from shared.machine import Limits, ReplyConsumer
+from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEFAULT_RECORDING_PATH, Recording
 from shared.replay import replay
 from shared.requests import build_request
@@ -69,9 +70,9 @@ def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> N
     parser.add_argument("--log-level", choices=LEVELS, default=level)
 
 
-def add_stream_flags(parser: argparse.ArgumentParser) -> None:
+def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = True) -> None:
     """Flags shared by every command that consumes one stream."""
-    parser.add_argument("--case", required=True, help="development case id")
+    parser.add_argument("--case", required=case_required, help="development case id")
     parser.add_argument(
         "--wire",
         choices=[wire.value for wire in WireFormat],
@@ -137,8 +138,24 @@ def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
 
 
 def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
-    """The binding to send: the verified recording's, or (for testing refusals) a file's."""
+    """The binding to send: the recording's, a new question's, or (to test refusals) a file's."""
     recording = load_recording(args.recording)
+    if (args.question is None) != (args.context is None):
+        raise UsageError("--question and --context go together")
+    if args.question is not None:
+        if args.case is not None or args.binding is not None:
+            raise UsageError("--question binds its own case: drop --case and --binding")
+        try:
+            passages = parse_passages(args.context.read_text(encoding="utf-8"))
+            binding = build_question_binding(args.question, passages)
+        except OSError as error:
+            raise UsageError(f"cannot read the context {args.context}: {error}") from error
+        except RequestRefused as error:
+            raise UsageError(f"--question / --context: {error.detail}") from error
+        args.case = binding["case_id"]
+        return binding, recording
+    if args.case is None:
+        raise UsageError("--case or --question is required")
     if args.binding is not None:
         try:
             return strict_json(args.binding.read_text(encoding="utf-8")), recording
@@ -188,7 +205,12 @@ async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
 
 
 def run_stream(args: argparse.Namespace, out: TextIO) -> int:
-    binding, _ = load_binding(args)
+    try:
+        binding, _ = load_binding(args)
+    except RequestRefused as error:  # e.g. a case that is not on the development allowlist
+        result = refused_result(error, case_id=args.case, wire_format=args.wire)
+        emit_result(result, args.result, out)
+        return exit_code(result)
     try:
         result = asyncio.run(stream_once(args, binding))
     except ValueError as error:
@@ -253,6 +275,15 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         help="ask the producer to pause this long between chunks",
     )
     parser.add_argument(
+        "--question", default=None, help="ask your own question (gemini source): the question"
+    )
+    parser.add_argument(
+        "--context",
+        type=Path,
+        default=None,
+        help="with --question: the passages, a JSON list or JSON Lines of {id, text, url}",
+    )
+    parser.add_argument(
         "--binding",
         type=Path,
         default=None,
@@ -299,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream_parser = commands.add_parser(
         "stream", help="open a stream from a producer over gRPC and consume it"
     )
-    add_stream_flags(stream_parser)
+    add_stream_flags(stream_parser, case_required=False)
     add_network_flags(stream_parser)
     demo_parser = commands.add_parser(
         "demo",

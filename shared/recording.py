@@ -43,6 +43,8 @@ class BoundCase:
     binding_sha256: str
     request_sha256: str
     content: str
+    #: A converted live capture keeps the provider's text events: replay uses their boundaries.
+    provider_events: tuple[str, ...] | None = None
 
 
 def _event(events: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -89,20 +91,37 @@ def _bind(case_id: str, entry: Mapping[str, Any]) -> BoundCase:
     }
     if not isinstance(content, str):
         raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, f"{case_id}: content")
+    provider_events = None
+    if "provider" in metadata:
+        events = metadata["provider"].get("events")
+        if (
+            not isinstance(events, list)
+            or not all(isinstance(text, str) and text for text in events)
+            or "".join(events) != content
+        ):
+            raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, f"{case_id}: provider events")
+        provider_events = tuple(events)
     return BoundCase(
         case_id=case_id,
         binding=binding,
         binding_sha256=digest(binding),
         request_sha256=request_sha256,
         content=content,
+        provider_events=provider_events,
     )
 
 
 class Recording:
     """A verified recording: every allowlisted case is bound at load time."""
 
-    def __init__(self, cases: Mapping[str, BoundCase], sha256: str) -> None:
+    def __init__(
+        self,
+        cases: Mapping[str, BoundCase],
+        sha256: str,
+        entries: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._cases = dict(cases)
+        self._entries = dict(entries or {})
         self.sha256 = sha256
 
     @classmethod
@@ -118,10 +137,16 @@ class Recording:
             raise RequestRefused(Reason.RECORDING_HASH_MISMATCH, f"sha256 {actual}")
         try:
             responses = strict_json(raw.decode("utf-8"))["responses"]
-            entries = {case_id: responses[case_id][0] for case_id in allowlist}
+            # A converted capture may hold only some cases; the others are not served.
+            entries = {
+                case_id: responses[case_id][0] for case_id in allowlist if case_id in responses
+            }
         except (ValueError, RecursionError, KeyError, TypeError, IndexError) as error:
             raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, repr(error)) from error
-        return cls({case_id: _bind(case_id, entry) for case_id, entry in entries.items()}, actual)
+        if not entries:
+            raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, "no development case recorded")
+        cases = {case_id: _bind(case_id, entry) for case_id, entry in entries.items()}
+        return cls(cases, actual, entries)
 
     @classmethod
     def load(cls, path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
@@ -135,6 +160,11 @@ class Recording:
         if not isinstance(case_id, str) or case_id not in self._cases:
             raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, repr(case_id)[:80])
         return self._cases[case_id]
+
+    def raw_entry(self, case_id: str) -> Mapping[str, Any]:
+        """The verified recording entry of a development case, as stored."""
+        self.case(case_id)
+        return self._entries[case_id]
 
     def checked_binding(self, binding: object) -> BoundCase:
         """The lab's ``checked_binding``: a supplied binding must equal the recording's."""
@@ -154,4 +184,7 @@ class Recording:
     def foreign_binding_sha256(self, case_id: str) -> str:
         """Another development case's binding hash (for the foreign-binding fault)."""
         ids = self.case_ids
-        return self._cases[ids[(ids.index(case_id) + 1) % len(ids)]].binding_sha256
+        other = self._cases[ids[(ids.index(case_id) + 1) % len(ids)]].binding_sha256
+        if other == self._cases[case_id].binding_sha256:  # a one-case recording
+            return digest({"foreign_to": other})
+        return other

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -83,7 +84,9 @@ class Producer:
 
 
 @contextmanager
-def producer(tmp_path: Path, *args: str, name: str = "producer") -> Iterator[Producer]:
+def producer(
+    tmp_path: Path, *args: str, name: str = "producer", env: dict[str, str] | None = None
+) -> Iterator[Producer]:
     """``python -m producer --port 0 ...``; yields once it prints its port; stops it after."""
     trace_path = tmp_path / f"{name}.trace.jsonl"
     with trace_path.open("w") as trace_file:
@@ -92,10 +95,43 @@ def producer(tmp_path: Path, *args: str, name: str = "producer") -> Iterator[Pro
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=trace_file,
+            env={**os.environ, **(env or {})},
         )
     try:
         port = _read_port(process)
         yield Producer(process, port, trace_path)
+    finally:
+        stop_process(process)
+        if process.stdout:
+            process.stdout.close()
+
+
+@dataclass
+class FakeGeminiProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.base_url}/_fake/log", timeout=10) as response:
+            entries: list[dict[str, Any]] = json.loads(response.read())
+        return entries
+
+
+@contextmanager
+def fake_gemini(api_key: str) -> Iterator[FakeGeminiProcess]:
+    """``python -m tests.fake_gemini --port 0``: a real HTTP server speaking Gemini's SSE."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield FakeGeminiProcess(process, _read_port(process))
     finally:
         stop_process(process)
         if process.stdout:

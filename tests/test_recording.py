@@ -116,22 +116,28 @@ def test_hash_is_checked_before_anything_else() -> None:
     assert info.value.reason is Reason.RECORDING_HASH_MISMATCH
 
 
-def test_allowlist_is_checked_before_consistency() -> None:
+def test_a_case_absent_from_the_file_is_not_served() -> None:
     document = raw_document()
     del document["responses"]["backup-schedule"]
-    with pytest.raises(RequestRefused) as info:
-        load_tampered(document)
-    assert info.value.reason is Reason.RECORDED_REQUEST_MISMATCH
-    # With a smaller allowlist the missing case is simply not served.
-    raw = json.dumps(document).encode()
-    partial = Recording.from_bytes(
-        raw,
-        expected_sha256=hashlib.sha256(raw).hexdigest(),
-        allowlist=("utf8-write", "replace-file"),
-    )
+    partial = load_tampered(document)
+    assert partial.case_ids == ("utf8-write", "replace-file", "json-result-type")
     with pytest.raises(RequestRefused) as refused:
         partial.case("backup-schedule")
     assert refused.value.reason is Reason.DEVELOPMENT_CASE_REQUIRED
+    # A smaller allowlist serves fewer cases from the same file.
+    raw = json.dumps(document).encode()
+    narrow = Recording.from_bytes(
+        raw, expected_sha256=hashlib.sha256(raw).hexdigest(), allowlist=("utf8-write",)
+    )
+    assert narrow.case_ids == ("utf8-write",)
+
+
+def test_a_file_without_any_development_case_is_refused() -> None:
+    document = raw_document()
+    document["responses"] = {"held-out-case": document["responses"]["utf8-write"]}
+    with pytest.raises(RequestRefused) as info:
+        load_tampered(document)
+    assert info.value.reason is Reason.RECORDED_REQUEST_MISMATCH
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,13 @@ def provider_error(status: int, body: bytes) -> ReplywireError:
         error = strict_json(body.decode("utf-8"))["error"]
         detail["provider_status"] = error.get("status")
         for entry in error.get("details") or []:
-            if isinstance(entry, dict) and str(entry.get("@type", "")).endswith("RetryInfo"):
+            if not isinstance(entry, dict):
+                continue
+            if str(entry.get("@type", "")).endswith("RetryInfo"):
                 metadata["retry-delay"] = str(entry.get("retryDelay"))
+            # Google answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID.
+            if entry.get("reason") == "API_KEY_INVALID":
+                reason = Reason.PROVIDER_AUTH_FAILED
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         detail["provider_status"] = None
     refusal = RequestRefused(reason, str(detail))
