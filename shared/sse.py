@@ -167,7 +167,10 @@ class SseParser:
             match = _LINE_END.search(buffer, self._searched)
             if match is None:
                 self._searched = len(buffer)
-                self._check_size(len(buffer))
+                # A partial character at the tail is not counted yet: whether it is too
+                # large or invalid UTF-8 must not depend on where the chunks were cut.
+                partial = 0 if self._invalid is not None else len(self._utf8.getstate()[0])
+                self._check_size(len(buffer) - partial)
                 if self._invalid is not None:
                     raise self._invalid
                 return NEED_DATA

@@ -717,3 +717,14 @@ def test_linear_one_long_line_in_small_chunks() -> None:
     stream = b"data: " + data + b"\r\n\r\n"
     chunks = [stream[start : start + 16] for start in range(0, len(stream), 16)]
     assert outcome(chunks) == ([ev(data.decode())], None)
+
+
+def test_a_partial_character_is_not_counted_against_the_size_bound() -> None:
+    # Found by the property above: a multi-byte character split at the end of a chunk
+    # was counted before it was known to be valid, so the verdict depended on the cut.
+    stream = b'data: {"a": 1}\xc3\xa9\xe2\x98\x83\xf0\x9d\x84\x9e\xe2\x82data: '
+    verdicts = {
+        full(chunks, 24)[1]
+        for chunks in ([stream], bytewise(stream), split_at(stream, [25]), split_at(stream, [24]))
+    }
+    assert verdicts == {"sse_invalid_utf8: at byte 23: invalid continuation byte"}

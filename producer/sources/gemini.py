@@ -168,12 +168,13 @@ class GeminiPlan:
             finish_reason=self.adapter.finish_reason,
             events=self.adapter.events,
         )
+        finish = self.adapter.finish_reason
         await self.source.settle(
             self.call_id,
             usage=self.adapter.usage if self.adapter.finished else None,
             capture=self.capture,
-            outcome=outcome,
-            finish_reason=self.adapter.finish_reason,
+            outcome=f"{outcome} (finish {finish or 'never reported'})",
+            finish_reason=finish,
         )
 
 
