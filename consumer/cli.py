@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,14 +46,21 @@ def new_stream_id() -> str:
     return uuid.uuid4().hex
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
-    return value
+def _integer_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}: {value}")
+        return value
+
+    return parse
+
+
+_positive = _integer_at_least(1)
+_non_negative = _integer_at_least(0)
 
 
 def _chunk_plan(text: str) -> ChunkPlan:
@@ -226,16 +233,6 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from error
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
     return value
 
 

@@ -143,23 +143,33 @@ def start_producer(trace: Path, recording_path: Path) -> tuple[subprocess.Popen[
     ]  # fmt: skip
     with trace.open("w") as trace_file:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)
+    port = read_listening_port(process)
+    if port is None:
+        stop_producer(process)
+        raise UsageError(f"the producer did not start; its trace is in {trace}")
+    return process, port
+
+
+def read_listening_port(
+    process: subprocess.Popen[bytes], timeout_s: float = START_TIMEOUT_S
+) -> int | None:
+    """Wait, bounded, for a child's ``listening on HOST:PORT`` line; None if it never comes."""
     assert process.stdout is not None
     fd, buffered = process.stdout.fileno(), b""
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
         if ready:
             data = os.read(fd, 4096)
             if not data:
-                break
+                return None
             buffered += data
             for line in buffered.decode(errors="replace").splitlines():
                 if line.startswith("listening on "):
-                    return process, int(line.rsplit(":", 1)[1])
+                    return int(line.rsplit(":", 1)[1])
         elif process.poll() is not None:
-            break
-    stop_producer(process)
-    raise UsageError(f"the producer did not start; its trace is in {trace}")
+            return None
+    return None
 
 
 def stop_producer(process: subprocess.Popen[bytes]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from consumer.demo import read_listening_port
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0
@@ -139,24 +140,11 @@ def fake_gemini(api_key: str) -> Iterator[FakeGeminiProcess]:
 
 
 def _read_port(process: subprocess.Popen[bytes]) -> int:
-    """Wait (bounded) for the producer's ``listening on HOST:PORT`` line."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    buffered = b""
-    while (remaining := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buffered += chunk
-            for line in buffered.decode(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return int(line.rsplit(":", 1)[1])
-        elif process.poll() is not None:
-            break
-    raise RuntimeError(f"producer did not print its port (exit code {process.poll()})")
+    """Wait (bounded) for the child's ``listening on HOST:PORT`` line."""
+    port = read_listening_port(process, START_TIMEOUT_S)
+    if port is None:
+        raise RuntimeError(f"the child did not print its port (exit code {process.poll()})")
+    return port
 
 
 @dataclass

@@ -11,11 +11,9 @@ import asyncio
 import copy
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from consumer.demo import read_listening_port
 from tests.fake_gemini import (
     DEFAULT_MODEL,
     RATE_LIMITED_BODY,
@@ -648,23 +647,10 @@ START_TIMEOUT_S = 20.0
 
 
 def _read_port(process: subprocess.Popen[bytes]) -> int:
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    buffered = b""
-    while (remaining := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buffered += chunk
-            for line in buffered.decode(errors="replace").splitlines():
-                if line.startswith("listening on 127.0.0.1:"):
-                    return int(line.rsplit(":", 1)[1])
-        elif process.poll() is not None:
-            break
-    raise RuntimeError(f"fake did not print its port (exit code {process.poll()})")
+    port = read_listening_port(process, START_TIMEOUT_S)
+    if port is None:
+        raise RuntimeError(f"fake did not print its port (exit code {process.poll()})")
+    return port
 
 
 @pytest.mark.timeout(60)

@@ -6,6 +6,8 @@ python -m tools.docs    # prints the state diagram and the reason-code table
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from enum import StrEnum
 from pathlib import Path
 
 from consumer.client import READER_TRANSITIONS, ReaderState
@@ -28,28 +30,24 @@ def state_diagram() -> str:
     return "\n".join(lines) + "\n"
 
 
-def producer_diagram() -> str:
-    """The producer's per-stream states, one edge per allowed transition."""
-    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {StreamState.RECEIVED.value}"]
-    order = list(StreamState)
-    for source, target in sorted(
-        PRODUCER_TRANSITIONS, key=lambda pair: (order.index(pair[0]), order.index(pair[1]))
-    ):
+def edge_diagram(states: type[StrEnum], edges: Iterable[tuple[StrEnum, StrEnum]]) -> str:
+    """A mermaid diagram of a set of (from, to) edges, in the enum's order; the first is initial."""
+    order = list(states)
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {order[0].value}"]
+    for source, target in sorted(edges, key=lambda e: (order.index(e[0]), order.index(e[1]))):
         lines.append(f"    {source.value} --> {target.value}")
     lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def producer_diagram() -> str:
+    """The producer's per-stream states."""
+    return edge_diagram(StreamState, PRODUCER_TRANSITIONS)
 
 
 def reader_diagram() -> str:
     """The consumer's reader (flow control) states."""
-    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {ReaderState.CONNECTING.value}"]
-    order = list(ReaderState)
-    for source, target in sorted(
-        READER_TRANSITIONS, key=lambda pair: (order.index(pair[0]), order.index(pair[1]))
-    ):
-        lines.append(f"    {source.value} --> {target.value}")
-    lines.append("```")
-    return "\n".join(lines) + "\n"
+    return edge_diagram(ReaderState, READER_TRANSITIONS)
 
 
 def reason_table() -> str:
