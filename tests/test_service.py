@@ -145,6 +145,13 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
             wait_for(lambda: ("streaming", "stalled") in doomed.states(stream_id))
             stop_process(doomed.process, signal.SIGKILL)
             assert consumer.wait(timeout=30) == 5
+        # The producer's side of the same stream ends where it was killed.
+        assert doomed.states(stream_id) == [
+            (None, "received"),
+            ("received", "verified"),
+            ("verified", "streaming"),
+            ("streaming", "stalled"),
+        ]
         result = json.loads((tmp_path / "result.json").read_text())
     assert (result["status"], result["reason"]) == ("error", "transport_io_error")
     assert result["accepted_answer"] is None
@@ -159,6 +166,12 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
     ]
     assert core == [("streaming", "error")]
     assert all(r["stream_id"] == stream_id for r in trace)
+    reader = [
+        (r["from_state"], r["to_state"])
+        for r in trace
+        if r.get("component") == "reader" and r["event"] == "state_changed"
+    ]
+    assert without_pauses(reader) == [("connecting", "streaming"), ("streaming", "ended")]
 
 
 # --- 4. consumer disconnect ---------------------------------------------------------------
@@ -373,7 +386,13 @@ def test_traces_of_a_truncated_stream(faulty: Producer) -> None:
         "joined-truncated",
     )
     assert run.returncode == 6
-    assert faulty.states("joined-truncated")[-1] == ("streaming", "completed")
+    assert {r["stream_id"] for r in run.trace} == {"joined-truncated"}
+    assert faulty.states("joined-truncated") == [
+        (None, "received"),
+        ("received", "verified"),
+        ("verified", "streaming"),
+        ("streaming", "completed"),
+    ]
     assert without_pauses(run.states("reader")) == [
         ("connecting", "streaming"),
         ("streaming", "ended"),
