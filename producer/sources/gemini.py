@@ -260,6 +260,11 @@ class GeminiSource:
             log.warning("provider_unreachable", error=type(error).__name__)
             await self.settle(call_id, usage=None, capture=capture, outcome="unreachable")
             raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
+        except asyncio.CancelledError:
+            # The consumer left while the request was being sent: it may still be billed.
+            log.info("provider_request_abandoned")
+            await self.settle(call_id, usage=None, capture=capture, outcome="cancelled_by_consumer")
+            raise
         if response.status_code != 200:
             body_bytes = await self._read_error(response)
             if capture is not None:
