@@ -139,12 +139,13 @@ class BudgetLedger:
                     return dict(entry)
         raise KeyError(call_id)
 
-    def settle(self, call_id: str, usage: Mapping[str, int]) -> float:
+    def settle(self, call_id: str, usage: Mapping[str, int]) -> tuple[float, float]:
+        """Record the reported usage; returns (cost, what was reserved for the call)."""
         cost = usage_cost(usage, self.rates)
-        self._update(
+        entry = self._update(
             call_id, state="settled", cost_usd=cost, usage=dict(usage), settled_at=time.time()
         )
-        return cost
+        return cost, float(entry["reserved_usd"])
 
     def keep_reservation(self, call_id: str, why: str) -> None:
         """The call failed or was aborted: its worst case stays committed."""

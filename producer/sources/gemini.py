@@ -309,8 +309,16 @@ class GeminiSource:
     ) -> None:
         """Record the call exactly once: settle with its usage, or keep its reservation."""
         if usage is not None:
-            cost = await asyncio.to_thread(self.ledger.settle, call_id, usage)
+            cost, reserved = await asyncio.to_thread(self.ledger.settle, call_id, usage)
             self._log.info("budget_settled", call_id=call_id, cost_usd=cost, usage=usage)
+            if cost > reserved:
+                # The worst case was not the worst: the prompt estimate needs raising.
+                self._log.warning(
+                    "budget_reservation_exceeded",
+                    call_id=call_id,
+                    cost_usd=cost,
+                    reserved_usd=reserved,
+                )
         else:
             await asyncio.to_thread(self.ledger.keep_reservation, call_id, outcome)
             self._log.info("budget_reservation_kept", call_id=call_id, outcome=outcome)
