@@ -26,11 +26,10 @@ from consumer.client import (
     StreamSession,
     install_interrupt,
 )
-from consumer.config import UsageError, load_recording
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from shared.digest import strict_json
-from shared.errors import ReplywireError, RequestRefused
+from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.logs import LEVELS, configure_logging
 from shared.machine import Limits, ReplyConsumer
@@ -129,7 +128,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
 def fault_from(args: argparse.Namespace) -> Fault | None:
     if args.fault is None:
         if args.fault_frame is not None or args.fault_bytes is not None:
-            raise UsageError("--fault-frame and --fault-bytes need --fault")
+            raise ConfigurationError("--fault-frame and --fault-bytes need --fault")
         return None
     return Fault(
         kind=FaultKind(args.fault), target_frame=args.fault_frame, byte_count=args.fault_bytes
@@ -146,28 +145,28 @@ def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
 
 def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
     """The binding to send: the recording's, a new question's, or (to test refusals) a file's."""
-    recording = load_recording(args.recording)
+    recording = Recording.load_or_explain(args.recording)
     if (args.question is None) != (args.context is None):
-        raise UsageError("--question and --context go together")
+        raise ConfigurationError("--question and --context go together")
     if args.question is not None:
         if args.case is not None or args.binding is not None:
-            raise UsageError("--question binds its own case: drop --case and --binding")
+            raise ConfigurationError("--question binds its own case: drop --case and --binding")
         try:
             passages = parse_passages(args.context.read_text(encoding="utf-8"))
             binding = build_question_binding(args.question, passages)
         except OSError as error:
-            raise UsageError(f"cannot read the context {args.context}: {error}") from error
+            raise ConfigurationError(f"cannot read the context {args.context}: {error}") from error
         except RequestRefused as error:
-            raise UsageError(f"--question / --context: {error.detail}") from error
+            raise ConfigurationError(f"--question / --context: {error.detail}") from error
         args.case = binding["case_id"]
         return binding, recording
     if args.case is None:
-        raise UsageError("--case or --question is required")
+        raise ConfigurationError("--case or --question is required")
     if args.binding is not None:
         try:
             return strict_json(args.binding.read_text(encoding="utf-8")), recording
         except (OSError, ValueError) as error:
-            raise UsageError(f"cannot read the binding {args.binding}: {error}") from error
+            raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
     return recording.case(args.case).binding, recording
 
 
@@ -221,7 +220,7 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     try:
         result = asyncio.run(stream_once(args, binding))
     except ValueError as error:
-        raise UsageError(str(error)) from error
+        raise ConfigurationError(str(error)) from error
     emit_result(result, args.result, out)
     return exit_code(result)
 
@@ -289,7 +288,7 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
-    recording = load_recording(args.recording)
+    recording = Recording.load_or_explain(args.recording)
     fault = fault_from(args)
     wire = WireFormat(args.wire)
     structlog.contextvars.bind_contextvars(stream_id=args.stream_id or new_stream_id())
@@ -350,6 +349,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "stream":
             return run_stream(args, out)
         return run_demo(args, out)
-    except (UsageError, ReplywireError) as error:
+    except (ConfigurationError, ReplywireError) as error:
         print(f"consumer: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import structlog
 
 from consumer.client import StreamOptions, StreamSession
-from consumer.config import UsageError, load_recording
+from shared.errors import ConfigurationError
 from shared.faults import Fault, FaultKind
 from shared.machine import ReplyConsumer
 from shared.recording import Recording
@@ -146,7 +146,7 @@ def start_producer(trace: Path, recording_path: Path) -> tuple[subprocess.Popen[
     port = read_listening_port(process)
     if port is None:
         stop_producer(process)
-        raise UsageError(f"the producer did not start; its trace is in {trace}")
+        raise ConfigurationError(f"the producer did not start; its trace is in {trace}")
     return process, port
 
 
@@ -185,7 +185,7 @@ def stop_producer(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_demo(args: argparse.Namespace, out: TextIO) -> int:
-    recording = load_recording(args.recording)
+    recording = Recording.load_or_explain(args.recording)
     traces = Path(tempfile.mkdtemp(prefix="replywire-demo-"))
     producer, port = start_producer(traces / "producer.jsonl", args.recording)
     target = f"127.0.0.1:{port}"

@@ -24,15 +24,10 @@ from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server
 from producer.sources import Source
 from producer.sources.gemini import GeminiSource
 from producer.sources.recording import RecordingSource
-from shared.errors import EXIT_USAGE, ReplywireError
+from shared.errors import EXIT_USAGE, ConfigurationError
 from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
 from shared.logs import LEVELS, configure_logging, register_secret
 from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
-
-
-class UsageError(Exception):
-    """A configuration the producer cannot start with (exit 2)."""
-
 
 ENV_PREFIX: Final = "REPLYWIRE_"
 SHUTDOWN_GRACE_S: Final = 5.0
@@ -110,10 +105,10 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
         return RecordingSource(recording)
     api_key = os.environ.get("GEMINI_API_KEY", "")
     if not api_key:
-        raise UsageError("the gemini source needs GEMINI_API_KEY in the environment")
+        raise ConfigurationError("the gemini source needs GEMINI_API_KEY in the environment")
     register_secret(api_key)
     if args.max_output_tokens < 1 or args.budget_usd <= 0:
-        raise UsageError("--max-output-tokens and --budget-usd must be positive")
+        raise ConfigurationError("--max-output-tokens and --budget-usd must be positive")
     ledger = BudgetLedger(
         args.ledger,
         budget_usd=args.budget_usd,
@@ -122,7 +117,7 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     try:
         capture = RunCapture(args.record, model=args.model) if args.record else None
     except FileExistsError as error:
-        raise UsageError(str(error)) from error
+        raise ConfigurationError(str(error)) from error
     return GeminiSource(
         recording,
         api_key=api_key,
@@ -184,19 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--max-connection-age-s must be > 0")
     configure_logging("producer", log_format=args.log_format, level=args.log_level)
     try:
-        recording = Recording.load(args.recording, expected_sha256=args.recording_sha256)
-    except OSError as error:
-        print(
-            f"producer: cannot read the recording {args.recording}: {error.strerror}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    except ReplywireError as error:
-        print(f"producer: recording {args.recording} refused: {error.code}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
+        recording = Recording.load_or_explain(args.recording, expected_sha256=args.recording_sha256)
         return asyncio.run(serve(args, recording))
-    except UsageError as error:
+    except ConfigurationError as error:
         print(f"producer: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:

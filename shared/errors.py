@@ -287,6 +287,10 @@ class ReplywireError(Exception):
         return self.reason.value
 
 
+class ConfigurationError(Exception):
+    """A command cannot start with its flags or files (exit 2, a one-line message)."""
+
+
 class ProtocolFailure(ReplywireError):
     """The consumer refused the bytes or frames it was given (status invalid)."""
 

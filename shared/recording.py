@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from shared.digest import digest, strict_json
-from shared.errors import Reason, RequestRefused
+from shared.errors import ConfigurationError, Reason, ReplywireError, RequestRefused
 
 #: SHA-256 of fixtures/recording.json (this project's rebuild; see fixtures/PROVENANCE.md).
 RECORDING_SHA256: Final = "f018294e73fd2e5dcb8d770475ee3d0c8a8c5c1a7ab0bec4bb908ff656a0cf35"
@@ -151,6 +151,18 @@ class Recording:
     @classmethod
     def load(cls, path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
         return cls.from_bytes(path.read_bytes(), **kwargs)
+
+    @classmethod
+    def load_or_explain(cls, path: Path, *, expected_sha256: str = RECORDING_SHA256) -> Recording:
+        """``load`` for a command line: a file that cannot be used is a ConfigurationError."""
+        try:
+            return cls.load(path, expected_sha256=expected_sha256)
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot read the recording {path}: {error.strerror}"
+            ) from error
+        except ReplywireError as error:
+            raise ConfigurationError(f"recording {path} refused: {error.code}") from error
 
     @property
     def case_ids(self) -> tuple[str, ...]:
