@@ -173,6 +173,13 @@ class Recording:
             raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, repr(case_id)[:80])
         return self._cases[case_id]
 
+    def bind_request(self, case_id: object, supplied: object) -> BoundCase:
+        """A request for ``case_id`` carrying ``supplied``: both name the same recorded case."""
+        case = self.case(case_id)
+        if self.checked_binding(supplied) is not case:
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        return case
+
     def raw_entry(self, case_id: str) -> Mapping[str, Any]:
         """The verified recording entry of a development case, as stored."""
         self.case(case_id)

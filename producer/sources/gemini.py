@@ -218,10 +218,7 @@ class GeminiSource:
             if binding["case_id"] != checked.case_id:
                 raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "case id differs")
             return binding
-        case = self.recording.case(checked.case_id)
-        if self.recording.checked_binding(supplied) is not case:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
-        return case.binding
+        return self.recording.bind_request(checked.case_id, supplied).binding
 
     async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> GeminiPlan:
         if checked.fault is not None:

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from producer.states import ProducerStream, StreamState
-from shared.errors import Reason, RequestRefused
 from shared.faults import Ending, Transmission, transmit
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
@@ -47,10 +46,7 @@ class RecordingSource:
         self.recording = recording
 
     async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> RecordingPlan:
-        case = self.recording.case(checked.case_id)
-        bound = self.recording.checked_binding(parse_binding(request.binding_json))
-        if bound is not case:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        case = self.recording.bind_request(checked.case_id, parse_binding(request.binding_json))
         transmission = transmit(
             case,
             wire=checked.wire,
