@@ -23,14 +23,12 @@ from typing import Any
 import grpc
 import structlog
 
-from consumer.client import StreamOptions, StreamSession, channel_options
+from consumer.client import StreamOptions, channel_options, stream_reply
 from producer.server import start_server
 from shared.faults import transmit
-from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -69,17 +67,15 @@ async def replywire(recording: Recording, case_id: str, plan: ChunkPlan, streams
     log = structlog.get_logger()
     started = time.perf_counter()
     for index in range(streams):
-        request = build_request(
+        result = await stream_reply(
+            StreamOptions(target=f"127.0.0.1:{port}"),
             case_id=case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=plan,
-            fault=None,
             stream_id=f"bench-{index}",
+            logger=log,
         )
-        consumer = ReplyConsumer(case.binding, logger=log)
-        session = StreamSession(request, consumer, StreamOptions(target=f"127.0.0.1:{port}"), log)
-        result = await session.run()
         assert result["status"] == "complete", result["reason"]
     elapsed = time.perf_counter() - started
     await server.stop(0)

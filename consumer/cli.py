@@ -23,8 +23,8 @@ from consumer.client import (
     DEFAULT_QUEUE_SIZE,
     DEFAULT_WINDOW_BYTES,
     StreamOptions,
-    StreamSession,
     install_interrupt,
+    stream_reply,
 )
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
@@ -32,11 +32,10 @@ from shared.digest import strict_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.logs import LEVELS, configure_logging
-from shared.machine import Limits, ReplyConsumer
+from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEFAULT_RECORDING_PATH, Recording
 from shared.replay import replay
-from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -171,26 +170,6 @@ def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
 
 
 async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
-    wire = WireFormat(args.wire)
-    stream_id = args.stream_id or new_stream_id()
-    structlog.contextvars.bind_contextvars(stream_id=stream_id)
-    log: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(case_id=args.case)
-    request = build_request(
-        case_id=args.case,
-        binding=binding,
-        wire=wire,
-        plan=args.chunks,
-        fault=fault_from(args),
-        stream_id=stream_id,
-        chunk_interval_ms=args.chunk_interval_ms,
-    )
-    consumer = ReplyConsumer(
-        binding,
-        wire=wire,
-        limits=limits_from(args),
-        ignore_duplicates=args.ignore_duplicates,
-        logger=log.bind(component="core"),
-    )
     options = StreamOptions(
         target=args.target,
         queue_size=args.queue_size,
@@ -203,11 +182,21 @@ async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
     interrupted = asyncio.Event()
     remove_handlers = install_interrupt(interrupted)
     try:
-        result = await StreamSession(request, consumer, options, log).run(interrupted)
+        return await stream_reply(
+            options,
+            case_id=args.case,
+            binding=binding,
+            wire=WireFormat(args.wire),
+            plan=args.chunks,
+            stream_id=args.stream_id or new_stream_id(),
+            fault=fault_from(args),
+            chunk_interval_ms=args.chunk_interval_ms,
+            limits=limits_from(args),
+            ignore_duplicates=args.ignore_duplicates,
+            interrupted=interrupted,
+        )
     finally:
         remove_handlers()
-    log.info("stream_finished", status=result["status"], reason=result["reason"], **result["stats"])
-    return result
 
 
 def run_stream(args: argparse.Namespace, out: TextIO) -> int:

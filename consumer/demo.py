@@ -23,14 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import structlog
-
-from consumer.client import StreamOptions, StreamSession
+from consumer.client import StreamOptions, stream_reply
 from shared.errors import ConfigurationError
 from shared.faults import Fault, FaultKind
-from shared.machine import ReplyConsumer
 from shared.recording import Recording
-from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
@@ -90,28 +86,16 @@ def binding_for(run: DemoRun, recording: Recording) -> dict[str, Any]:
 
 
 async def stream(run: DemoRun, recording: Recording, target: str) -> dict[str, Any]:
-    binding = binding_for(run, recording)
-    stream_id = f"demo-{uuid.uuid4().hex[:12]}"
-    structlog.contextvars.bind_contextvars(stream_id=stream_id)
-    log: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(case_id=run.case_id)
-    request = build_request(
+    return await stream_reply(
+        StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0),
         case_id=run.case_id,
-        binding=binding,
+        binding=binding_for(run, recording),
         wire=run.wire,
         plan=run.plan,
+        stream_id=f"demo-{uuid.uuid4().hex[:12]}",
         fault=run.fault,
-        stream_id=stream_id,
-    )
-    consumer = ReplyConsumer(
-        binding,
-        wire=run.wire,
         ignore_duplicates=run.ignore_duplicates,
-        logger=log.bind(component="core"),
     )
-    options = StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0)
-    result = await StreamSession(request, consumer, options, log).run()
-    log.info("stream_finished", status=result["status"], reason=result["reason"])
-    return result
 
 
 def row(run: DemoRun, result: dict[str, Any]) -> tuple[str, ...]:

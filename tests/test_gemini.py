@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 import structlog
 
-from consumer.client import StreamOptions, StreamSession
+from consumer.client import StreamOptions, stream_reply
 from producer.ledger import BudgetLedger
-from shared.machine import LAB_RESULT_KEYS, ReplyConsumer
+from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording
-from shared.requests import build_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.processes import (
@@ -239,17 +238,15 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
     case = recording.case("utf8-write")
 
     async def one(index: int) -> dict[str, Any]:
-        request = build_request(
+        return await stream_reply(
+            StreamOptions(target=target, deadline_s=60),
             case_id=case.case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=ChunkPlan.parse("frame"),
-            fault=None,
             stream_id=f"budget-{index}",
+            logger=log,
         )
-        consumer = ReplyConsumer(case.binding, logger=log)
-        options = StreamOptions(target=target, deadline_s=60)
-        return await StreamSession(request, consumer, options, log).run()
 
     return list(await asyncio.gather(*(one(index) for index in range(count))))
 
