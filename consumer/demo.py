@@ -33,6 +33,7 @@ from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 FAULT_CASE = "replace-file"
 COLUMNS = ("run", "wire", "status", "reason", "frames", "bytes", "accepted")
 START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
 LAB_PLAN = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
 
 
@@ -156,14 +157,20 @@ def read_listening_port(
     return None
 
 
-def stop_producer(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> int:
+    """Signal one child by pid and wait for it; SIGKILL if it does not stop in time."""
     if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
+        os.kill(process.pid, sig)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+            process.wait(timeout=STOP_TIMEOUT_S)
+    return process.returncode
+
+
+def stop_producer(process: subprocess.Popen[bytes]) -> None:
+    stop_process(process)
     if process.stdout:
         process.stdout.close()
 

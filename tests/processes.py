@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer.demo import read_listening_port
+from consumer.demo import read_listening_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 10.0
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
@@ -46,18 +45,6 @@ def wait_for(
             return
         time.sleep(interval)
     raise TimeoutError(f"condition not met within {timeout} s")
-
-
-def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> int:
-    """Signal one child by pid and wait for it; SIGKILL if it does not stop in time."""
-    if process.poll() is None:
-        os.kill(process.pid, sig)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
-    return process.returncode
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from consumer.demo import stop_process
 from producer.server import start_server
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamState
 from shared.digest import canonical_json
@@ -24,7 +25,7 @@ from shared.recording import Recording
 from shared.requests import build_request, check_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.processes import ROOT, producer, read_trace, stop_process, wait_for
+from tests.processes import ROOT, producer, read_trace, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

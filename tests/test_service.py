@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from consumer.demo import stop_process
 from shared.machine import LAB_RESULT_KEYS
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
@@ -25,7 +26,6 @@ from tests.processes import (
     producer,
     read_trace,
     run_consumer,
-    stop_process,
     wait_for,
 )
 
