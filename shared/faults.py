@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Final
 
 from shared.errors import Reason, RequestRefused, Status
-from shared.frames import Frame, FrameKind, content_frames, derive_frames, terminal_frame
+from shared.frames import Frame, FrameKind, derive_frames, frames_from_deltas
 from shared.recording import BoundCase
 from shared.wire import WireCodec, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan, cut
@@ -219,9 +219,7 @@ def transmit(
         terminal = FrameKind.ERROR
     if case.provider_events is not None and terminal is FrameKind.DONE:
         # A converted live capture: one delta per provider text event, as it streamed.
-        deltas = list(case.provider_events)
-        frames = content_frames(case.binding_sha256, deltas)
-        frames.append(terminal_frame(case.binding_sha256, len(frames) + 1, terminal, deltas))
+        frames = frames_from_deltas(case.binding_sha256, list(case.provider_events))
     else:
         frames = derive_frames(case.binding_sha256, case.content, terminal)
     if fault is not None:

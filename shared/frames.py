@@ -97,6 +97,18 @@ def terminal_frame(
     return Frame(sequence=sequence, kind=kind, binding_sha256=binding_sha256, reason=reason)
 
 
+def frames_from_deltas(
+    binding_sha256: str,
+    deltas: list[str],
+    terminal: FrameKind = FrameKind.DONE,
+    reason: str | None = None,
+) -> list[Frame]:
+    """One content_delta per text, then the terminal (``done`` with their digest and count)."""
+    frames = content_frames(binding_sha256, deltas)
+    frames.append(terminal_frame(binding_sha256, len(frames) + 1, terminal, deltas, reason))
+    return frames
+
+
 def derive_frames(
     binding_sha256: str, content: str, terminal: FrameKind = FrameKind.DONE
 ) -> list[Frame]:
@@ -111,7 +123,4 @@ def derive_frames(
     if terminal is not FrameKind.DONE:
         content = content[: max(1, len(content) // 2)]
         reason = f"controlled_local_{terminal.value}"
-    deltas = list(split_content(content))
-    frames = content_frames(binding_sha256, deltas)
-    frames.append(terminal_frame(binding_sha256, len(frames) + 1, terminal, deltas, reason))
-    return frames
+    return frames_from_deltas(binding_sha256, list(split_content(content)), terminal, reason)
