@@ -93,7 +93,8 @@ def _bind(case_id: str, entry: Mapping[str, Any]) -> BoundCase:
         raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, f"{case_id}: content")
     provider_events = None
     if "provider" in metadata:
-        events = metadata["provider"].get("events")
+        provider = metadata["provider"]
+        events = provider.get("events") if isinstance(provider, dict) else None
         if (
             not isinstance(events, list)
             or not all(isinstance(text, str) and text for text in events)

@@ -218,3 +218,12 @@ def test_foreign_binding_is_another_cases(recording: Recording) -> None:
         foreign = recording.foreign_binding_sha256(case_id)
         assert foreign != recording.case(case_id).binding_sha256
         assert foreign in {recording.case(other).binding_sha256 for other in recording.case_ids}
+
+
+@pytest.mark.parametrize("provider", ["not an object", {"events": "text"}, {"events": []}])
+def test_malformed_provider_events_are_refused(provider: object) -> None:
+    document = raw_document()
+    document["responses"]["replace-file"][0]["metadata"]["provider"] = provider
+    with pytest.raises(RequestRefused) as info:
+        load_tampered(document)
+    assert info.value.reason is Reason.RECORDED_REQUEST_MISMATCH
