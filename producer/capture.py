@@ -12,27 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from producer.files import write_atomically
 from shared.digest import digest, strict_json
 from shared.gemini import user_text
 
 FORMAT: Final = "replywire-gemini-run/1"
 #: The most response bytes one call's capture keeps (the consumer's limit is far below it).
 MAX_CAPTURE_BYTES: Final = 4 << 20
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
 
 
 def user_context_identical(binding: Mapping[str, Any], body: Mapping[str, Any]) -> bool:

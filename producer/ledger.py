@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl
 import json
 import math
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from producer.files import write_atomically
 from shared.errors import Reason, RequestRefused
 
 FORMAT: Final = "replywire-ledger/1"
@@ -84,18 +84,7 @@ class BudgetLedger:
         return ledger
 
     def _write(self, ledger: dict[str, Any]) -> None:
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            json.dump(ledger, out, indent=1)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_atomically(self.path, (json.dumps(ledger, indent=1) + "\n").encode("utf-8"))
 
     @staticmethod
     def committed(ledger: Mapping[str, Any]) -> float:
