@@ -145,10 +145,6 @@ class Transmission:
     ending: Ending
     stall: Stall | None = None
 
-    @property
-    def wire_bytes(self) -> int:
-        return sum(len(chunk) for chunk in self.chunks)
-
 
 def target_index(frames: Sequence[Frame], fault: Fault) -> int:
     """0-based index of frame K (default 3), or of the last content frame when there are fewer."""

@@ -53,10 +53,6 @@ class Frame:
     #: done only, and only where the wire carries it (length-prefixed).
     done_digest: DoneDigest | None = None
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.kind in TERMINAL_KINDS
-
 
 def content_sha256(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()

@@ -31,7 +31,6 @@ from shared.wire.base import NEED_DATA, NeedData, WireFormat
 
 HEADER: Final = struct.Struct(">BI")
 HEADER_BYTES: Final = HEADER.size
-MAX_DECLARED_LENGTH: Final = 2**32 - 1
 
 
 # --- encoding ---------------------------------------------------------------
