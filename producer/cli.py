@@ -20,7 +20,7 @@ import structlog
 
 from producer.capture import RunCapture
 from producer.ledger import BudgetLedger, Rates
-from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server
+from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server, stop_server
 from producer.sources import Source
 from producer.sources.gemini import GeminiSource
 from producer.sources.recording import RecordingSource
@@ -31,11 +31,32 @@ from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
 
 ENV_PREFIX: Final = "REPLYWIRE_"
 SHUTDOWN_GRACE_S: Final = 5.0
+MAX_PORT: Final = 65535
 TRUE_WORDS: Final = frozenset({"1", "true", "yes", "on"})
 
 
 def env(name: str, default: str) -> str:
     return os.environ.get(ENV_PREFIX + name, default)
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from error
+    if not 0 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"a port is 0..{MAX_PORT} (0 picks a free one): {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from error
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default=env("HOST", "127.0.0.1"))
     parser.add_argument(
-        "--port", type=int, default=env("PORT", "50051"), help="0 picks a free port"
+        "--port", type=port_number, default=env("PORT", "50051"), help="0 picks a free port"
     )
     parser.add_argument(
         "--source", choices=("recording", "gemini"), default=env("SOURCE", "recording")
@@ -94,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="drain connections older than this; no stream outlives twice this",
     )
     parser.add_argument(
+        "--shutdown-grace-s",
+        type=positive_seconds,
+        default=env("SHUTDOWN_GRACE_S", str(SHUTDOWN_GRACE_S)),
+        help="on SIGINT/SIGTERM, how long open streams may finish; the rest end UNAVAILABLE "
+        "(a second signal ends the grace at once)",
+    )
+    parser.add_argument(
         "--log-format", choices=("auto", "json", "console"), default=env("LOG_FORMAT", "auto")
     )
     parser.add_argument("--log-level", choices=LEVELS, default=env("LOG_LEVEL", "info"))
@@ -139,10 +167,15 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
     )
-    stop = asyncio.Event()
+    stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        # The first signal starts a graceful stop; a second one ends the grace at once.
+        (stop_now if stop.is_set() else stop).set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal)
     log.info(
         "producer_listening",
         host=args.host,
@@ -156,19 +189,11 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     print(f"listening on {args.host}:{port}", flush=True)
     await stop.wait()
-    log.info("producer_stopping", grace_s=SHUTDOWN_GRACE_S)
-    await server.stop(SHUTDOWN_GRACE_S)
+    log.info("producer_stopping", grace_s=args.shutdown_grace_s, open_streams=servicer.open_streams)
+    await stop_server(server, servicer, args.shutdown_grace_s, stop_now)
     await source.aclose()
-    counters = servicer.counters
-    log.info(
-        "producer_stopped",
-        streams_opened=counters.streams_opened,
-        streams_completed=counters.streams_completed,
-        streams_cancelled=counters.streams_cancelled,
-        streams_refused=counters.streams_refused,
-        chunks_written=counters.chunks_written,
-        bytes_written=counters.bytes_written,
-    )
+    # Logged after every stream's final record: opened = the sum of the final counts.
+    log.info("producer_stopped", open_streams=servicer.open_streams, **servicer.counters.fields())
     return 0
 
 

@@ -1,19 +1,24 @@
 """The ``replywire.v1.ReplyStream`` servicer and the grpc.aio server around it.
 
 A thin I/O edge: it turns an ``OpenRequest`` into a checked request
-(``shared.requests``), asks the pure pipeline (``shared.faults.transmit``) for
-the chunks, and yields them one at a time. grpc.aio writes each yielded chunk
-before resuming the generator, and a write waits for HTTP/2 flow control, so a
+(``shared.requests``), asks its source for the chunks, and writes them one at a
+time with ``context.write()``. A write waits for HTTP/2 flow control, so a
 consumer that stops reading stops the producer and nothing is buffered without
 bound.
+
+Every stream ends in exactly one final state, whatever ends it (see
+``producer.states``), and its plan is closed exactly once, after that state is
+logged: a refusal, the last chunk, a transport fault, a consumer that cancels,
+refuses the stream or vanishes (the write fails, or grpc.aio cancels the
+handler), an unexpected error (``internal_error``, detail in the trace only), or
+the producer's own shutdown (``producer_shutdown``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import asdict, dataclass
+from typing import Any, Final
 
 import grpc
 import structlog
@@ -21,94 +26,202 @@ import structlog
 from producer.sources import Source, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamState
-from shared.errors import ReplywireError
+from shared.errors import Reason, ReplywireError
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import check_request
+from shared.requests import CheckedRequest, check_request
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
 
 
+#: The counter each final state adds to.
+_COUNTER_OF: Final = {
+    StreamState.COMPLETED: "streams_completed",
+    StreamState.REFUSED: "streams_refused",
+    StreamState.ABORTED: "streams_aborted",
+    StreamState.CANCELLED_BY_CONSUMER: "streams_cancelled",
+    StreamState.FAILED: "streams_failed",
+    StreamState.SHUTDOWN: "streams_shutdown",
+}
+
+
 @dataclass
 class ProducerCounters:
-    """What the producer has done, for its operator and for the backpressure test."""
+    """What the producer has done. Every opened stream is counted once more when it ends,
+    so ``streams_opened`` equals the sum of the six final counts once no stream is open."""
 
     streams_opened: int = 0
     streams_completed: int = 0
-    streams_cancelled: int = 0
     streams_refused: int = 0
+    streams_aborted: int = 0
+    streams_cancelled: int = 0
+    streams_failed: int = 0
+    streams_shutdown: int = 0
     chunks_written: int = 0
     bytes_written: int = 0
 
+    def stream_ended(self, state: StreamState) -> None:
+        name = _COUNTER_OF[state]
+        setattr(self, name, getattr(self, name) + 1)
+
+    @property
+    def streams_ended(self) -> int:
+        return sum(getattr(self, name) for name in _COUNTER_OF.values())
+
+    def fields(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _ConsumerGone(Exception):
+    """A write failed because the stream is gone on the consumer's side."""
+
 
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
+    """One ``Open()`` per stream; every exit path ends the stream's state and its plan once."""
+
     def __init__(self, source: Source, *, allow_faults: bool) -> None:
         self.source = source
         self.allow_faults = allow_faults
         self.counters = ProducerCounters()
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+        # Streams in progress, by the task that serves them; the shutdown path ends them.
+        self._active: dict[asyncio.Task[Any], ProducerStream] = {}
+        self._shutting_down: set[asyncio.Task[Any]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
-    async def Open(  # noqa: N802 - the RPC's name in the .proto
+    @property
+    def open_streams(self) -> int:
+        return len(self._active)
+
+    # grpc.aio serves a coroutine handler that writes with ``context.write()``; the
+    # generated stubs only know generator handlers. A coroutine sees every way a stream
+    # ends in its own frame (a generator closed at its ``yield`` sees none of them).
+    async def Open(  # type: ignore[override]  # noqa: N802 - the RPC's name in the .proto
         self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
-    ) -> AsyncIterator[pb.Chunk]:
+    ) -> None:
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         log = self._log.bind(case_id=request.case_id, peer=context.peer())
-        stream = ProducerStream(log)
         self.counters.streams_opened += 1
+        stream = ProducerStream(log, on_final=self.counters.stream_ended)
+        task = asyncio.current_task()
+        assert task is not None
+        self._active[task] = stream
+        self._idle.clear()
         plan: StreamPlan | None = None
         try:
-            try:
-                checked = check_request(request, allow_faults=self.allow_faults)
-                plan = await self.source.prepare(request, checked)
-            except ReplywireError as error:
-                self.counters.streams_refused += 1
-                stream.transition(StreamState.REFUSED, reason=error.code, detail=error.detail)
-                if error.metadata:
-                    context.set_trailing_metadata(tuple(error.metadata.items()))
-                await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
-            stream.transition(StreamState.VERIFIED, source=self.source.name, **plan.description)
-            stream.transition(StreamState.STREAMING)
-            async for data in plan.chunks(stream):
-                if stream.chunks_sent and checked.interval_s:
-                    await asyncio.sleep(checked.interval_s)
-                # Written before the generator resumes: the write waits for the consumer's
-                # HTTP/2 window, so a paused consumer pauses this loop.
-                yield pb.Chunk(data=data)
-                stream.bytes_sent += len(data)
-                stream.chunks_sent += 1
-                self.counters.chunks_written += 1
-                self.counters.bytes_written += len(data)
-                log.debug(
-                    "chunk_sent",
-                    index=stream.chunks_sent - 1,
-                    size=len(data),
-                    bytes_sent=stream.bytes_sent,
-                )
-            if plan.abort_details is not None:
-                stream.transition(StreamState.ABORTED, reason=plan.abort_details, **stream.sent)
-                await plan.close("aborted")
-                await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
-            self.counters.streams_completed += 1
-            stream.transition(StreamState.COMPLETED, **stream.sent)
-            await plan.close("completed")
+            checked, plan = await self._prepare(request, context, stream)
+            await self._deliver(checked, context, stream, plan)
         except asyncio.CancelledError:
-            # grpc.aio cancels the handler when the consumer cancels or its connection drops.
-            if stream.open:
-                self.counters.streams_cancelled += 1
+            # grpc.aio cancels the handler when the consumer cancels or its connection drops;
+            # the shutdown path cancels it after the grace.
+            if task not in self._shutting_down:
                 stream.transition(StreamState.CANCELLED_BY_CONSUMER, **stream.sent)
-                if plan is not None:
-                    await plan.close("cancelled_by_consumer")
+                raise
+            stream.transition(StreamState.SHUTDOWN, **stream.sent)
+            await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
+        except _ConsumerGone as gone:
+            stream.transition(StreamState.CANCELLED_BY_CONSUMER, why=str(gone), **stream.sent)
+        except grpc.aio.AbortError:
+            raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
-            if stream.open:
-                log.exception("stream_failed")
-                stream.transition(StreamState.FAILED)
-                if plan is not None:
-                    await plan.close("failed")
-            raise
+            log.exception("stream_failed")
+            stream.transition(StreamState.FAILED, **stream.sent)
+            await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
+        finally:
+            if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
+                stream.transition(StreamState.FAILED, **stream.sent)
+            if plan is not None:
+                await plan.close(stream.state.value)
+            del self._active[task]
+            self._shutting_down.discard(task)
+            if not self._active:
+                self._idle.set()
+
+    async def _prepare(
+        self,
+        request: pb.OpenRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+    ) -> tuple[CheckedRequest, StreamPlan]:
+        try:
+            checked = check_request(request, allow_faults=self.allow_faults)
+            plan = await self.source.prepare(request, checked)
+        except ReplywireError as error:
+            stream.transition(StreamState.REFUSED, reason=error.code, detail=error.detail)
+            if error.metadata:
+                context.set_trailing_metadata(tuple(error.metadata.items()))
+            await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
+        stream.transition(StreamState.VERIFIED, source=self.source.name, **plan.description)
+        return checked, plan
+
+    async def _deliver(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        plan: StreamPlan,
+    ) -> None:
+        stream.transition(StreamState.STREAMING)
+        async for data in plan.chunks(stream):
+            if stream.chunks_sent and checked.interval_s:
+                await asyncio.sleep(checked.interval_s)
+            try:
+                # The write waits for the consumer's HTTP/2 window, so a paused consumer
+                # pauses this loop; it fails once the stream is gone on the consumer's side.
+                await context.write(pb.Chunk(data=data))
+            except grpc.aio.InternalError as error:
+                raise _ConsumerGone(type(error).__name__) from error
+            stream.bytes_sent += len(data)
+            stream.chunks_sent += 1
+            self.counters.chunks_written += 1
+            self.counters.bytes_written += len(data)
+            self._log.debug(
+                "chunk_sent",
+                index=stream.chunks_sent - 1,
+                size=len(data),
+                bytes_sent=stream.bytes_sent,
+            )
+        if plan.abort_details is not None:
+            stream.transition(StreamState.ABORTED, reason=plan.abort_details, **stream.sent)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
+        stream.transition(StreamState.COMPLETED, **stream.sent)
+
+    async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
+        """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the
+        rest: each is logged ``shutdown`` and its consumer gets ``UNAVAILABLE``."""
+        waiters = [asyncio.create_task(self._idle.wait()), asyncio.create_task(stop_now.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        remaining = list(self._active)
+        for task in remaining:
+            self._shutting_down.add(task)
+            task.cancel()
+        if remaining:
+            await asyncio.wait(remaining, timeout=SHUTDOWN_ABORT_S)
+
+
+async def _abort_unless_gone(
+    context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk], reason: Reason
+) -> None:
+    """End the RPC with the reason's status; the reason code alone is the client's detail."""
+    try:
+        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+    except grpc.aio.AbortError:
+        raise
+    except grpc.aio.BaseError:  # the consumer is already gone: nothing to tell it
+        return
+
+
+#: How long the shutdown path waits for the streams it ended to say so.
+SHUTDOWN_ABORT_S: Final = 2.0
 
 
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
@@ -119,6 +232,9 @@ def server_options(
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
     return [
+        # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
+        # bind the same port silently and split the traffic.
+        ("grpc.so_reuseport", 0),
         # Bounded time: a connection older than this is drained (GOAWAY) and closed after
         # the same again, so no stream, even one whose writes are blocked by a consumer
         # that stopped reading without cancelling, outlives twice this.
@@ -147,8 +263,26 @@ async def start_server(
         source = RecordingSource(source)
     servicer = ReplyStreamServicer(source, allow_faults=allow_faults)
     pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as error:  # grpc's way of saying the bind failed
+        raise OSError("the address is in use or not an address of this host") from error
     if bound == 0:
-        raise OSError(f"cannot bind {host}:{port}")
+        raise OSError("the address is in use or not an address of this host")
     await server.start()
     return server, bound, servicer
+
+
+async def stop_server(
+    server: grpc.aio.Server,
+    servicer: ReplyStreamServicer,
+    grace_s: float,
+    stop_now: asyncio.Event,
+) -> None:
+    """Stop accepting at once; let open streams finish within the grace (or until
+    ``stop_now`` is set); end the rest as ``shutdown`` with ``UNAVAILABLE``."""
+    # server.stop() refuses new streams at once and waits; our own shutdown ends the
+    # streams still open before grpc's would cancel them with a bare status.
+    stopping = asyncio.create_task(server.stop(grace_s + SHUTDOWN_ABORT_S + 1.0))
+    await servicer.shutdown(grace_s, stop_now)
+    await stopping

@@ -58,6 +58,9 @@ class Reason(StrEnum):
     # --- producer request checks (ours) ----------------------------------
     INVALID_REQUEST = "invalid_request"
     FAULTS_NOT_ALLOWED = "faults_not_allowed"
+    # --- the producer's own endings (ours) --------------------------------
+    PRODUCER_SHUTDOWN = "producer_shutdown"
+    INTERNAL_ERROR = "internal_error"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -156,6 +159,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.FAULTS_NOT_ALLOWED: _info(
         _R, "PERMISSION_DENIED", "a fault was asked of a producer that does not allow faults"
+    ),
+    Reason.PRODUCER_SHUTDOWN: _info(
+        _E, "UNAVAILABLE", "the producer stopped before the stream ended (after its grace)"
+    ),
+    Reason.INTERNAL_ERROR: _info(
+        _E, "INTERNAL", "the producer failed unexpectedly; its trace holds the detail"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"
