@@ -17,6 +17,7 @@ the producer's own shutdown (``producer_shutdown``).
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -135,12 +136,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         finally:
             if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
                 stream.transition(StreamState.FAILED, **stream.sent)
-            if plan is not None:
-                await plan.close(stream.state.value)
-            del self._active[task]
-            self._shutting_down.discard(task)
-            if not self._active:
-                self._idle.set()
+            try:
+                if plan is not None:
+                    await _close_even_if_cancelled(plan, stream.state.value)
+            finally:
+                del self._active[task]
+                self._shutting_down.discard(task)
+                if not self._active:
+                    self._idle.set()
 
     async def _prepare(
         self,
@@ -167,25 +170,28 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         plan: StreamPlan,
     ) -> None:
         stream.transition(StreamState.STREAMING)
-        async for data in plan.chunks(stream):
-            if stream.chunks_sent and checked.interval_s:
-                await asyncio.sleep(checked.interval_s)
-            try:
-                # The write waits for the consumer's HTTP/2 window, so a paused consumer
-                # pauses this loop; it fails once the stream is gone on the consumer's side.
-                await context.write(pb.Chunk(data=data))
-            except grpc.aio.InternalError as error:
-                raise _ConsumerGone(type(error).__name__) from error
-            stream.bytes_sent += len(data)
-            stream.chunks_sent += 1
-            self.counters.chunks_written += 1
-            self.counters.bytes_written += len(data)
-            self._log.debug(
-                "chunk_sent",
-                index=stream.chunks_sent - 1,
-                size=len(data),
-                bytes_sent=stream.bytes_sent,
-            )
+        # aclosing: the source's generator (and the upstream read it is inside) is closed
+        # here, on every exit, before the plan itself is closed.
+        async with aclosing(plan.chunks(stream)) as chunks:
+            async for data in chunks:
+                if stream.chunks_sent and checked.interval_s:
+                    await asyncio.sleep(checked.interval_s)
+                try:
+                    # The write waits for the consumer's HTTP/2 window, so a paused consumer
+                    # pauses this loop; it fails once the stream is gone on the consumer's side.
+                    await context.write(pb.Chunk(data=data))
+                except grpc.aio.InternalError as error:
+                    raise _ConsumerGone(type(error).__name__) from error
+                stream.bytes_sent += len(data)
+                stream.chunks_sent += 1
+                self.counters.chunks_written += 1
+                self.counters.bytes_written += len(data)
+                self._log.debug(
+                    "chunk_sent",
+                    index=stream.chunks_sent - 1,
+                    size=len(data),
+                    bytes_sent=stream.bytes_sent,
+                )
         if plan.abort_details is not None:
             stream.transition(StreamState.ABORTED, reason=plan.abort_details, **stream.sent)
             await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
@@ -218,6 +224,22 @@ async def _abort_unless_gone(
         raise
     except grpc.aio.BaseError:  # the consumer is already gone: nothing to tell it
         return
+
+
+async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
+    """Close the plan to the end even when grpc.aio cancels the handler meanwhile (it does
+    once it sees the consumer gone): a close cut short leaves a ledger entry reserved and
+    a call missing from the capture. The cancellation is passed on afterwards."""
+    closing = asyncio.ensure_future(plan.close(outcome))
+    cancelled = False
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    closing.result()
 
 
 #: How long the shutdown path waits for the streams it ended to say so.

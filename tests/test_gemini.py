@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 import structlog
 
 from consumer.client import StreamOptions, stream_reply
+from consumer.demo import stop_process
 from producer.ledger import BudgetLedger
 from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording
@@ -29,8 +31,10 @@ from tests.processes import (
     ROOT,
     FakeGeminiProcess,
     Producer,
+    consumer_process,
     fake_gemini,
     producer,
+    read_trace,
     run_consumer,
     wait_for,
 )
@@ -272,6 +276,43 @@ def test_consumer_cancellation_closes_the_upstream_response(
     assert entry["body_completed"] is False
     assert closed["outcome"] == "cancelled_by_consumer"
     assert closed["stream_id"] == "cancelled-upstream"
+
+
+@pytest.mark.parametrize("how", ["cancel", "vanish"])
+def test_a_consumer_that_leaves_while_a_write_waits_still_closes_the_call(
+    tmp_path: Path, fake: FakeGeminiProcess, how: str
+) -> None:
+    """The producer's write is held by a 1 KiB window the consumer does not drain; then the
+    consumer cancels (Ctrl-C) or vanishes (SIGKILL). The plan is closed exactly once: the
+    provider stream's close is logged, the ledger entry leaves ``reserved`` (settled from
+    the usage, or its reservation kept when the provider had not finished), the call is
+    captured."""
+    run_dir = tmp_path / "run"
+    stream_id = f"left-while-blocked-{how}"
+    with gemini_producer(tmp_path, fake, "--record", str(run_dir)) as running:
+        with consumer_process(
+            tmp_path, running.target, "--case", "replace-file", "--stream-id", stream_id,
+            "--chunks", "1", "--window-bytes", "1024", "--queue-size", "1",
+            "--process-delay-ms", "1000",
+        ) as consumer:  # fmt: skip
+            consumer_trace = tmp_path / "consumer.trace.jsonl"
+            wait_for(lambda: any(r["event"] == "reads_paused" for r in read_trace(consumer_trace)))
+            stop_process(consumer, signal.SIGINT if how == "cancel" else signal.SIGKILL)
+        settled = {"budget_settled", "budget_reservation_kept"}
+        wait_for(lambda: any(r["event"] in settled for r in running.trace()))
+        states = running.states(stream_id)
+        events = [r["event"] for r in running.stream_trace(stream_id)]
+    assert states[-1] == ("streaming", "cancelled_by_consumer")
+    assert events.count("provider_stream_closed") == 1
+    closed = next(
+        r for r in running.stream_trace(stream_id) if r["event"] == "provider_stream_closed"
+    )
+    assert closed["outcome"] == "cancelled_by_consumer"
+    entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
+    assert len(entries) == 1
+    assert entries[0]["state"] in {"settled", "failed"}
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert len(manifest["calls"]) == 1
 
 
 # --- evidence -----------------------------------------------------------------------------

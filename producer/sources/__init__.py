@@ -8,7 +8,7 @@ transport error instead of OK.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from producer.states import ProducerStream
@@ -22,7 +22,7 @@ class StreamPlan(Protocol):
     #: Set when the RPC must end UNAVAILABLE with this detail after the chunks.
     abort_details: str | None
 
-    def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]: ...
+    def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]: ...
 
     async def close(self, outcome: str) -> None:
         """Release what the stream holds (an upstream response, a reservation)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Final
 
 import httpx
@@ -106,7 +106,7 @@ class GeminiPlan:
             "call_id": call_id,
         }
 
-    async def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]:
+    async def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]:
         codec = codec_for(self.checked.wire)
         chunker = Chunker(self.checked.plan)
         parser = SseParser()

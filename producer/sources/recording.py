@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from producer.states import ProducerStream, StreamState
@@ -24,7 +24,7 @@ class RecordingPlan:
             "planned_chunks": len(transmission.chunks),
         }
 
-    async def chunks(self, stream: ProducerStream) -> AsyncIterator[bytes]:
+    async def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]:
         stall = self.transmission.stall
         for index, data in enumerate(self.transmission.chunks):
             yield data
