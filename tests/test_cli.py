@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from consumer.demo import demo_runs
 from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.wire import WireFormat
+from shared.recording import Recording
+from shared.wire import DEFAULT_WIRES, WireFormat
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT = {"complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6, "refused": 7}
@@ -156,3 +158,9 @@ def test_demo_prints_the_table() -> None:
     assert any(line.startswith("replace-file + stall") and "idle_timeout" in line for line in lines)
     assert "9 accepted, 13 refused or not accepted." in run.stdout
     assert "producer stopped." in run.stdout
+
+
+def test_the_demo_streams_the_default_wires_only() -> None:
+    runs = demo_runs(Recording.load())
+    assert len(runs) == 22
+    assert {run.wire for run in runs} == set(DEFAULT_WIRES)

@@ -620,3 +620,31 @@ def test_logger_is_injected(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding, logger=logger)
     consumer.end_of_stream()
     assert seen == ["state_changed"]
+
+
+# --- the reported case: one byte of a content frame flipped on the way ---------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "status", "reason"),
+    [
+        (WireFormat.NDJSON, "invalid", "content_digest_mismatch"),
+        (WireFormat.LENGTH_PREFIXED, "invalid", "content_digest_mismatch"),
+        # The lab's wire cannot see it: accepted, and the result says it was not checked.
+        (WireFormat.NDJSON_LAB, "complete", None),
+    ],
+    ids=str,
+)
+def test_yes_flipped_to_xes(
+    case: BoundCase, wire: WireFormat, status: str, reason: str | None
+) -> None:
+    data = encode(derive_frames(case.binding_sha256, case.content), wire)
+    assert data.count(b"Yes") == 1  # "Yes, an existing file..." (cut across 13-char deltas)
+    flipped = data.replace(b"Yes", b"Xes")
+    result = run(case, flipped, wire)
+    assert (result["status"], result["reason"]) == (status, reason)
+    if status == "complete":
+        assert "Xes, an existing" in result["accepted_answer"]["answer"]
+        assert result["integrity"] == "none"
+    else:
+        assert result["accepted_answer"] is None
