@@ -82,7 +82,10 @@ def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = T
         "--wire",
         choices=[wire.value for wire in WireFormat],
         default=WireFormat.LENGTH_PREFIXED.value,
-        help="frame wire format (default: lp, length-prefixed)",
+        help="frame wire format: lp (default, length-prefixed) or ndjson, whose done both "
+        "carry the content's SHA-256 (required and checked); ndjson-lab is the lab's NDJSON "
+        "byte for byte, whose done has no digest: the content is not integrity-checked "
+        '(result "integrity": "none"); use it only to reproduce the lab\'s published table',
     )
     parser.add_argument(
         "--chunks",

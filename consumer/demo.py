@@ -27,7 +27,7 @@ from consumer.client import StreamOptions, stream_reply
 from shared.errors import ConfigurationError
 from shared.faults import Fault, FaultKind
 from shared.recording import Recording
-from shared.wire import WireFormat
+from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
 FAULT_CASE = "replace-file"
@@ -51,7 +51,7 @@ class DemoRun:
 
 def demo_runs(recording: Recording) -> list[DemoRun]:
     runs = [
-        DemoRun(case_id, case_id, wire) for wire in WireFormat for case_id in recording.case_ids
+        DemoRun(case_id, case_id, wire) for wire in DEFAULT_WIRES for case_id in recording.case_ids
     ]
     for kind in FaultKind:
         runs.append(

@@ -179,7 +179,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.FRAME_AFTER_TERMINAL: _info(_I, "DATA_LOSS", "a frame arrived after the terminal"),
     Reason.INVALID_FRAME_JSON: _info(_I, "DATA_LOSS", "an NDJSON frame is not strict JSON"),
-    Reason.INVALID_FRAME_SCHEMA: _info(_I, "DATA_LOSS", "a frame has the wrong shape"),
+    Reason.INVALID_FRAME_SCHEMA: _info(
+        _I, "DATA_LOSS", "a frame has the wrong shape (also: an ndjson done without its digest)"
+    ),
     Reason.INVALID_SEQUENCE: _info(
         _I, "DATA_LOSS", "a sequence number is not the next one (gap, reorder, replay)"
     ),

@@ -78,8 +78,8 @@ def _outcome(status: Status, reason: Reason) -> Outcome:
     return Outcome(status, reason.value)
 
 
-#: What the consumer must conclude for each fault, per wire. The same in both
-#: wires except ``corrupt``, whose broken frame is not JSON in NDJSON and not a
+#: What the consumer must conclude for each fault, per wire. The same in every
+#: wire except ``corrupt``, whose broken frame is not JSON in NDJSON (both) and not a
 #: well-formed Frame message in the length-prefixed wire.
 EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
     kind: {wire: outcome for wire in WireFormat}
@@ -100,6 +100,7 @@ EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
 } | {
     FaultKind.CORRUPT: {
         WireFormat.NDJSON: _outcome(Status.INVALID, Reason.INVALID_FRAME_JSON),
+        WireFormat.NDJSON_LAB: _outcome(Status.INVALID, Reason.INVALID_FRAME_JSON),
         WireFormat.LENGTH_PREFIXED: _outcome(Status.INVALID, Reason.INVALID_FRAME_PAYLOAD),
     }
 }

@@ -35,7 +35,7 @@ TERMINAL_KINDS = frozenset({FrameKind.DONE, FrameKind.ERROR, FrameKind.CANCEL})
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DoneDigest:
-    """Our end-of-stream integrity claim (length-prefixed wire only)."""
+    """Our end-of-stream integrity claim (every wire but ``ndjson-lab``, where it is required)."""
 
     content_sha256: str
     content_frames: int
@@ -50,7 +50,7 @@ class Frame:
     text: object = None
     #: error / cancel only.
     reason: object = None
-    #: done only, and only where the wire carries it (length-prefixed).
+    #: done only, and only where the wire carries it (lp and ndjson; ndjson-lab has none).
     done_digest: DoneDigest | None = None
 
 

@@ -17,8 +17,10 @@ it is interpreted.
 
 An answer is accepted only on the path
 ``STREAMING -> TERMINAL_RECEIVED (done) -> VALIDATING -> COMPLETE``: a done
-terminal, then a clean end of input with no partial frame or character left,
-then the lab's reply validation against the bound context. Every other path
+terminal (on the default wires, ``lp`` and ``ndjson``, carrying the SHA-256 and
+frame count of exactly the content applied: required, and checked), then a
+clean end of input with no partial frame or character left, then the lab's
+reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
@@ -40,7 +42,7 @@ from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status
 from shared.frames import Frame, FrameKind
 from shared.reply import validate_reply
-from shared.wire import NEED_DATA, WireFormat, codec_for
+from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
 #: The lab's limits.
 MAX_TOTAL_BYTES: Final = 65536
@@ -310,8 +312,12 @@ class ReplyConsumer:
                 reason.encode("utf-8")
             except UnicodeError as error:
                 raise self._fail(Reason.INVALID_TERMINAL_REASON, "not UTF-8") from error
-        elif frame.done_digest is not None:
+        elif self.wire.integrity is Integrity.SHA256:
+            # Required, not merely checked when present: a codec that lost the claim
+            # must not turn the wire into one without integrity.
             claimed = frame.done_digest
+            if claimed is None:
+                raise self._fail(Reason.INVALID_FRAME_SCHEMA, "done without its content digest")
             if (
                 claimed.content_frames != self._content_frames
                 or claimed.content_sha256 != self._content_hash.hexdigest()
@@ -418,6 +424,8 @@ class ReplyConsumer:
             "request_sha256": self.binding.get("request_sha256"),
             "binding_sha256": self.binding_sha256,
             "wire_format": self.wire.value,
+            # Whether done's content digest was required and checked (none: ndjson-lab).
+            "integrity": self.wire.integrity.value,
         }
         if self.transport is not None:
             document["transport"] = self.transport

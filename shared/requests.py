@@ -20,6 +20,7 @@ _WIRES: Final = {
     pb.WIRE_FORMAT_UNSPECIFIED: WireFormat.LENGTH_PREFIXED,
     pb.LENGTH_PREFIXED: WireFormat.LENGTH_PREFIXED,
     pb.NDJSON: WireFormat.NDJSON,
+    pb.NDJSON_LAB: WireFormat.NDJSON_LAB,
 }
 FAULT_KINDS: Final = {
     pb.CANCEL: FaultKind.CANCEL,
@@ -98,6 +99,7 @@ def parse_binding(binding_json: bytes) -> object:
 WIRE_CODES: Final = {
     WireFormat.LENGTH_PREFIXED: pb.LENGTH_PREFIXED,
     WireFormat.NDJSON: pb.NDJSON,
+    WireFormat.NDJSON_LAB: pb.NDJSON_LAB,
 }
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from consumer.demo import demo_runs
 from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.wire import WireFormat
+from shared.recording import Recording
+from shared.wire import DEFAULT_WIRES, WireFormat
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT = {"complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6, "refused": 7}
@@ -33,7 +35,10 @@ def trace(stderr: str) -> list[dict[str, Any]]:
 
 
 def test_replay_complete_prints_the_result_and_exits_0() -> None:
-    run = consumer("replay", "--case", "replace-file", "--wire", "ndjson", "--chunks", "1,2,7,3,11")
+    # The lab's wire, to compare with the lab's published figures (1427 bytes, 299 fragments).
+    run = consumer(
+        "replay", "--case", "replace-file", "--wire", "ndjson-lab", "--chunks", "1,2,7,3,11"
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["status"] == "complete"
@@ -43,7 +48,7 @@ def test_replay_complete_prints_the_result_and_exits_0() -> None:
         "application_frames": 10,
     }
     assert result["accepted_answer"]["source_ids"] == ["path-write"]
-    assert result["wire_format"] == "ndjson"
+    assert (result["wire_format"], result["integrity"]) == ("ndjson-lab", "none")
     assert result["binding_sha256"] == (
         "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70"
     )
@@ -153,3 +158,9 @@ def test_demo_prints_the_table() -> None:
     assert any(line.startswith("replace-file + stall") and "idle_timeout" in line for line in lines)
     assert "9 accepted, 13 refused or not accepted." in run.stdout
     assert "producer stopped." in run.stdout
+
+
+def test_the_demo_streams_the_default_wires_only() -> None:
+    runs = demo_runs(Recording.load())
+    assert len(runs) == 22
+    assert {run.wire for run in runs} == set(DEFAULT_WIRES)

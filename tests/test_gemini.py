@@ -94,10 +94,10 @@ def test_four_cases_match_the_published_gemini_run(
     live_run: tuple[Producer, Path], case_id: str
 ) -> None:
     running, _ = live_run
-    run = run_consumer(running.target, "--case", case_id, "--wire", "ndjson")
+    run = run_consumer(running.target, "--case", case_id, "--wire", "ndjson-lab")
     published = PUBLISHED[case_id]
     assert run.returncode == 0, run.result
-    # The lab encoded one provider frame per read: our NDJSON wire, one frame per chunk.
+    # The lab encoded one provider frame per read: its NDJSON wire, one frame per chunk.
     assert lab_view(run.result) == published["result"]
     assert run.result["stats"]["application_frames"] == len(published["application_frames"])
 
@@ -392,7 +392,7 @@ def test_a_captured_run_replays_offline_with_the_providers_boundaries(
         name="replaying",
     ) as offline:  # fmt: skip
         for case_id, published in PUBLISHED.items():
-            run = run_consumer(offline.target, "--case", case_id, "--wire", "ndjson")
+            run = run_consumer(offline.target, "--case", case_id, "--wire", "ndjson-lab")
             assert run.returncode == 0
             assert lab_view(run.result) == published["result"]
     # Without its own pin the converted file is refused: the default pin is the fixture's.

@@ -22,6 +22,7 @@ from shared.frames import (
 )
 from shared.machine import (
     FINAL_STATES,
+    LAB_RESULT_KEYS,
     TRANSITIONS,
     ConsumerState,
     Input,
@@ -29,7 +30,7 @@ from shared.machine import (
     ReplyConsumer,
 )
 from shared.recording import BoundCase, Recording
-from shared.wire import WireFormat, codec_for, lp, ndjson
+from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
 
@@ -178,7 +179,7 @@ def test_stream_byte_limit_at_and_past_the_edge(case: BoundCase, wire: WireForma
 def test_frame_byte_limit_at_and_past_the_edge(case: BoundCase, wire: WireFormat) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
     codec = codec_for(wire)
-    overhead = 1 if wire is WireFormat.NDJSON else lp.HEADER_BYTES
+    overhead = lp.HEADER_BYTES if wire is WireFormat.LENGTH_PREFIXED else 1
     largest = max(len(codec.encode_frame(frame)) - overhead for frame in frames)
     assert run(case, frames, wire, limits=Limits(max_frame_bytes=largest))["status"] == "complete"
     past = run(case, frames, wire, limits=Limits(max_frame_bytes=largest - 1))
@@ -375,23 +376,87 @@ def test_a_failure_is_not_overwritten_by_a_later_transport_error(case: BoundCase
     assert_refused(consumer.transport_error(), "invalid", "invalid_frame_header")
 
 
-# --- the content digest (length-prefixed done) ----------------------------------------------
+# --- the content digest (done on the default wires: lp and ndjson) -------------------------
 
 
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
 @pytest.mark.parametrize(
     "digest",
     [
         DoneDigest(content_sha256="0" * 64, content_frames=9),
         DoneDigest(content_sha256="", content_frames=0),
-        None,  # encoded as an empty Done message: no digest is a wrong digest
     ],
 )
-def test_content_digest_mismatch(case: BoundCase, digest: DoneDigest | None) -> None:
+def test_content_digest_mismatch(case: BoundCase, wire: WireFormat, digest: DoneDigest) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
     frames[-1] = replace(frames[-1], done_digest=digest)
-    assert_refused(
-        run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch"
-    )
+    assert_refused(run(case, frames, wire), "invalid", "content_digest_mismatch")
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        # Encoded as an empty Done message (proto3 cannot tell it from an empty claim).
+        (WireFormat.LENGTH_PREFIXED, "content_digest_mismatch"),
+        # Encoded as the lab's done: the keys are missing.
+        (WireFormat.NDJSON, "invalid_frame_schema"),
+    ],
+    ids=str,
+)
+def test_a_done_without_its_digest_is_refused(
+    case: BoundCase, wire: WireFormat, reason: str
+) -> None:
+    frames = derive_frames(case.binding_sha256, case.content)
+    frames[-1] = replace(frames[-1], done_digest=None)
+    assert_refused(run(case, frames, wire), "invalid", reason)
+
+
+class DigestDroppingCodec:
+    """A codec that loses done's claim: the consumer must still require it."""
+
+    def __init__(self, inner: WireCodec) -> None:
+        self.inner = inner
+
+    def parse_frame(self, payload: bytes) -> Frame:
+        return replace(self.inner.parse_frame(payload), done_digest=None)
+
+
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
+def test_the_digest_is_required_not_only_checked_when_present(
+    case: BoundCase, wire: WireFormat
+) -> None:
+    consumer = ReplyConsumer(case.binding, wire=wire)
+    consumer._codec = DigestDroppingCodec(consumer._codec)  # type: ignore[assignment]
+    with pytest.raises(ProtocolFailure) as info:
+        consumer.receive_data(encode(derive_frames(case.binding_sha256, case.content), wire))
+    assert info.value.reason is Reason.INVALID_FRAME_SCHEMA
+    result = consumer.end_of_stream()
+    assert_refused(result, "invalid", "invalid_frame_schema")
+    assert result["local_terminal"] is None
+    assert result["integrity"] == "sha256"
+
+
+def test_the_lab_wire_accepts_done_without_a_digest_and_says_so(case: BoundCase) -> None:
+    frames = derive_frames(case.binding_sha256, case.content)
+    result = run(case, frames, WireFormat.NDJSON_LAB)
+    assert (result["status"], result["integrity"]) == ("complete", "none")
+    assert b"content_sha256" not in encode(frames, WireFormat.NDJSON_LAB)
+
+
+@pytest.mark.parametrize("wire", WIRES, ids=str)
+def test_result_keys_are_the_labs_then_ours_with_integrity(
+    case: BoundCase, wire: WireFormat
+) -> None:
+    result = run(case, derive_frames(case.binding_sha256, case.content), wire)
+    assert list(result)[: len(LAB_RESULT_KEYS)] == list(LAB_RESULT_KEYS)
+    assert list(result)[len(LAB_RESULT_KEYS) :] == [
+        "case_id",
+        "request_sha256",
+        "binding_sha256",
+        "wire_format",
+        "integrity",
+    ]
+    assert result["integrity"] == ("none" if wire is WireFormat.NDJSON_LAB else "sha256")
 
 
 def test_content_frame_count_mismatch(case: BoundCase) -> None:
@@ -399,9 +464,8 @@ def test_content_frame_count_mismatch(case: BoundCase) -> None:
     good = frames[-1].done_digest
     assert good is not None
     frames[-1] = replace(frames[-1], done_digest=replace(good, content_frames=8))
-    assert_refused(
-        run(case, frames, WireFormat.LENGTH_PREFIXED), "invalid", "content_digest_mismatch"
-    )
+    for wire in DEFAULT_WIRES:
+        assert_refused(run(case, frames, wire), "invalid", "content_digest_mismatch")
 
 
 # --- duplicate policy -------------------------------------------------------------------------
@@ -556,3 +620,31 @@ def test_logger_is_injected(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding, logger=logger)
     consumer.end_of_stream()
     assert seen == ["state_changed"]
+
+
+# --- the reported case: one byte of a content frame flipped on the way ---------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "status", "reason"),
+    [
+        (WireFormat.NDJSON, "invalid", "content_digest_mismatch"),
+        (WireFormat.LENGTH_PREFIXED, "invalid", "content_digest_mismatch"),
+        # The lab's wire cannot see it: accepted, and the result says it was not checked.
+        (WireFormat.NDJSON_LAB, "complete", None),
+    ],
+    ids=str,
+)
+def test_yes_flipped_to_xes(
+    case: BoundCase, wire: WireFormat, status: str, reason: str | None
+) -> None:
+    data = encode(derive_frames(case.binding_sha256, case.content), wire)
+    assert data.count(b"Yes") == 1  # "Yes, an existing file..." (cut across 13-char deltas)
+    flipped = data.replace(b"Yes", b"Xes")
+    result = run(case, flipped, wire)
+    assert (result["status"], result["reason"]) == (status, reason)
+    if status == "complete":
+        assert "Xes, an existing" in result["accepted_answer"]["answer"]
+        assert result["integrity"] == "none"
+    else:
+        assert result["accepted_answer"] is None

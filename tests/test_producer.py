@@ -153,6 +153,29 @@ def test_chunking_is_as_requested(recording: Recording, plan: str, chunks: int) 
     assert asyncio.run(open_stream(recording, request))[::2] == (grpc.StatusCode.OK, chunks)
 
 
+@pytest.mark.parametrize("wire", list(WireFormat), ids=str)
+def test_every_wire_round_trips_through_the_request(recording: Recording, wire: WireFormat) -> None:
+    case = recording.case("replace-file")
+    request = build_request(
+        case_id=case.case_id,
+        binding=case.binding,
+        wire=wire,
+        plan=ChunkPlan.parse("frame"),
+        fault=None,
+        stream_id="x",
+    )
+    assert check_request(request, allow_faults=False).wire is wire
+    assert (
+        request.wire_format
+        == {
+            WireFormat.LENGTH_PREFIXED: pb.LENGTH_PREFIXED,
+            WireFormat.NDJSON: pb.NDJSON,
+            WireFormat.NDJSON_LAB: pb.NDJSON_LAB,
+        }[wire]
+    )
+    assert pb.NDJSON_LAB == 3  # field numbers are stable: only added
+
+
 def test_every_fault_round_trips_through_the_request(recording: Recording) -> None:
     case = recording.case("replace-file")
     for kind in FaultKind:

@@ -1,4 +1,4 @@
-"""Property tests of the consumer: re-chunking, prefixes, garbage, and the two wires agreeing.
+"""Property tests of the consumer: re-chunking, prefixes, garbage, no altered reply, wires agreeing.
 
 Fixtures do not mix well with ``@given``, so the recording and a quiet logger
 (everything below CRITICAL dropped; the consumer logs only info and debug) are
@@ -43,7 +43,7 @@ from shared.machine import LAB_RESULT_KEYS, Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.reply import validate_reply
-from shared.wire import WireFormat, codec_for
+from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from shared.wire.lp import frame_with_header
 
@@ -353,8 +353,11 @@ def pb_payloads(draw: st.DrawFn, binding_sha256: str) -> bytes:
 
 
 @st.composite
-def json_frames(draw: st.DrawFn, binding_sha256: str) -> bytes:
-    """A JSON line shaped like an NDJSON frame (the right keys for its kind) or loosely so."""
+def json_frames(draw: st.DrawFn, binding_sha256: str, digest: bool) -> bytes:
+    """A JSON line shaped like an NDJSON frame (the right keys for its kind) or loosely so.
+
+    With ``digest`` (the ``ndjson`` wire) a shaped done carries the two digest keys.
+    """
     scalars = st.one_of(
         st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), SEQUENCES
     )
@@ -372,8 +375,12 @@ def json_frames(draw: st.DrawFn, binding_sha256: str) -> bytes:
             obj["text"] = draw(texts)
         elif kind is not FrameKind.DONE:
             obj["reason"] = draw(texts)
+        elif digest:
+            obj["content_sha256"] = draw(st.one_of(st.text(max_size=70), values))
+            obj["content_frames"] = draw(st.one_of(SEQUENCES, values))
     else:
-        for key in ("sequence", "kind", "binding_sha256", "text", "reason", "extra"):
+        keys = ("sequence", "kind", "binding_sha256", "text", "reason", "extra")
+        for key in (*keys, "content_sha256", "content_frames") if digest else keys:
             if draw(st.booleans()):
                 obj[key] = draw(st.one_of(st.sampled_from([*FrameKind, "other"]), values))
     body = json.dumps(obj, ensure_ascii=draw(st.booleans()), separators=(",", ":"))
@@ -389,7 +396,7 @@ def garbage(wire: WireFormat, binding_sha256: str) -> st.SearchStrategy[bytes]:
         )
     else:
         parts = st.one_of(
-            json_frames(binding_sha256),
+            json_frames(binding_sha256, digest=wire.integrity is Integrity.SHA256),
             st.sampled_from(NASTY_LINES),
             st.text(max_size=32).map(lambda line: line.encode("utf-8") + b"\n"),
         )
@@ -443,6 +450,8 @@ def test_frame_shaped_garbage_is_refused_within_the_family(
     fed = feed(consumer, chunks, ending)
 
     doc = assert_well_formed(consumer, fed)
+    if wire.integrity is Integrity.SHA256:
+        assert_not_altered(doc, case_id)
     if ending is Ending.TRANSPORT_ERROR and fed.failure is None:
         assert (doc["status"], doc["reason"]) == ("error", "transport_io_error")
         assert doc["transport"] == TRANSPORT_DETAIL
@@ -475,19 +484,63 @@ def test_one_mutated_byte_is_refused_within_the_family(
     reference = reference_result(case_id, None, wire, ignore_duplicates).result
     if mutated == complete:
         assert without_stats(doc) == without_stats(reference)
-    elif wire is WireFormat.LENGTH_PREFIXED:
-        # Every byte is guarded: header, sequence, binding hash, kind and field tags by the
-        # frame checks, the text by done's digest. (All 1.2 million single-byte mutations
-        # of the four recorded wires were checked once, offline: none completes.)
-        assert doc["status"] != "complete"
+    elif wire.integrity is Integrity.SHA256:
+        # Every byte is guarded: framing, sequence, binding hash, kind and keys or tags by
+        # the frame checks, the text by done's required digest and count.
+        assert_not_altered(doc, case_id)
     elif doc["status"] == "complete":
-        # NDJSON carries no digest: a byte changed inside the reply's text can still
-        # yield a reply the validator accepts (the lab wire's known weakness). It is
-        # then a different reply, validated like any other (assert_well_formed).
+        # ndjson-lab carries no digest: a byte changed inside the reply's text can still
+        # yield a reply the validator accepts (the lab wire's known weakness, and why its
+        # result says integrity: none). It is then a different reply, validated like any
+        # other (assert_well_formed).
+        assert doc["integrity"] == "none"
         assert doc["provisional_content"] != RECORDING.case(case_id).content
 
 
-# --- d. the two wires agree frame for frame ---------------------------------------------
+def assert_not_altered(doc: dict[str, Any], case_id: str) -> None:
+    """A default wire never ends complete with content other than the recording's."""
+    if doc["status"] == "complete":
+        assert doc["integrity"] == "sha256"
+        assert doc["provisional_content"] == RECORDING.case(case_id).content
+
+
+#: XOR masks of the exhaustive sweep: the lowest bit, the highest, and every bit at once.
+SWEEP_MASKS: Final = (0x01, 0x80, 0xFF)
+
+
+def sweep(case_id: str, wire: WireFormat) -> list[str]:
+    """Every single-byte XOR mutation of a recorded wire, whole; the altered replies accepted."""
+    complete, _, _ = clean_wire(case_id, wire)
+    binding, content = RECORDING.case(case_id).binding, RECORDING.case(case_id).content
+    accepted_altered = []
+    for offset in range(len(complete)):
+        for mask in SWEEP_MASKS:
+            mutated = bytearray(complete)
+            mutated[offset] ^= mask
+            consumer = ReplyConsumer(binding, wire=wire, logger=QUIET)
+            fed = feed(consumer, [bytes(mutated)], Ending.CLEAN)
+            doc = fed.result
+            if doc["status"] == "complete" and doc["provisional_content"] != content:
+                accepted_altered.append(doc["provisional_content"])
+    return accepted_altered
+
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
+def test_no_single_byte_mutation_of_a_recorded_wire_is_accepted_altered(
+    wire: WireFormat, case_id: str
+) -> None:
+    assert sweep(case_id, wire) == []
+
+
+def test_the_lab_wire_does_accept_altered_replies() -> None:
+    # The reason ndjson-lab exists only to reproduce the lab: the same sweep, no digest.
+    altered = sweep("replace-file", WireFormat.NDJSON_LAB)
+    assert altered
+    assert all(content != RECORDING.case("replace-file").content for content in altered)
+
+
+# --- d. the wires agree frame for frame ---------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +549,7 @@ class Script:
     frames: tuple[Frame, ...]
     ignore_duplicates: bool
     per_frame_chunks: bool
-    #: done's digest was made wrong on purpose (only the length-prefixed wire carries it).
+    #: done's digest was made wrong on purpose (every wire but ndjson-lab carries it).
     tampered_digest: bool
 
 
@@ -622,19 +675,37 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripts())
-def test_both_wires_reach_the_same_verdict_on_the_same_frames(script: Script) -> None:
+def test_both_default_wires_reach_the_same_verdict_on_the_same_frames(script: Script) -> None:
     binding = _binding_of(script.binding_sha256)
 
     lp = run_script(script, WireFormat.LENGTH_PREFIXED, binding).result
     nd = run_script(script, WireFormat.NDJSON, binding).result
 
+    # Both carry and require done's digest: the same verdict, a tampered digest included.
+    assert (lp["status"], lp["reason"]) == (nd["status"], nd["reason"])
+    assert comparable(lp) == comparable(nd)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripts())
+def test_the_lab_wire_differs_only_in_the_digest_it_does_not_carry(script: Script) -> None:
+    binding = _binding_of(script.binding_sha256)
+
+    lp = run_script(script, WireFormat.LENGTH_PREFIXED, binding).result
+    lab = run_script(script, WireFormat.NDJSON_LAB, binding).result
+
+    assert (lp["integrity"], lab["integrity"]) == ("sha256", "none")
     if lp["reason"] == Reason.CONTENT_DIGEST_MISMATCH.value:
-        # The one legitimate difference: only the length-prefixed done carries a digest.
+        # The one legitimate difference: the lab's done carries no digest.
         assert script.tampered_digest
-        assert nd["local_terminal"] == FrameKind.DONE.value
-        assert lp["provisional_content"] == nd["provisional_content"]
+        assert lab["local_terminal"] == FrameKind.DONE.value
+        assert lp["provisional_content"] == lab["provisional_content"]
         # done is counted before its digest is checked, so the frame counts agree.
-        assert lp["stats"]["application_frames"] == nd["stats"]["application_frames"]
+        assert lp["stats"]["application_frames"] == lab["stats"]["application_frames"]
     else:
-        assert (lp["status"], lp["reason"]) == (nd["status"], nd["reason"])
-        assert comparable(lp) == comparable(nd)
+        assert (lp["status"], lp["reason"]) == (lab["status"], lab["reason"])
+        assert without_integrity(comparable(lp)) == without_integrity(comparable(lab))
+
+
+def without_integrity(doc: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in doc.items() if key != "integrity"}

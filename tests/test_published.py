@@ -1,8 +1,9 @@
 """The lab's published execution record, reproduced value for value.
 
 tests/published/offline-replay.json is block [1] of the published record (the
-complete offline replay result). With the NDJSON wire and the lab's 1,2,7,3,11
-fragments, our result documents must equal it on every lab key.
+complete offline replay result). With the lab's own NDJSON wire (``ndjson-lab``,
+whose done carries no digest) and the lab's 1,2,7,3,11 fragments, our result
+documents must equal it on every lab key.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def test_expected_values_are_the_published_block() -> None:
     "published", PUBLISHED["development_cases"], ids=lambda case: case["case_id"]
 )
 def test_development_case_equals_published(recording: Recording, published: dict[str, Any]) -> None:
-    result = replay(recording, published["case_id"], wire=WireFormat.NDJSON, plan=LAB_PLAN)
+    result = replay(recording, published["case_id"], wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN)
     assert lab_view(result) == published["result"]
+    assert result["integrity"] == "none"
     assert result["request_sha256"] == published["request_sha256"]
     selected = [
         row["source_id"] for row in recording.case(published["case_id"]).binding["selected_context"]
@@ -77,7 +79,9 @@ def test_controlled_failure_equals_published(
     recording: Recording, published: dict[str, Any]
 ) -> None:
     fault = Fault(kind=SCENARIO_FAULTS[published["scenario"]])
-    result = replay(recording, "replace-file", wire=WireFormat.NDJSON, plan=LAB_PLAN, fault=fault)
+    result = replay(
+        recording, "replace-file", wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN, fault=fault
+    )
     assert lab_view(result) == published["result"]
     assert result["accepted_answer"] is None
 

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.timeout(180)
 
 HERE = Path(__file__).resolve().parent
 PUBLISHED = json.loads((HERE / "published/offline-replay.json").read_text(encoding="utf-8"))
-LAB = ("--wire", "ndjson", "--chunks", "1,2,7,3,11")
+#: The lab's own wire (no done digest) and fragments: to reproduce its published values.
+LAB = ("--wire", "ndjson-lab", "--chunks", "1,2,7,3,11")
 SCENARIO_FAULTS = {
     "controlled_local_cancel": "cancel",
     "controlled_local_error": "error",
@@ -72,6 +73,7 @@ def test_published_development_case_across_processes(
     run = run_consumer(faulty.target, "--case", published["case_id"], *LAB)
     assert run.returncode == 0
     assert lab_view(run.result) == published["result"]
+    assert run.result["integrity"] == "none"
 
 
 @pytest.mark.parametrize("published", PUBLISHED["controlled_failures"], ids=lambda c: c["scenario"])
@@ -250,7 +252,9 @@ def test_a_paused_consumer_holds_the_producer_to_the_window(faulty: Producer) ->
         stream_id,
     )
     assert run.returncode == 0
-    assert run.result["stats"]["transport_fragments"] == 2154
+    # One byte per chunk: utf8-write's NDJSON wire is 2258 bytes (its done carries the digest).
+    wire_bytes = 2258
+    assert run.result["stats"]["transport_fragments"] == wire_bytes
     assert run.result["flow"]["reads_paused"] > 0
     sent = [
         (r["timestamp"], r["bytes_sent"])
@@ -260,7 +264,7 @@ def test_a_paused_consumer_holds_the_producer_to_the_window(faulty: Producer) ->
     applied = [
         (r["timestamp"], r["bytes_applied"]) for r in run.trace if r["event"] == "chunk_applied"
     ]
-    assert len(sent) == len(applied) == 2154
+    assert len(sent) == len(applied) == wire_bytes
     # Each 1-byte chunk costs this much HTTP/2 window: the gRPC message header and the Chunk.
     per_chunk = 5 + len(pb.Chunk(data=b"x").SerializeToString())
     # The window, the queue, the chunk the reader holds and the one being applied.

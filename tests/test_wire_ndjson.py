@@ -1,4 +1,8 @@
-"""The lab's NDJSON wire (encoding, sans-IO decoder, frame shape) and chunk plans."""
+"""The NDJSON wires (encoding, sans-IO decoder, frame shape) and chunk plans.
+
+The module's functions without ``digest=True`` are the lab's wire (``ndjson-lab``);
+the default ``ndjson`` wire differs only in its done, which carries the content digest.
+"""
 
 from __future__ import annotations
 
@@ -71,6 +75,7 @@ def lab_encode(obj: dict[str, Any]) -> bytes:
 
 
 LINES = [lab_encode(LAB_OBJECTS[frame.kind])[:-1] for frame in FRAMES]
+_D_LAB = '"sequence":4,"kind":"done","binding_sha256":"' + BINDING + '"'
 STREAM = b"".join(line + b"\n" for line in LINES)
 #: What NDJSON gives back: the lab's done carries no digest.
 DECODED = [CONTENT, ERROR, CANCEL, Frame(sequence=4, kind=FrameKind.DONE, binding_sha256=BINDING)]
@@ -151,13 +156,80 @@ def test_non_ascii_text_stays_unescaped() -> None:
     assert b"\\t\\\\ end" in encoded
 
 
-def test_encode_frames_and_codec_object() -> None:
+def test_encode_frames_and_lab_codec_object() -> None:
     assert ndjson.encode_frames(FRAMES) == STREAM
+    codec = codec_for(WireFormat.NDJSON_LAB)
+    assert isinstance(codec, NdjsonCodec)
+    assert codec.wire is WireFormat.NDJSON_LAB
+    assert codec.wire.integrity.value == "none"
+    assert [codec.encode_frame(frame) for frame in FRAMES] == [line + b"\n" for line in LINES]
+    assert [codec.parse_frame(line) for line in LINES] == DECODED
+
+
+# --- the default ndjson wire: done carries the content digest --------------------------------
+
+DIGEST_DONE = (
+    b'{"sequence":4,"kind":"done","binding_sha256":"' + BINDING.encode() + b'",'
+    b'"content_sha256":"' + DIGEST.encode() + b'","content_frames":3}\n'
+)
+
+
+def test_default_codec_differs_from_the_lab_only_in_done() -> None:
     codec = codec_for(WireFormat.NDJSON)
     assert isinstance(codec, NdjsonCodec)
     assert codec.wire is WireFormat.NDJSON
-    assert [codec.encode_frame(frame) for frame in FRAMES] == [line + b"\n" for line in LINES]
-    assert [codec.parse_frame(line) for line in LINES] == DECODED
+    assert codec.wire.integrity.value == "sha256"
+    assert [codec.encode_frame(frame) for frame in FRAMES] == [
+        *(line + b"\n" for line in LINES[:3]),
+        DIGEST_DONE,
+    ]
+    assert ndjson.encode_frame(DONE, digest=True) == DIGEST_DONE
+    assert list(json.loads(DIGEST_DONE)) == [
+        "sequence",
+        "kind",
+        "binding_sha256",
+        "content_sha256",
+        "content_frames",
+    ]
+    # Everything the wire gave comes back, the digest included.
+    assert [codec.parse_frame(codec.encode_frame(frame)[:-1]) for frame in FRAMES] == FRAMES
+
+
+def test_ndjson_codec_is_only_for_ndjson_wires() -> None:
+    with pytest.raises(ValueError, match="not an NDJSON wire"):
+        NdjsonCodec(WireFormat.LENGTH_PREFIXED)
+
+
+_GOOD_DIGEST = ',"content_sha256":"' + DIGEST + '","content_frames":3'
+DIGEST_REFUSALS = [
+    ("lab-done", "{" + _D_LAB + "}"),
+    ("only-sha256", "{" + _D_LAB + ',"content_sha256":"' + DIGEST + '"}'),
+    ("only-frames", "{" + _D_LAB + ',"content_frames":3}'),
+    ("extra-key", "{" + _D_LAB + _GOOD_DIGEST + ',"extra":1}'),
+    ("reason", "{" + _D_LAB + _GOOD_DIGEST + ',"reason":"r"}'),
+    ("sha256-null", "{" + _D_LAB + ',"content_sha256":null,"content_frames":3}'),
+    ("sha256-number", "{" + _D_LAB + ',"content_sha256":1,"content_frames":3}'),
+    ("frames-string", "{" + _D_LAB + ',"content_sha256":"' + DIGEST + '","content_frames":"3"}'),
+    ("frames-bool", "{" + _D_LAB + ',"content_sha256":"' + DIGEST + '","content_frames":true}'),
+    ("frames-float", "{" + _D_LAB + ',"content_sha256":"' + DIGEST + '","content_frames":3.0}'),
+    ("frames-null", "{" + _D_LAB + ',"content_sha256":"' + DIGEST + '","content_frames":null}'),
+]
+
+
+@pytest.mark.parametrize(
+    "payload", [payload for _, payload in DIGEST_REFUSALS], ids=[n for n, _ in DIGEST_REFUSALS]
+)
+def test_default_ndjson_done_requires_its_digest(payload: str) -> None:
+    with pytest.raises(ProtocolFailure) as info:
+        codec_for(WireFormat.NDJSON).parse_frame(payload.encode())
+    assert info.value.reason is Reason.INVALID_FRAME_SCHEMA
+
+
+def test_the_lab_wire_refuses_a_done_with_a_digest() -> None:
+    # The lab's consumer accepts exactly its keys; ndjson-lab stays byte-identical to it.
+    with pytest.raises(ProtocolFailure) as info:
+        codec_for(WireFormat.NDJSON_LAB).parse_frame(DIGEST_DONE[:-1])
+    assert info.value.reason is Reason.INVALID_FRAME_SCHEMA
 
 
 # --- the decoder fed whole, byte by byte, with trailing garbage ------------------------------

@@ -65,10 +65,11 @@ def reason_table() -> str:
 
 def fault_table() -> str:
     lines = [
-        "| fault | what the producer does | length-prefixed | NDJSON |",
+        "| fault | what the producer does | length-prefixed | NDJSON (and ndjson-lab) |",
         "|---|---|---|---|",
     ]
     for kind, outcomes in EXPECTED_OUTCOMES.items():
+        assert outcomes[WireFormat.NDJSON_LAB] == outcomes[WireFormat.NDJSON], kind
         cells = [
             f"{outcomes[wire].status.value} / `{outcomes[wire].reason}`"
             if outcomes[wire].reason

@@ -1,12 +1,21 @@
 """Wire formats: encoders and sans-IO decoders for length-prefixed frames and NDJSON."""
 
-from shared.wire.base import NEED_DATA, FrameDecoder, NeedData, WireCodec, WireFormat
+from shared.wire.base import (
+    DEFAULT_WIRES,
+    NEED_DATA,
+    FrameDecoder,
+    Integrity,
+    NeedData,
+    WireCodec,
+    WireFormat,
+)
 from shared.wire.lp import LengthPrefixedCodec
 from shared.wire.ndjson import NdjsonCodec
 
 _CODECS: dict[WireFormat, WireCodec] = {
     WireFormat.LENGTH_PREFIXED: LengthPrefixedCodec(),
-    WireFormat.NDJSON: NdjsonCodec(),
+    WireFormat.NDJSON: NdjsonCodec(WireFormat.NDJSON),
+    WireFormat.NDJSON_LAB: NdjsonCodec(WireFormat.NDJSON_LAB),
 }
 
 
@@ -14,4 +23,13 @@ def codec_for(wire: WireFormat) -> WireCodec:
     return _CODECS[wire]
 
 
-__all__ = ["NEED_DATA", "FrameDecoder", "NeedData", "WireCodec", "WireFormat", "codec_for"]
+__all__ = [
+    "DEFAULT_WIRES",
+    "NEED_DATA",
+    "FrameDecoder",
+    "Integrity",
+    "NeedData",
+    "WireCodec",
+    "WireFormat",
+    "codec_for",
+]

@@ -1,4 +1,4 @@
-"""What both wire formats share: the format names, the NEED_DATA sentinel, the codec shape."""
+"""What the wire formats share: the format names, the NEED_DATA sentinel, the codec shape."""
 
 from __future__ import annotations
 
@@ -8,9 +8,28 @@ from typing import Final, Protocol
 from shared.frames import Frame
 
 
+class Integrity(StrEnum):
+    """What a wire's ``done`` proves about the content it closes."""
+
+    #: done carries the SHA-256 of the content and the number of content frames; both required.
+    SHA256 = "sha256"
+    #: done carries nothing about the content (the lab's NDJSON).
+    NONE = "none"
+
+
 class WireFormat(StrEnum):
     LENGTH_PREFIXED = "lp"
     NDJSON = "ndjson"
+    #: The lab's NDJSON byte for byte, to reproduce its published results: no done digest.
+    NDJSON_LAB = "ndjson-lab"
+
+    @property
+    def integrity(self) -> Integrity:
+        return Integrity.NONE if self is WireFormat.NDJSON_LAB else Integrity.SHA256
+
+
+#: The wires to use: their done carries the content digest, and the consumer requires it.
+DEFAULT_WIRES: Final = (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
 
 
 class _NeedData(Enum):

@@ -1,7 +1,16 @@
-"""The lab's NDJSON wire: one compact JSON object per ``\\n``-terminated line.
+"""The NDJSON wires: one compact JSON object per ``\\n``-terminated line.
 
-Encoding is byte-identical to the lab's ``encode_frames``. Decoding follows
-the lab's ``StreamConsumer.feed`` check for check, on a ``bytearray``:
+Two wires share this module. ``ndjson-lab`` is the lab's wire byte for byte:
+its encoding is the lab's ``encode_frames``, and its ``done`` is
+``{"sequence":N,"kind":"done","binding_sha256":"…"}`` with nothing about the
+content. ``ndjson`` (a default wire) is the same with the end-of-stream
+integrity claim the length-prefixed wire carries: ``done`` is
+``{"sequence":N,"kind":"done","binding_sha256":"…","content_sha256":"…","content_frames":K}``
+and both keys are required. The module's functions speak the lab's wire unless
+called with ``digest=True``; ``codec_for(WireFormat.NDJSON)`` does so.
+
+Decoding follows the lab's ``StreamConsumer.feed`` check for check, on a
+``bytearray``:
 
 * every fragment is first run through an incremental UTF-8 decoder, so an
   invalid byte fails the whole fragment (``invalid_utf8``) before any line in
@@ -23,17 +32,23 @@ from typing import Any
 
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import Frame, FrameKind
-from shared.wire.base import NEED_DATA, NeedData, WireFormat
+from shared.frames import DoneDigest, Frame, FrameKind
+from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
 
 _CONTENT_KEYS = frozenset({"sequence", "kind", "binding_sha256", "text"})
-_DONE_KEYS = frozenset({"sequence", "kind", "binding_sha256"})
+_LAB_DONE_KEYS = frozenset({"sequence", "kind", "binding_sha256"})
+_DIGEST_KEYS = frozenset({"content_sha256", "content_frames"})
+_DONE_KEYS = _LAB_DONE_KEYS | _DIGEST_KEYS
 _STOP_KEYS = frozenset({"sequence", "kind", "binding_sha256", "reason"})
 _KINDS = ("content_delta", "done", "error", "cancel")
 
 
-def frame_object(frame: Frame) -> dict[str, Any]:
-    """The lab's frame dict, keys in the lab's order (no done digest: the lab has none)."""
+def frame_object(frame: Frame, *, digest: bool = False) -> dict[str, Any]:
+    """The lab's frame dict, keys in the lab's order; with ``digest``, done's claim after them.
+
+    A done frame without a ``done_digest`` is written without the digest keys
+    (the consumer of the ``ndjson`` wire refuses it).
+    """
     obj: dict[str, Any] = {
         "sequence": frame.sequence,
         "kind": frame.kind.value,
@@ -43,20 +58,29 @@ def frame_object(frame: Frame) -> dict[str, Any]:
         obj["text"] = frame.text
     elif frame.kind is not FrameKind.DONE:
         obj["reason"] = frame.reason
+    elif digest and frame.done_digest is not None:
+        obj["content_sha256"] = frame.done_digest.content_sha256
+        obj["content_frames"] = frame.done_digest.content_frames
     return obj
 
 
-def encode_frame(frame: Frame) -> bytes:
-    text = json.dumps(frame_object(frame), ensure_ascii=False, separators=(",", ":"))
+def encode_frame(frame: Frame, *, digest: bool = False) -> bytes:
+    text = json.dumps(frame_object(frame, digest=digest), ensure_ascii=False, separators=(",", ":"))
     return (text + "\n").encode("utf-8")
 
 
-def encode_frames(frames: list[Frame]) -> bytes:
-    return b"".join(encode_frame(frame) for frame in frames)
+def encode_frames(frames: list[Frame], *, digest: bool = False) -> bytes:
+    return b"".join(encode_frame(frame, digest=digest) for frame in frames)
 
 
-def parse_frame(payload: bytes) -> Frame:
-    """Shape checks of the lab's ``process``; sequence, binding and content are the consumer's."""
+def parse_frame(payload: bytes, *, digest: bool = False) -> Frame:
+    """Shape checks of the lab's ``process``; sequence, binding and content are the consumer's.
+
+    With ``digest``, done must carry exactly the lab's keys plus ``content_sha256``
+    (a string) and ``content_frames`` (an integer), else ``invalid_frame_schema``;
+    whether they match the content is the consumer's check, as in the
+    length-prefixed wire.
+    """
     try:
         obj = strict_json(payload.decode("utf-8"))
     except (ValueError, RecursionError) as error:
@@ -67,17 +91,24 @@ def parse_frame(payload: bytes) -> Frame:
     if kind == "content_delta":
         expected = _CONTENT_KEYS
     elif kind == "done":
-        expected = _DONE_KEYS
+        expected = _DONE_KEYS if digest else _LAB_DONE_KEYS
     else:
         expected = _STOP_KEYS
     if kind not in _KINDS or set(obj) != expected:
         raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "unexpected kind or keys")
+    done_digest = None
+    if kind == "done" and digest:
+        claimed_sha256, claimed_frames = obj["content_sha256"], obj["content_frames"]
+        if not isinstance(claimed_sha256, str) or type(claimed_frames) is not int:
+            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "done digest of the wrong type")
+        done_digest = DoneDigest(content_sha256=claimed_sha256, content_frames=claimed_frames)
     return Frame(
         sequence=obj["sequence"],
         kind=FrameKind(kind),
         binding_sha256=obj["binding_sha256"],
         text=obj.get("text"),
         reason=obj.get("reason"),
+        done_digest=done_digest,
     )
 
 
@@ -132,16 +163,22 @@ def corrupt_frame(encoded: bytes) -> bytes:
 
 
 class NdjsonCodec:
-    wire = WireFormat.NDJSON
+    """``ndjson`` (done carries the content digest) or ``ndjson-lab`` (the lab's, without)."""
+
+    def __init__(self, wire: WireFormat = WireFormat.NDJSON) -> None:
+        if wire not in (WireFormat.NDJSON, WireFormat.NDJSON_LAB):
+            raise ValueError(f"not an NDJSON wire: {wire}")
+        self.wire: WireFormat = wire
+        self._digest = wire.integrity is Integrity.SHA256
 
     def encode_frame(self, frame: Frame) -> bytes:
-        return encode_frame(frame)
+        return encode_frame(frame, digest=self._digest)
 
     def decoder(self, max_frame_bytes: int) -> NdjsonDecoder:
         return NdjsonDecoder(max_frame_bytes)
 
     def parse_frame(self, payload: bytes) -> Frame:
-        return parse_frame(payload)
+        return parse_frame(payload, digest=self._digest)
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         return corrupt_frame(encoded)
