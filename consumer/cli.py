@@ -28,13 +28,14 @@ from consumer.client import (
 )
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
+from consumer.traces import run_join
 from shared.digest import strict_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
-from shared.faults import Fault, FaultKind
-from shared.logs import LEVELS, configure_logging
+from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
+from shared.logs import LEVELS, LogFormat, configure_logging
 from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
-from shared.recording import DEFAULT_RECORDING_PATH, Recording
+from shared.recording import DEFAULT_RECORDING_PATH, DEVELOPMENT_CASES, Recording
 from shared.replay import replay
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -70,14 +71,26 @@ def _chunk_plan(text: str) -> ChunkPlan:
         ) from error
 
 
+HELP_FORMAT: dict[str, Any] = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
+
+
 def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> None:
-    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    parser.add_argument("--log-level", choices=LEVELS, default=level)
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
+    )
+    parser.add_argument("--log-level", choices=LEVELS, default=level, help="trace level")
 
 
 def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = True) -> None:
     """Flags shared by every command that consumes one stream."""
-    parser.add_argument("--case", required=case_required, help="development case id")
+    parser.add_argument(
+        "--case",
+        required=case_required,
+        help=f"development case id, one of: {', '.join(DEVELOPMENT_CASES)}",
+    )
     parser.add_argument(
         "--wire",
         choices=[wire.value for wire in WireFormat],
@@ -90,31 +103,65 @@ def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = T
     parser.add_argument(
         "--chunks",
         type=_chunk_plan,
-        default=ChunkPlan.parse("frame"),
-        help="transport chunking: frame | whole | N | a,b,c cycled (default: frame)",
-    )
-    parser.add_argument("--fault", choices=[kind.value for kind in FaultKind], default=None)
-    parser.add_argument(
-        "--fault-frame", type=_positive, default=None, help="frame K a fault targets"
+        default="frame",  # argparse parses a string default with `type`
+        help="transport chunking: frame | whole | N | a,b,c cycled",
     )
     parser.add_argument(
-        "--fault-bytes", type=_positive, default=None, help="bytes truncate-tail drops"
+        "--fault",
+        choices=[kind.value for kind in FaultKind],
+        default=None,
+        help="a controlled fault (the producer needs --allow-faults)",
+    )
+    parser.add_argument(
+        "--fault-frame", type=_positive, default=None, help="frame K a fault targets (unset: 3)"
+    )
+    parser.add_argument(
+        "--fault-bytes", type=_positive, default=None, help="bytes truncate-tail drops (unset: 3)"
+    )
+    parser.add_argument(
+        "--stall-ms",
+        type=_positive,
+        default=None,
+        help=f"how long --fault stall sends nothing (unset: {DEFAULT_STALL_MS})",
     )
     parser.add_argument(
         "--ignore-duplicates",
         action="store_true",
         help="drop an exact replay of an applied frame instead of refusing it",
     )
-    parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
-    parser.add_argument("--result", type=Path, default=None, help="write the result here")
     parser.add_argument(
-        "--stream-id", default=None, help="id that joins this stream's traces (default: random)"
+        "--recording",
+        type=Path,
+        default=DEFAULT_RECORDING_PATH,
+        help="the recording the binding is loaded from",
+    )
+    parser.add_argument(
+        "--result", type=Path, default=None, help="write the result here (unset: stdout)"
+    )
+    parser.add_argument(
+        "--stream-id",
+        default=None,
+        help="id that joins this stream's traces (unset: a random one)",
     )
     limits = Limits()
-    parser.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes)
-    parser.add_argument("--max-frame-bytes", type=_positive, default=limits.max_frame_bytes)
-    parser.add_argument("--max-content-chars", type=_positive, default=limits.max_content_chars)
-    parser.add_argument("--max-frames", type=_positive, default=limits.max_frames)
+    parser.add_argument(
+        "--max-stream-bytes",
+        type=_positive,
+        default=limits.max_stream_bytes,
+        help="bytes in one stream",
+    )
+    parser.add_argument(
+        "--max-frame-bytes", type=_positive, default=limits.max_frame_bytes, help="bytes in a frame"
+    )
+    parser.add_argument(
+        "--max-content-chars",
+        type=_positive,
+        default=limits.max_content_chars,
+        help="characters of assembled content",
+    )
+    parser.add_argument(
+        "--max-frames", type=_positive, default=limits.max_frames, help="frames in one stream"
+    )
     add_logging_flags(parser)
 
 
@@ -131,9 +178,16 @@ def fault_from(args: argparse.Namespace) -> Fault | None:
     if args.fault is None:
         if args.fault_frame is not None or args.fault_bytes is not None:
             raise ConfigurationError("--fault-frame and --fault-bytes need --fault")
+        if args.stall_ms is not None:
+            raise ConfigurationError("--stall-ms needs --fault stall")
         return None
+    if args.stall_ms is not None and args.fault != FaultKind.STALL.value:
+        raise ConfigurationError("--stall-ms needs --fault stall")
     return Fault(
-        kind=FaultKind(args.fault), target_frame=args.fault_frame, byte_count=args.fault_bytes
+        kind=FaultKind(args.fault),
+        target_frame=args.fault_frame,
+        byte_count=args.fault_bytes,
+        stall_ms=args.stall_ms,
     )
 
 
@@ -206,6 +260,7 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     try:
         binding, _ = load_binding(args)
     except RequestRefused as error:  # e.g. a case that is not on the development allowlist
+        structlog.get_logger().warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=args.wire)
         emit_result(result, args.result, out)
         return exit_code(result)
@@ -228,7 +283,7 @@ def _seconds(text: str) -> float:
 
 
 def add_network_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="127.0.0.1:50051", help="producer host:port")
+    parser.add_argument("--target", default="127.0.0.1:50051", help="producer HOST:PORT")
     parser.add_argument(
         "--queue-size", type=_positive, default=DEFAULT_QUEUE_SIZE, help="bounded chunk queue"
     )
@@ -297,7 +352,7 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
             logger=log,
         )
     except RequestRefused as error:
-        log.info("request_refused", reason=error.code, detail=error.detail)
+        log.warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=wire.value)
     log.info("stream_finished", status=result["status"], reason=result["reason"])
     emit_result(result, args.result, out)
@@ -308,15 +363,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m consumer",
         description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
-        "5 error, 6 invalid, 7 refused, 2 usage or configuration error.",
+        "5 error, 6 invalid, 7 refused, 2 usage or configuration error. "
+        f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",
+        **HELP_FORMAT,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     replay_parser = commands.add_parser(
-        "replay", help="frame a recorded case and consume it in this process"
+        "replay", help="frame a recorded case and consume it in this process", **HELP_FORMAT
     )
     add_stream_flags(replay_parser)
     stream_parser = commands.add_parser(
-        "stream", help="open a stream from a producer over gRPC and consume it"
+        "stream", help="open a stream from a producer over gRPC and consume it", **HELP_FORMAT
     )
     add_stream_flags(stream_parser, case_required=False)
     add_network_flags(stream_parser)
@@ -324,9 +381,29 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="start a producer, stream the cases and the fault catalogue through it, "
         "print a table, stop the producer",
+        description="Both traces are kept as JSON lines in the directory printed at the end: "
+        "producer.jsonl and consumer.jsonl (this process).",
+        **HELP_FORMAT,
     )
-    demo_parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
-    add_logging_flags(demo_parser, level="warning")
+    demo_parser.add_argument(
+        "--recording",
+        type=Path,
+        default=DEFAULT_RECORDING_PATH,
+        help="the recording the producer serves",
+    )
+    demo_parser.add_argument(
+        "--log-level", choices=LEVELS, default="info", help="level of both kept traces"
+    )
+    join_parser = commands.add_parser(
+        "join-traces",
+        help="merge JSON-lines traces (both sides) in time order, one stream or all",
+        **HELP_FORMAT,
+    )
+    join_parser.add_argument(
+        "paths", type=Path, nargs="+", help="trace files, or directories of *.jsonl files"
+    )
+    join_parser.add_argument("--stream-id", default=None, help="only this stream's records")
+    join_parser.add_argument("--event", default=None, help="only records of this event")
     return parser
 
 
@@ -334,7 +411,18 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging("consumer", log_format=args.log_format, level=args.log_level)
+    if args.command == "join-traces":
+        try:
+            skipped = run_join(args.paths, args.stream_id, args.event, out)
+        except OSError as error:
+            print(f"consumer: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        if skipped:
+            print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
+        return 0
+    # The demo keeps its own trace in a file (consumer.jsonl): nothing on stderr but errors.
+    log_format: LogFormat = "json" if args.command == "demo" else args.log_format
+    configure_logging("consumer", log_format=log_format, level=args.log_level)
     try:
         if args.command == "replay":
             return run_replay(args, out)

@@ -3,8 +3,10 @@
 Starts ``python -m producer --port 0 --allow-faults`` as a child process, streams
 every development case and every fault over gRPC (wire, chunking and timeouts
 as listed), prints one table of what was accepted and what was refused, and
-stops the producer (SIGTERM to its pid). Both traces are kept in a directory
-whose path is printed at the end.
+stops the producer (SIGTERM to its pid). Both traces are kept as JSON lines in
+a directory whose path is printed at the end: ``producer.jsonl`` (the child's
+stderr) and ``consumer.jsonl`` (this process). Each row's stream id is in the
+table, and the command that joins both sides of one stream is printed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,12 +27,15 @@ from typing import Any, TextIO
 from consumer.client import StreamOptions, stream_reply
 from shared.errors import ConfigurationError
 from shared.faults import Fault, FaultKind
+from shared.logs import configure_logging
 from shared.recording import Recording
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
 FAULT_CASE = "replace-file"
-COLUMNS = ("run", "wire", "status", "reason", "frames", "bytes", "accepted")
+COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "accepted")
+#: The row whose joined trace the demo suggests looking at.
+SHOWN_RUN = f"{FAULT_CASE} + {FaultKind.TRUNCATE_TAIL}"
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 LAB_PLAN = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
@@ -86,22 +90,28 @@ def binding_for(run: DemoRun, recording: Recording) -> dict[str, Any]:
     return {**recording.case(run.case_id).binding, **run.binding_edit}
 
 
-async def stream(run: DemoRun, recording: Recording, target: str) -> dict[str, Any]:
+def stream_id_of(index: int) -> str:
+    """Stable ids (one producer per demo, so they are unique within its traces)."""
+    return f"demo-{index:02d}"
+
+
+async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> dict[str, Any]:
     return await stream_reply(
         StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0),
         case_id=run.case_id,
         binding=binding_for(run, recording),
         wire=run.wire,
         plan=run.plan,
-        stream_id=f"demo-{uuid.uuid4().hex[:12]}",
+        stream_id=stream_id,
         fault=run.fault,
         ignore_duplicates=run.ignore_duplicates,
     )
 
 
-def row(run: DemoRun, result: dict[str, Any]) -> tuple[str, ...]:
+def row(run: DemoRun, stream_id: str, result: dict[str, Any]) -> tuple[str, ...]:
     return (
         run.label,
+        stream_id,
         run.wire.value,
         result["status"],
         result["reason"] or "-",
@@ -121,10 +131,12 @@ def render(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def start_producer(trace: Path, recording_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_producer(
+    trace: Path, recording_path: Path, log_level: str = "info"
+) -> tuple[subprocess.Popen[bytes], int]:
     command = [
         sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
-        "--recording", str(recording_path), "--log-format", "json",
+        "--recording", str(recording_path), "--log-format", "json", "--log-level", log_level,
     ]  # fmt: skip
     with trace.open("w") as trace_file:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)
@@ -178,19 +190,33 @@ def stop_producer(process: subprocess.Popen[bytes]) -> None:
 def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     recording = Recording.load_or_explain(args.recording)
     traces = Path(tempfile.mkdtemp(prefix="replywire-demo-"))
-    producer, port = start_producer(traces / "producer.jsonl", args.recording)
+    producer, port = start_producer(traces / "producer.jsonl", args.recording, args.log_level)
     target = f"127.0.0.1:{port}"
     out.write(f"replywire demo: producer pid {producer.pid} on {target} (faults allowed)\n")
     out.write(f"chunks cut {','.join(map(str, LAB_PATTERN))} unless a fault says otherwise\n\n")
     out.flush()
     rows = []
+    shown = None
     try:
-        for run in demo_runs(recording):
-            rows.append(row(run, asyncio.run(stream(run, recording, target))))
+        with (traces / "consumer.jsonl").open("w", encoding="utf-8") as consumer_trace:
+            configure_logging(
+                "consumer", log_format="json", level=args.log_level, stream=consumer_trace
+            )
+            for index, run in enumerate(demo_runs(recording), start=1):
+                stream_id = stream_id_of(index)
+                shown = stream_id if run.label == SHOWN_RUN else shown
+                rows.append(
+                    row(run, stream_id, asyncio.run(stream(run, recording, target, stream_id)))
+                )
     finally:
         stop_producer(producer)
     out.write(render(rows))
     accepted = sum(1 for line in rows if line[-1] == "yes")
     out.write(f"\n{accepted} accepted, {len(rows) - accepted} refused or not accepted.\n")
-    out.write(f"producer stopped. Traces: {traces}/producer.jsonl (producer), stderr (consumer)\n")
+    out.write(
+        f"producer stopped. Traces (JSON lines): {traces}/producer.jsonl (producer), "
+        f"{traces}/consumer.jsonl (consumer)\n"
+        f"Both sides of one stream in time order ({SHOWN_RUN}):\n"
+        f"  .venv/bin/python -m consumer join-traces {traces} --stream-id {shown}\n"
+    )
     return 0

@@ -19,6 +19,7 @@ from typing import Final
 import structlog
 
 from producer.capture import RunCapture
+from producer.files import write_atomically
 from producer.ledger import BudgetLedger, Rates
 from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server, stop_server
 from producer.sources import Source
@@ -64,16 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m producer",
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
         "Each flag may also be set as REPLYWIRE_<FLAG> (e.g. REPLYWIRE_PORT=0).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--host", default=env("HOST", "127.0.0.1"))
+    parser.add_argument("--host", default=env("HOST", "127.0.0.1"), help="address to listen on")
     parser.add_argument(
         "--port", type=port_number, default=env("PORT", "50051"), help="0 picks a free port"
     )
     parser.add_argument(
-        "--source", choices=("recording", "gemini"), default=env("SOURCE", "recording")
+        "--source",
+        choices=("recording", "gemini"),
+        default=env("SOURCE", "recording"),
+        help="where replies come from",
     )
     parser.add_argument(
-        "--recording", type=Path, default=Path(env("RECORDING", str(DEFAULT_RECORDING_PATH)))
+        "--recording",
+        type=Path,
+        default=Path(env("RECORDING", str(DEFAULT_RECORDING_PATH))),
+        help="the hashed recording the replies and bindings come from",
     )
     parser.add_argument(
         "--recording-sha256",
@@ -81,23 +89,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="the pinned SHA-256 of --recording (a converted capture pins its own)",
     )
     gemini = parser.add_argument_group("gemini source (needs GEMINI_API_KEY)")
-    gemini.add_argument("--model", default=env("MODEL", DEFAULT_MODEL))
-    gemini.add_argument("--gemini-base-url", default=env("GEMINI_BASE_URL", DEFAULT_BASE_URL))
+    gemini.add_argument("--model", default=env("MODEL", DEFAULT_MODEL), help="the model in the URL")
+    gemini.add_argument(
+        "--gemini-base-url",
+        default=env("GEMINI_BASE_URL", DEFAULT_BASE_URL),
+        help="where the API is (e.g. the fake server: python -m tests.fake_gemini)",
+    )
     gemini.add_argument(
         "--max-output-tokens",
         type=int,
         default=env("MAX_OUTPUT_TOKENS", str(DEFAULT_MAX_OUTPUT_TOKENS)),
+        help="sent as maxOutputTokens; the worst case the ledger reserves",
     )
     gemini.add_argument(
         "--ledger", type=Path, default=Path(env("LEDGER", "runs/gemini-ledger.json")),
         help="budget ledger shared by every producer that spends on this key",
     )  # fmt: skip
-    gemini.add_argument("--budget-usd", type=float, default=env("BUDGET_USD", "0.10"))
     gemini.add_argument(
-        "--input-usd-per-mtok", type=float, default=env("INPUT_USD_PER_MTOK", "0.25")
+        "--budget-usd",
+        type=float,
+        default=env("BUDGET_USD", "0.10"),
+        help="a reservation that would take the ledger past this is refused",
     )
     gemini.add_argument(
-        "--output-usd-per-mtok", type=float, default=env("OUTPUT_USD_PER_MTOK", "1.50")
+        "--input-usd-per-mtok",
+        type=float,
+        default=env("INPUT_USD_PER_MTOK", "0.25"),
+        help="input rate the ledger charges",
+    )
+    gemini.add_argument(
+        "--output-usd-per-mtok",
+        type=float,
+        default=env("OUTPUT_USD_PER_MTOK", "1.50"),
+        help="output rate the ledger charges",
     )
     gemini.add_argument(
         "--record", type=Path, default=None, help="capture every live call into this new directory"
@@ -106,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-faults",
         action="store_true",
         default=env("ALLOW_FAULTS", "").lower() in TRUE_WORDS,
-        help="serve controlled fault requests (off by default)",
+        help="serve controlled fault requests",
     )
     parser.add_argument(
         "--max-connection-age-s",
@@ -122,10 +146,30 @@ def build_parser() -> argparse.ArgumentParser:
         "(a second signal ends the grace at once)",
     )
     parser.add_argument(
-        "--log-format", choices=("auto", "json", "console"), default=env("LOG_FORMAT", "auto")
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default=env("LOG_FORMAT", "auto"),
+        help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
     )
-    parser.add_argument("--log-level", choices=LEVELS, default=env("LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=env("LOG_LEVEL", "info"),
+        help="debug adds one record per chunk sent",
+    )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        default=Path(env("READY_FILE", "")) if env("READY_FILE", "") else None,
+        help="once listening, write HOST:PORT to this file (atomically): a script waits for it",
+    )
     return parser
+
+
+def announce_ready(path: Path | None, address: str) -> None:
+    """Write ``HOST:PORT`` to the ready file, all at once: a reader never sees half of it."""
+    if path is not None:
+        write_atomically(path, address.encode())
 
 
 def make_source(args: argparse.Namespace, recording: Recording) -> Source:
@@ -188,6 +232,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     print(f"listening on {args.host}:{port}", flush=True)
+    announce_ready(args.ready_file, f"{args.host}:{port}")
     await stop.wait()
     log.info("producer_stopping", grace_s=args.shutdown_grace_s, open_streams=servicer.open_streams)
     await stop_server(server, servicer, args.shutdown_grace_s, stop_now)
@@ -203,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.max_connection_age_s > 0:
         parser.error("--max-connection-age-s must be > 0")
     configure_logging("producer", log_format=args.log_format, level=args.log_level)
+    if args.ready_file is not None:  # a stale file must not announce this producer early
+        args.ready_file.unlink(missing_ok=True)
     try:
         recording = Recording.load_or_explain(args.recording, expected_sha256=args.recording_sha256)
         return asyncio.run(serve(args, recording))

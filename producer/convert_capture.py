@@ -3,8 +3,11 @@
     python -m producer.convert_capture RUN_DIR OUT_DIR
 
 Reads RUN_DIR/manifest.json and, for every development case whose call
-finished with STOP, re-parses the raw SSE bytes it captured (the strict parser,
-the lab's adapter) into the provider's text events. Writes OUT_DIR/recording.json
+finished with STOP, re-parses the raw SSE bytes it captured into the provider's
+text events, with the live source's own loop (``shared.gemini.ProviderStream``:
+the strict parser, the lab's adapter). A run in which no development case
+finished with STOP is refused (exit 2): there would be nothing to replay.
+Writes OUT_DIR/recording.json
 in the recording layout (the case's verified trace events from the base
 recording, the reply as the joined text, and ``metadata.provider.events`` so the
 recording source replays the provider's own event boundaries) and
@@ -25,37 +28,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.digest import strict_json
 from shared.errors import ReplywireError
-from shared.gemini import ProviderFrames
+from shared.gemini import frames_from_sse
+from shared.logs import configure_logging
 from shared.recording import DEFAULT_RECORDING_PATH, Recording
-from shared.sse import SseParser
-from shared.wire import NEED_DATA
 
 FORMAT = "replywire-recording/1"
+
+
+class NothingToConvert(ValueError):
+    """No development case of the run finished with STOP: there is no reply to replay."""
 
 
 def provider_texts(
     raw: bytes, binding_sha256: str
 ) -> tuple[list[str], str | None, dict[str, int] | None]:
-    parser = SseParser()
-    adapter = ProviderFrames(binding_sha256)
-    parser.receive_data(raw)
-    events = []
-    while (event := parser.next_event()) is not NEED_DATA:
-        events.append(event)
-    last = parser.end_of_input()
-    if last is not None:
-        events.append(last)
-    for event in events:
-        adapter.event(strict_json(event.data))
-    return adapter.texts, adapter.finish_reason, adapter.usage
+    """The captured body through the live source's own loop (``shared.gemini.frames_from_sse``)."""
+    _, stream = frames_from_sse([raw], binding_sha256)
+    adapter = stream.adapter
+    # An event after the finish ended the live RPC: that call is not a reply either.
+    finish = adapter.finish_reason if stream.abort is None else None
+    return adapter.texts, finish, adapter.usage
 
 
 def convert(run_dir: Path, out_dir: Path, base: Recording) -> dict[str, Any]:
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     responses: dict[str, Any] = {}
     cases = []
+    skipped: list[str] = []
     for call in manifest["calls"]:
         case_id = call["case_id"]
         if case_id not in base.case_ids or case_id in responses:
@@ -65,6 +65,7 @@ def convert(run_dir: Path, out_dir: Path, base: Recording) -> dict[str, Any]:
         case = base.case(case_id)
         texts, finish, usage = provider_texts(raw, case.binding_sha256)
         if finish != "STOP" or not texts:
+            skipped.append(f"{case_id} ({call['file']}): finish {finish or 'never reported'}")
             continue
         base_entry = base.raw_entry(case_id)
         responses[case_id] = [
@@ -87,6 +88,12 @@ def convert(run_dir: Path, out_dir: Path, base: Recording) -> dict[str, Any]:
             }
         ]
         cases.append({"case_id": case_id, "provider_events": len(texts), "file": call["file"]})
+    if not cases:
+        # A recording with no case would convert "successfully" and then refuse every replay.
+        raise NothingToConvert(
+            f"no development case in {run_dir} finished with STOP, nothing to replay"
+            + (f": {'; '.join(skipped)}" if skipped else " (no development case was captured)")
+        )
     document = {
         "format": FORMAT,
         "provenance": f"Converted from the captured live run {run_dir.name} ({manifest['model']}).",
@@ -111,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
     args = parser.parse_args(argv)
+    # The provider's protocol warnings go to stderr; stdout is the summary.
+    configure_logging("producer", log_format="json", level="warning")
     if args.out_dir.exists():
         print(f"convert_capture: refusing to overwrite {args.out_dir}", file=sys.stderr)
         return 2

@@ -16,16 +16,28 @@ the stream ends when the body ends. ``ProviderFrames`` is the lab's
 
 Usage (``usageMetadata``) is taken once per call, from the last event that
 carries it.
+
+``ProviderStream`` is the one loop from the provider's SSE body to frames (the
+strict SSE parser, strict JSON per event, the adapter), used both by the live
+source as bytes arrive and by ``producer.convert_capture`` on captured bytes,
+so a capture converts to exactly the frames its live stream produced. A
+malformed SSE line or an event that is not strict JSON is an ``error`` terminal
+``provider_invalid_event``; an event after the finish sets ``abort``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+import structlog
+
+from shared.digest import strict_json
 from shared.errors import Reason, ReplywireError
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
+from shared.sse import SseError, SseParser
+from shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"
 DEFAULT_BASE_URL: Final = "https://generativelanguage.googleapis.com"
@@ -190,3 +202,88 @@ class ProviderFrames:
             return []
         self.finish_reason = "ERROR"
         return [self._frame(FrameKind.ERROR, reason=reason.value)]
+
+
+@dataclass
+class ProviderStream:
+    """The provider's SSE body in, application frames out: one loop, live and from a capture.
+
+    Sans-IO: ``receive_data(bytes)`` as the body arrives, then ``end_of_input()``
+    (or ``failure(reason)`` if the connection broke). Each returns the frames
+    it completed. After a protocol failure ``closed`` is set and the caller
+    stops reading; ``abort`` names an event after the finish, which no frame
+    may follow (the live source ends the RPC with it).
+    """
+
+    binding_sha256: str
+    logger: structlog.typing.FilteringBoundLogger | None = None
+    abort: str | None = field(default=None, init=False)
+    closed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.parser = SseParser()
+        self.adapter = ProviderFrames(self.binding_sha256)
+        self._log = self.logger or structlog.get_logger()
+
+    def receive_data(self, data: bytes) -> list[Frame]:
+        if self.closed:
+            return []
+        self.parser.receive_data(data)
+        return self._drain(final=False)
+
+    def end_of_input(self) -> list[Frame]:
+        """The body ended: an event without its blank line still counts (it is logged)."""
+        if self.closed:
+            return []
+        frames = self._drain(final=True)
+        self.closed = True
+        return frames
+
+    def failure(self, reason: Reason) -> list[Frame]:
+        """The body broke off (e.g. ``provider_connection_lost``)."""
+        self.closed = True
+        return self.adapter.failure(reason)
+
+    def _drain(self, *, final: bool) -> list[Frame]:
+        frames: list[Frame] = []
+        try:
+            while (event := self.parser.next_event()) is not NEED_DATA:
+                frames += self._event(event.data)
+            if final and (last := self.parser.end_of_input()) is not None:
+                self._log.warning("provider_event_unterminated")
+                frames += self._event(last.data)
+        except ProviderError as error:
+            # Already finished: no frame may follow the terminal.
+            self._log.warning("provider_protocol_error", reason=error.code)
+            self.abort, self.closed = error.code, True
+        except SseError as error:
+            self._log.warning("provider_sse_error", reason=error.code, detail=error.detail)
+            frames += self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)
+            self.closed = True
+        return frames
+
+    def _event(self, data: str) -> list[Frame]:
+        try:
+            event = strict_json(data)
+        except (ValueError, RecursionError):
+            self._log.warning("provider_invalid_event", size=len(data))
+            if self.adapter.finished:
+                raise ProviderError(Reason.PROVIDER_EVENT_AFTER_FINISH) from None
+            return self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)
+        return self.adapter.event(event)
+
+
+def frames_from_sse(
+    body: Iterable[bytes],
+    binding_sha256: str,
+    *,
+    logger: structlog.typing.FilteringBoundLogger | None = None,
+) -> tuple[list[Frame], ProviderStream]:
+    """A whole captured body (in any cuts) to its frames, and the stream's final state."""
+    stream = ProviderStream(binding_sha256, logger)
+    frames: list[Frame] = []
+    for data in body:
+        frames += stream.receive_data(data)
+        if stream.closed:
+            break
+    return frames + stream.end_of_input(), stream

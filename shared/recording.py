@@ -171,7 +171,10 @@ class Recording:
 
     def case(self, case_id: object) -> BoundCase:
         if not isinstance(case_id, str) or case_id not in self._cases:
-            raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, repr(case_id)[:80])
+            raise RequestRefused(
+                Reason.DEVELOPMENT_CASE_REQUIRED,
+                f"unknown case {repr(case_id)[:80]}; known: {', '.join(self._cases)}",
+            )
         return self._cases[case_id]
 
     def bind_request(self, case_id: object, supplied: object) -> BoundCase:

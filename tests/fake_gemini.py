@@ -13,8 +13,9 @@ Use in-process::
     fake.log[-1]["client_disconnected"]
     await fake.stop()
 
-or as a process: ``python -m tests.fake_gemini --port 0 [--api-key KEY]`` prints
-``listening on 127.0.0.1:PORT`` (flushed), serves until SIGTERM/SIGINT and
+or as a process: ``python -m tests.fake_gemini --port 0 [--api-key KEY] [--ready-file F]``
+prints ``listening on 127.0.0.1:PORT`` (flushed; and writes ``HOST:PORT`` to the
+ready file, atomically), serves until SIGTERM/SIGINT and
 answers ``GET /_fake/log`` with :attr:`FakeGemini.log` as JSON.
 
 Scripts are chosen by the model name in the path (see :data:`SCRIPTS`):
@@ -124,6 +125,8 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from producer.files import write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED_RECORD = ROOT / "fixtures" / "published-lab-record.json"
@@ -998,6 +1001,8 @@ async def _serve(args: argparse.Namespace) -> int:
     fake = FakeGemini(api_key=args.api_key, google_auth_errors=args.google_auth_errors)
     port = await fake.start(args.host, args.port)
     print(f"listening on {args.host}:{port}", flush=True)
+    if args.ready_file is not None:
+        write_atomically(args.ready_file, f"{args.host}:{port}".encode())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -1011,11 +1016,22 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fake_gemini", description="A fake Gemini streaming server."
+        prog="python -m tests.fake_gemini",
+        description="A fake Gemini streaming server on loopback: try the gemini source, "
+        "--record and record-to-replay without a key (point --gemini-base-url at it).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--api-key", default="test-key")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--api-key", default="test-key", help="the key it accepts (GEMINI_API_KEY of the producer)"
+    )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        default=None,
+        help="once listening, write HOST:PORT to this file (atomically)",
+    )
     parser.add_argument(
         "--google-auth-errors",
         action="store_true",

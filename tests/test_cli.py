@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,12 @@ import pytest
 
 from consumer.demo import demo_runs
 from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.recording import Recording
+from shared.recording import DEVELOPMENT_CASES, Recording
 from shared.wire import DEFAULT_WIRES, WireFormat
+from tools.docs import demo_block
 
 ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 EXIT = {"complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6, "refused": 7}
 
 
@@ -146,9 +149,19 @@ def test_a_tampered_recording_is_a_configuration_error(tmp_path: Path) -> None:
     assert missing.returncode == 2
 
 
-def test_demo_prints_the_table() -> None:
-    run = consumer("demo")
+def test_demo_prints_the_table(tmp_path: Path) -> None:
+    """`make demo` as the README shows it: its output is the README's sample, both traces kept."""
+    run = subprocess.run(
+        ["make", "--no-print-directory", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the demo's trace directory lands here
+    )
     assert run.returncode == 0, run.stderr
+    assert run.stderr == "", "the demo's consumer trace goes to consumer.jsonl, not stderr"
     lines = run.stdout.splitlines()
     assert any(
         line.startswith("replace-file + truncate-tail") and "truncated_frame" in line
@@ -157,7 +170,73 @@ def test_demo_prints_the_table() -> None:
     assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 9
     assert any(line.startswith("replace-file + stall") and "idle_timeout" in line for line in lines)
     assert "9 accepted, 13 refused or not accepted." in run.stdout
-    assert "producer stopped." in run.stdout
+    # The README's sample is this output, with the pid, port and directory fixed.
+    assert demo_block(run.stdout) in README, (
+        "regenerate: python -m tools.docs --update README.md --run"
+    )
+    # Both traces, JSON lines at info, every row's stream id on both sides.
+    (traces,) = tmp_path.glob("replywire-demo-*")
+    stream_ids = [line.split()[line.split().index("lp") - 1] for line in lines if " lp " in line]
+    stream_ids += [
+        line.split()[line.split().index("ndjson") - 1] for line in lines if " ndjson " in line
+    ]
+    assert sorted(stream_ids) == [f"demo-{n:02d}" for n in range(1, 23)]
+    for side in ("producer", "consumer"):
+        records = [json.loads(line) for line in (traces / f"{side}.jsonl").read_text().splitlines()]
+        assert {r["side"] for r in records} == {side}
+        assert {r["stream_id"] for r in records} >= set(stream_ids)
+    # The printed join command, run as printed (from the repository's root).
+    (join,) = [line.strip() for line in lines if "join-traces" in line]
+    assert join == f".venv/bin/python -m consumer join-traces {traces} --stream-id demo-13"
+    joined = subprocess.run(
+        join, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    records = [json.loads(line) for line in joined.stdout.splitlines()]
+    assert {r["stream_id"] for r in records} == {"demo-13"}
+    assert [r["timestamp"] for r in records] == sorted(r["timestamp"] for r in records)
+    ends = [
+        (r["side"], r["to_state"]) for r in records if r.get("to_state") in ("completed", "invalid")
+    ]
+    assert sorted(ends) == [("consumer", "invalid"), ("producer", "completed")]
+
+
+def test_help_shows_the_defaults_and_the_case_ids() -> None:
+    stream_help = consumer("stream", "--help")
+    assert stream_help.returncode == 0
+    text = " ".join(stream_help.stdout.split())  # argparse wraps lines
+    assert f"one of: {', '.join(DEVELOPMENT_CASES)}" in text
+    for shown in ("(default: 127.0.0.1:50051)", "(default: 120.0)", "(default: 300.0)"):
+        assert shown in text
+    assert "--stall-ms" in text
+    producer_help = subprocess.run(
+        [sys.executable, "-m", "producer", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    text = " ".join(producer_help.stdout.split())
+    for shown in ("(default: 50051)", "(default: 127.0.0.1)", "(default: 300.0)", "--ready-file"):
+        assert shown in text
+
+
+@pytest.mark.parametrize("command", ["replay", "stream"])
+def test_an_unknown_case_names_the_known_ones(command: str) -> None:
+    run = consumer(command, "--case", "replace-fil", "--log-format", "json")
+    assert run.returncode == 7
+    result = json.loads(run.stdout)
+    assert (result["status"], result["reason"]) == ("refused", "development_case_required")
+    message = "unknown case 'replace-fil'; known: " + ", ".join(DEVELOPMENT_CASES)
+    assert result["detail"] == message
+    assert [r["detail"] for r in trace(run.stderr) if r["event"] == "request_refused"] == [message]
+
+
+def test_stall_ms_needs_the_stall_fault() -> None:
+    for args in (["--stall-ms", "10"], ["--fault", "omit", "--stall-ms", "10"]):
+        run = consumer("replay", "--case", "replace-file", *args)
+        assert run.returncode == 2
+        assert "--stall-ms needs --fault stall" in run.stderr
 
 
 def test_the_demo_streams_the_default_wires_only() -> None:

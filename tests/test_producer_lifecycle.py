@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.demo import demo_runs, stop_process, stream
+from consumer.demo import demo_runs, stop_process, stream, stream_id_of
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from shared.logs import configure_logging
@@ -85,8 +85,9 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
     configure_logging("consumer", log_format="json", level="info", stream=consumer_trace)
     results: list[dict[str, Any]] = []
     with producer(tmp_path, "--allow-faults") as p:
-        for run in demo_runs(recording):
-            results.append(asyncio.run(stream(run, recording, p.target)))
+        for index, run in enumerate(demo_runs(recording), start=1):
+            stream_id = stream_id_of(index)
+            results.append(asyncio.run(stream(run, recording, p.target, stream_id)))
         stop_process(p.process)
         assert p.process.returncode == 0
         producer_trace = p.trace()

@@ -441,3 +441,41 @@ def test_ctrl_c_cancels_and_keeps_the_partial_content(
     assert result["provisional_content"] == recording.case("replace-file").content[:39]
     assert result["accepted_answer"] is None
     wait_for(lambda: ("stalled", "cancelled_by_consumer") in faulty.states(stream_id))
+
+
+# --- 10. scripts: the ready file, a stall the consumer gives up on --------------------------
+
+
+def test_the_ready_file_holds_the_listening_address(tmp_path: Path) -> None:
+    flag_file, env_file = tmp_path / "flag.ready", tmp_path / "env.ready"
+    flag_file.write_text("stale")  # a file left from an earlier run must not announce this one
+    with producer(tmp_path, "--ready-file", str(flag_file), name="by-flag") as by_flag:
+        wait_for(lambda: flag_file.read_text() != "stale" if flag_file.exists() else False)
+        assert flag_file.read_text() == by_flag.target
+        assert run_consumer(flag_file.read_text(), "--case", "replace-file").returncode == 0
+    with producer(tmp_path, name="by-env", env={"REPLYWIRE_READY_FILE": str(env_file)}) as by_env:
+        wait_for(env_file.exists)
+        assert env_file.read_text() == by_env.target
+    assert not list(tmp_path.glob(".*.tmp")), "the atomic write left a temporary file"
+
+
+@pytest.mark.parametrize(
+    ("stall_ms", "idle_timeout_s", "status", "reason"),
+    [("3000", "1", "incomplete", "idle_timeout"), ("200", "10", "complete", None)],
+)
+def test_stall_ms_sets_the_length_of_the_stall(
+    faulty: Producer, stall_ms: str, idle_timeout_s: str, status: str, reason: str | None
+) -> None:
+    run = run_consumer(
+        faulty.target,
+        "--case",
+        "replace-file",
+        "--fault",
+        "stall",
+        "--stall-ms",
+        stall_ms,
+        "--idle-timeout-s",
+        idle_timeout_s,
+    )
+    assert (run.result["status"], run.result["reason"]) == (status, reason)
+    assert run.returncode == (0 if status == "complete" else 3)

@@ -1,12 +1,20 @@
 """Documentation generated from the code's own tables (the README embeds these verbatim).
 
-python -m tools.docs    # prints the state diagram and the reason-code table
+python -m tools.docs                          # prints the diagrams and tables
+python -m tools.docs --update README.md       # rewrites the README's generated sections
+python -m tools.docs --update README.md --run # also the sample output, from a real `make demo` run
+
+Sample output comes from a real run with its varying values (pid, port, temporary
+directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
 
@@ -80,6 +88,42 @@ def fault_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The values a demo run varies in, as the README shows them.
+DEMO_PID, DEMO_PORT, DEMO_DIR = "48213", "41927", "/tmp/replywire-demo-ucbfiika"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def normalize_demo(text: str) -> str:
+    """A demo run's output with its pid, port and temporary directory fixed."""
+    text = re.sub(
+        r"producer pid \d+ on 127\.0\.0\.1:\d+",
+        f"producer pid {DEMO_PID} on 127.0.0.1:{DEMO_PORT}",
+        text,
+    )
+    return re.sub(r"\S*/replywire-demo-[A-Za-z0-9_]+", DEMO_DIR, text)
+
+
+def demo_block(output: str) -> str:
+    """The README's ``make demo`` sample: a console block of the normalized output."""
+    return "```console\n$ make demo\n" + normalize_demo(output) + "```\n"
+
+
+def demo_output() -> str:
+    """Run the demo (a real producer process) and render its sample."""
+    run = subprocess.run(
+        [sys.executable, "-m", "consumer", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return demo_block(run.stdout)
+
+
+#: Sections rendered from a real run: slow, so only with --run (and checked by their tests).
+RUN_SECTIONS: dict[str, Callable[[], str]] = {"demo-output": demo_output}
+
 SECTIONS = {
     "state-diagram": state_diagram,
     "producer-diagram": producer_diagram,
@@ -89,9 +133,9 @@ SECTIONS = {
 }
 
 
-def update(text: str) -> str:
+def update(text: str, sections: dict[str, Callable[[], str]] | None = None) -> str:
     """Rewrite every ``<!-- generated:NAME -->`` section of ``text``."""
-    for name, render in SECTIONS.items():
+    for name, render in (SECTIONS if sections is None else sections).items():
         start, end = f"<!-- generated:{name} -->\n", f"<!-- /generated:{name} -->"
         head, _, rest = text.partition(start)
         _, _, tail = rest.partition(end)
@@ -102,9 +146,14 @@ def update(text: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description="print or update the generated documentation")
     parser.add_argument("--update", type=Path, help="rewrite the generated sections of this file")
+    parser.add_argument(
+        "--run", action="store_true", help="also the sample output of real runs (make demo)"
+    )
     args = parser.parse_args()
     if args.update:
-        args.update.write_text(update(args.update.read_text(encoding="utf-8")), encoding="utf-8")
+        sections = {**SECTIONS, **RUN_SECTIONS} if args.run else SECTIONS
+        text = update(args.update.read_text(encoding="utf-8"), sections)
+        args.update.write_text(text, encoding="utf-8")
         return
     for render in SECTIONS.values():
         print(render())

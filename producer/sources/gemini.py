@@ -28,19 +28,12 @@ from producer.states import ProducerStream
 from shared.digest import digest, strict_json
 from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
-from shared.gemini import (
-    DEFAULT_BASE_URL,
-    DEFAULT_MODEL,
-    ProviderError,
-    ProviderFrames,
-    request_body,
-)
+from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MODEL, ProviderStream, request_body
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
-from shared.sse import SseError, SseParser
-from shared.wire import NEED_DATA, codec_for
+from shared.wire import codec_for
 from shared.wire.chunking import Chunker
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
@@ -94,7 +87,9 @@ class GeminiPlan:
         self.checked = checked
         self.call_id = call_id
         self.capture = capture
-        self.adapter = ProviderFrames(digest(binding))
+        # The one events -> frames loop, shared with producer.convert_capture.
+        self.provider = ProviderStream(digest(binding), log)
+        self.adapter = self.provider.adapter
         self.abort_details: str | None = None
         self.body_ended = False
         self._log = log
@@ -109,51 +104,33 @@ class GeminiPlan:
     async def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]:
         codec = codec_for(self.checked.wire)
         chunker = Chunker(self.checked.plan)
-        parser = SseParser()
 
         def encoded(frames: list[Frame]) -> list[bytes]:
             return [chunk for frame in frames for chunk in chunker.feed(codec.encode_frame(frame))]
 
+        provider = self.provider
         try:
             async for data in self.response.aiter_bytes():
                 if self.capture is not None:
                     self.capture.received(data)
-                parser.receive_data(data)
-                while (event := parser.next_event()) is not NEED_DATA:
-                    for chunk in encoded(self._frames(event.data)):
-                        yield chunk
-            self.body_ended = True
-            last = parser.end_of_input()
-            if last is not None:
-                self._log.warning("provider_event_unterminated")
-                for chunk in encoded(self._frames(last.data)):
+                for chunk in encoded(provider.receive_data(data)):
                     yield chunk
-        except ProviderError as error:
-            # Already finished: no frame may follow the terminal. End the RPC instead.
-            self._log.warning("provider_protocol_error", reason=error.code)
-            self.abort_details = error.code
-        except SseError as error:
-            self._log.warning("provider_sse_error", reason=error.code, detail=error.detail)
-            for chunk in encoded(self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)):
-                yield chunk
+                if provider.closed:
+                    break
+            else:
+                self.body_ended = True
+                for chunk in encoded(provider.end_of_input()):
+                    yield chunk
         except httpx.HTTPError as error:
             self._log.warning("provider_connection_lost", error=type(error).__name__)
-            for chunk in encoded(self.adapter.failure(Reason.PROVIDER_CONNECTION_LOST)):
+            for chunk in encoded(provider.failure(Reason.PROVIDER_CONNECTION_LOST)):
                 yield chunk
+        # An event after the finish: no frame may follow the terminal. End the RPC instead.
+        self.abort_details = provider.abort
         for chunk in chunker.flush():
             yield chunk
         if not self.adapter.finished and self.abort_details is None:
             self._log.warning("provider_stream_ended_without_finish")
-
-    def _frames(self, data: str) -> list[Frame]:
-        try:
-            event = strict_json(data)
-        except (ValueError, RecursionError):
-            self._log.warning("provider_invalid_event", size=len(data))
-            if self.adapter.finished:
-                raise ProviderError(Reason.PROVIDER_EVENT_AFTER_FINISH) from None
-            return self.adapter.failure(Reason.PROVIDER_INVALID_EVENT)
-        return self.adapter.event(event)
 
     async def close(self, outcome: str) -> None:
         if self._closed:

@@ -1,0 +1,322 @@
+"""Every command the README shows is run: here, by another named test, or by CI.
+
+Commands are the lines of its ```sh blocks (continuation lines joined, comments
+and heredoc bodies dropped) and the ``$ `` lines of its other blocks. Each must
+be in ``RUN_BY`` (which test runs it) or ``NOT_RUN`` (why nothing can). The
+recipes that background a producer run whole, with ``bash -euo pipefail``, from
+the repository's root, with ``TMPDIR`` in the test's temporary directory (they
+write only under ``mktemp -d``). A command with a fixed demo port runs with that
+port, and only that port, replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.processes import ROOT, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+HERE = "tests/test_readme.py"
+SESSION = f"{HERE}::test_one_shell_session_recipe"
+TRACES = f"{HERE}::test_traces_recipe"
+WALKTHROUGH = f"{HERE}::test_fake_gemini_walkthrough"
+TWO_TERMINALS = f"{HERE}::test_two_terminals"
+CONSOLE = f"{HERE}::test_console_samples"
+DEVELOPMENT = f"{HERE}::test_development_commands"
+BENCH = f"{HERE}::test_benchmarks"
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of every fenced block, fences paired in order."""
+    found: list[tuple[str, str]] = []
+    info: str | None = None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            if info is None:
+                info, body = line[3:].strip(), []
+            else:
+                found.append((info, "".join(body)))
+                info = None
+        elif info is not None:
+            body.append(line)
+    return found
+
+
+def blocks(kind: str) -> list[str]:
+    return [body for info, body in fenced_blocks(README) if info == kind]
+
+
+def commands_of_sh(block: str) -> list[str]:
+    commands, heredoc = [], None
+    for line in block.replace("\\\n", " ").splitlines():
+        if heredoc is not None:
+            heredoc = None if line.strip() == heredoc else heredoc
+            continue
+        if match := re.search(r"<<'?(\w+)'?", line):
+            heredoc = match.group(1)
+        command = re.sub(r"\s+#.*$", "", line).strip()
+        if command and not command.startswith("#"):
+            commands.append(" ".join(command.split()))
+    return commands
+
+
+def shown_commands() -> set[str]:
+    commands = {c for block in blocks("sh") for c in commands_of_sh(block)}
+    for block in [*blocks(""), *blocks("console")]:
+        commands |= {line[2:].strip() for line in block.splitlines() if line.startswith("$ ")}
+    return commands
+
+
+def sh_block(first_line_contains: str) -> str:
+    (block,) = [b for b in blocks("sh") if first_line_contains in b]
+    return block
+
+
+# Every command shown, and the test that runs it.
+RUN_BY = {
+    "make demo": f"tests/test_cli.py::test_demo_prints_the_table (also {CONSOLE})",
+    "make run-producer": TWO_TERMINALS,
+    "make run-consumer CASE=replace-file": TWO_TERMINALS,
+    'make run-producer PORT=50061 ARGS="--allow-faults"': CONSOLE,
+    'make run-consumer CASE=replace-file TARGET=127.0.0.1:50061 ARGS="--wire ndjson-lab '
+    '--chunks 1,2,7,3,11 --stream-id 5f1c0de"': CONSOLE,
+    ".venv/bin/python -m consumer stream --case replace-file --target 127.0.0.1:50061 "
+    "--fault truncate-tail --stream-id 7ac3b0e": CONSOLE,
+    "echo $?": CONSOLE,
+    ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
+    + " (with RUN_DIR, OUT_DIR in a temporary directory)",
+    ".venv/bin/python -m bench.flow_window": BENCH,
+    ".venv/bin/python -m bench.throughput": BENCH,
+    "make setup": DEVELOPMENT,
+    "make protos": DEVELOPMENT,
+    "make lint": "CI (.ci/run runs make test, which runs make lint)",
+}
+for _block, _test in (
+    (sh_block("--stall-ms 3000"), SESSION),
+    (sh_block("--stream-id s1"), TRACES),
+    (sh_block("tests.fake_gemini"), WALKTHROUGH),
+):
+    RUN_BY.update(dict.fromkeys(commands_of_sh(_block), _test))
+
+# Shown, and not run by any test, with the reason.
+NOT_RUN = {
+    "make test": "it runs this test suite; CI runs it (tests/test_docs.py::test_ci_runs_make_test)",
+    "make lock": "re-resolves the pins from the package index (network); run by hand",
+    "export GEMINI_API_KEY=...": "a real key; the same flow runs keyless in " + WALKTHROUGH,
+    'make run-producer ARGS="--source gemini --budget-usd 0.05 --record runs/$(date +%F-%H%M)"': (
+        "spends money on the real API; the same flow runs keyless in " + WALKTHROUGH
+    ),
+}
+
+
+def test_every_command_shown_is_run_or_explained() -> None:
+    shown = shown_commands()
+    unaccounted = shown - set(RUN_BY) - set(NOT_RUN)
+    assert not unaccounted, f"README commands no test runs: {sorted(unaccounted)}"
+    stale = (set(RUN_BY) | set(NOT_RUN)) - shown - {"make run-consumer CASE=replace-file"}
+    assert not stale, f"listed but no longer in the README: {sorted(stale)}"
+
+
+def run_recipe(
+    block: str, tmp_path: Path, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    """A README block as written, in its own session (so every process it left is stoppable)."""
+    process = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        with_group_stopped(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def with_group_stopped(pgid: int) -> None:
+    """SIGKILL what is left of the session this test started (its own process group, by id)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def made_dirs(tmp_path: Path) -> list[Path]:
+    return sorted(path for path in tmp_path.iterdir() if path.name.startswith("tmp."))
+
+
+def test_one_shell_session_recipe(tmp_path: Path) -> None:
+    done = run_recipe(sh_block("--stall-ms 3000"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    first, rest = done.stdout.split("\n}\n", 1)
+    assert json.loads(first + "}")["status"] == "complete"
+    assert rest == "consumer exit 3\n"
+    (directory,) = made_dirs(tmp_path)
+    stall = json.loads((directory / "stall.json").read_text())
+    assert (stall["status"], stall["reason"]) == ("incomplete", "idle_timeout")
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_traces_recipe(tmp_path: Path) -> None:
+    done = run_recipe(sh_block("--stream-id s1"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "consumer exit 6"
+    joined = [json.loads(line) for line in lines[1:] if line.startswith('{"timestamp"')]
+    assert {(r["side"], r["to_state"]) for r in joined} >= {
+        ("producer", "completed"),
+        ("consumer", "invalid"),
+    }
+    with_jq = [json.loads(line) for line in lines if line.startswith('{"side"')]
+    assert [(r["side"], r["to_state"]) for r in with_jq] == [
+        (r["side"], r["to_state"]) for r in joined
+    ]
+    ended = [
+        json.loads(line) for line in lines if line.startswith('{"stream_id"') and "to_state" in line
+    ]
+    assert [(r["stream_id"], r["to_state"]) for r in ended] == [
+        ("s1", "completed"),
+        ("s2", "completed"),
+    ]
+    pauses = [json.loads(line) for line in lines if '"paused_ms"' in line]
+    assert pauses, "the paused recipe printed no pause"
+    assert {r["stream_id"] for r in pauses} == {"s2"}
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_fake_gemini_walkthrough(tmp_path: Path) -> None:
+    done = run_recipe(sh_block("tests.fake_gemini"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = README.split("<!-- output-of-the-walkthrough -->\n```\n", 1)[1].split("```", 1)[0]
+    assert done.stdout == shown
+    assert not list(ROOT.glob("passages.jsonl")), "the recipe wrote into the repository"
+
+
+@contextmanager
+def session(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **env},
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        # SIGTERM to the session this test started (make and its producer), then what is left.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+        # make exits at once; its producer stops cleanly (5 s grace) a little later.
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: not group_alive(process.pid), timeout=15)
+        with_group_stopped(process.pid)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def shell(command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@contextmanager
+def made_producer(command: str, tmp_path: Path) -> Iterator[str]:
+    """A README `make run-producer` command, on a free port (PORT=0) found via the ready file."""
+    ready = tmp_path / "ready"
+    env = {"PORT": "0", "REPLYWIRE_READY_FILE": str(ready)}
+    with session(command, env):
+        wait_for(ready.exists, timeout=60)
+        yield ready.read_text()
+
+
+def test_two_terminals(tmp_path: Path) -> None:
+    with made_producer("make run-producer", tmp_path) as target:
+        done = shell("make run-consumer CASE=replace-file", {"TARGET": target})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "complete"
+
+
+def console_records(block: str) -> list[tuple[str, frozenset[str]]]:
+    """(event, keys) of each console-rendered record shown in a block."""
+    records = []
+    for line in block.splitlines():
+        if match := re.match(r"\S+Z \[\w+\s*\] (\w+)\s+(.*)$", line):
+            keys = frozenset(re.findall(r"(\w+)=", match.group(2)))
+            records.append((match.group(1), keys))
+    return records
+
+
+def test_console_samples(tmp_path: Path) -> None:
+    """The three `$` commands, on a free port; their records are the shown ones (event, keys)."""
+    (producer_block,) = [b for b in blocks("") if b.startswith("$ make run-producer PORT=50061")]
+    (consumer_block,) = [b for b in blocks("") if b.startswith("$ make run-consumer")]
+    (truncated_block,) = [b for b in blocks("") if "--fault truncate-tail" in b.splitlines()[0]]
+    trace = tmp_path / "producer.jsonl"
+    command = 'make run-producer PORT=0 ARGS="--allow-faults" 2>' + str(trace)
+    with made_producer(command, tmp_path) as target:
+        port = target.rsplit(":", 1)[1]
+        ndjson = shell(consumer_block.splitlines()[0][2:].replace("50061", port))
+        truncated = shell(
+            truncated_block.splitlines()[0][2:].replace("50061", port) + " 2>&1 >/dev/null; echo $?"
+        )
+    assert ndjson.returncode == 0, ndjson.stderr
+    result = json.loads(ndjson.stdout)
+    assert (result["status"], result["stats"]["bytes_received"]) == ("complete", 1427)
+    assert truncated.stdout.splitlines()[-1] == "6"
+    for block, real in (
+        (consumer_block, ndjson.stderr),
+        (truncated_block, truncated.stdout),
+        (producer_block, trace.read_text()),
+    ):
+        records = [json.loads(line) for line in real.splitlines() if line.startswith("{")]
+        seen = {(r["event"], frozenset(r) - {"event", "level", "timestamp"}) for r in records}
+        for event, keys in console_records(block):
+            # The README abridges nothing silently: every key it shows is in a real record.
+            assert any(e == event and keys <= k for e, k in seen), (event, sorted(keys))
+
+
+def test_development_commands() -> None:
+    for command in ("make setup", "make protos"):
+        done = shell(command)
+        assert done.returncode == 0, done.stderr
+
+
+def test_benchmarks() -> None:
+    for module in ("bench.flow_window", "bench.throughput"):
+        done = shell(f".venv/bin/python -m {module}")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip()
