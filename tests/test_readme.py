@@ -86,6 +86,12 @@ def sh_block(first_line_contains: str) -> str:
     return block
 
 
+#: Skipped (with the reason printed) where jq is missing, except in CI, where it must run.
+NEEDS_JQ = pytest.mark.skipif(
+    shutil.which("jq") is None and not os.environ.get("CI"), reason="the recipe needs jq"
+)
+
+
 # Every command shown, and the test that runs it.
 RUN_BY = {
     "make demo": f"tests/test_cli.py::test_demo_prints_the_table (also {CONSOLE})",
@@ -172,7 +178,7 @@ def test_one_shell_session_recipe(tmp_path: Path) -> None:
     assert (stall["status"], stall["reason"]) == ("incomplete", "idle_timeout")
 
 
-@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+@NEEDS_JQ
 def test_traces_recipe(tmp_path: Path) -> None:
     done = run_recipe(sh_block("--stream-id s1"), tmp_path)
     assert done.returncode == 0, done.stderr
@@ -199,7 +205,7 @@ def test_traces_recipe(tmp_path: Path) -> None:
     assert {r["stream_id"] for r in pauses} == {"s2"}
 
 
-@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+@NEEDS_JQ
 def test_fake_gemini_walkthrough(tmp_path: Path) -> None:
     done = run_recipe(sh_block("tests.fake_gemini"), tmp_path)
     assert done.returncode == 0, done.stderr
