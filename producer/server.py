@@ -24,9 +24,9 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from producer.sources import Source, StreamPlan
+from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
-from producer.states import ProducerStream, StreamState
+from producer.states import ProducerStream, StreamInput, StreamState
 from shared.errors import Reason, ReplywireError
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -120,22 +120,22 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             # grpc.aio cancels the handler when the consumer cancels or its connection drops;
             # the shutdown path cancels it after the grace.
             if task not in self._shutting_down:
-                stream.transition(StreamState.CANCELLED_BY_CONSUMER, **stream.sent)
+                stream.fire(StreamInput.CONSUMER_CANCELLED, **stream.sent)
                 raise
-            stream.transition(StreamState.SHUTDOWN, **stream.sent)
+            stream.fire(StreamInput.SHUTDOWN, **stream.sent)
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
         except _ConsumerGone as gone:
-            stream.transition(StreamState.CANCELLED_BY_CONSUMER, why=str(gone), **stream.sent)
+            stream.fire(StreamInput.CONSUMER_CANCELLED, why=str(gone), **stream.sent)
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
             log.exception("stream_failed")
-            stream.transition(StreamState.FAILED, **stream.sent)
+            stream.fire(StreamInput.FAIL, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
             if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
-                stream.transition(StreamState.FAILED, **stream.sent)
+                stream.fire(StreamInput.FAIL, **stream.sent)
             try:
                 if plan is not None:
                     await _close_even_if_cancelled(plan, stream.state.value)
@@ -155,11 +155,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             checked = check_request(request, allow_faults=self.allow_faults)
             plan = await self.source.prepare(request, checked)
         except ReplywireError as error:
-            stream.transition(StreamState.REFUSED, reason=error.code, detail=error.detail)
+            stream.fire(StreamInput.REFUSE, reason=error.code, detail=error.detail)
             if error.metadata:
                 context.set_trailing_metadata(tuple(error.metadata.items()))
             await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
-        stream.transition(StreamState.VERIFIED, source=self.source.name, **plan.description)
+        stream.fire(StreamInput.VERIFY, source=self.source.name, **plan.description)
         return checked, plan
 
     async def _deliver(
@@ -169,11 +169,16 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         stream: ProducerStream,
         plan: StreamPlan,
     ) -> None:
-        stream.transition(StreamState.STREAMING)
+        stream.fire(StreamInput.START)
         # aclosing: the source's generator (and the upstream read it is inside) is closed
         # here, on every exit, before the plan itself is closed.
-        async with aclosing(plan.chunks(stream)) as chunks:
+        async with aclosing(plan.chunks()) as chunks:
             async for data in chunks:
+                if isinstance(data, Stall):
+                    stream.fire(StreamInput.STALL, milliseconds=data.milliseconds)
+                    await asyncio.sleep(data.milliseconds / 1000)
+                    stream.fire(StreamInput.RESUME)
+                    continue
                 if stream.chunks_sent and checked.interval_s:
                     await asyncio.sleep(checked.interval_s)
                 try:
@@ -193,9 +198,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                     bytes_sent=stream.bytes_sent,
                 )
         if plan.abort_details is not None:
-            stream.transition(StreamState.ABORTED, reason=plan.abort_details, **stream.sent)
+            stream.fire(StreamInput.ABORT, reason=plan.abort_details, **stream.sent)
             await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
-        stream.transition(StreamState.COMPLETED, **stream.sent)
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
 
     async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
         """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the

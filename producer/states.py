@@ -1,16 +1,17 @@
-"""The producer's per-stream states: one table, one ``transition()`` that logs.
+"""The producer's per-stream machine: its states, inputs and table (``shared.fsm``).
 
-received -> refused                    (the request failed a check; the RPC is aborted)
-received -> verified -> streaming      (the binding equals the recording's)
-streaming <-> stalled                  (the stall fault)
-streaming -> completed                 (every chunk written, RPC ended OK)
-streaming -> aborted                   (a transport fault ended the RPC with UNAVAILABLE)
-any open state -> cancelled_by_consumer (the consumer cancelled, refused the stream or vanished)
-any open state -> failed               (a bug or an unexpected error; logged with its traceback)
-any open state -> shutdown             (the producer stopped before the stream ended: UNAVAILABLE)
+received -> refused                    refuse: the request failed a check; the RPC is aborted
+received -> verified -> streaming      verify, start: the binding equals the source's
+streaming <-> stalled                  stall, resume: the stall fault
+streaming -> completed                 complete: every chunk written, RPC ended OK
+streaming -> aborted                   abort: a transport fault ended the RPC with UNAVAILABLE
+any open state -> cancelled_by_consumer consumer_cancelled: cancelled, refused the stream, vanished
+any open state -> failed               fail: an unexpected error; the trace has the traceback
+any open state -> shutdown             shutdown: the producer stopped first (UNAVAILABLE)
 
-Every stream reaches exactly one final state, logged once; the servicer's
-counters are kept by the same call, so opened = the sum of the final counts.
+Every stream reaches exactly one final state, logged once by ``Machine.fire``;
+the servicer's counters are kept by the same call, so opened = the sum of the
+final counts. The servicer (``producer.server``) is the only code that fires.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from enum import StrEnum
 from typing import Final
 
 import structlog
+
+from shared.fsm import Machine, MachineSpec
 
 
 class StreamState(StrEnum):
@@ -35,50 +38,68 @@ class StreamState(StrEnum):
     SHUTDOWN = "shutdown"
 
 
-P = StreamState
+class StreamInput(StrEnum):
+    REFUSE = "refuse"
+    VERIFY = "verify"
+    START = "start"
+    STALL = "stall"
+    RESUME = "resume"
+    COMPLETE = "complete"
+    ABORT = "abort"
+    CONSUMER_CANCELLED = "consumer_cancelled"
+    FAIL = "fail"
+    SHUTDOWN = "shutdown"
+
+
+P, In = StreamState, StreamInput
 OPEN_STATES: Final = frozenset({P.RECEIVED, P.VERIFIED, P.STREAMING, P.STALLED})
 FINAL_STATES: Final = frozenset(set(P) - OPEN_STATES)
+#: Inputs that end a stream from any open state.
+_ANY_OPEN: Final = {
+    In.CONSUMER_CANCELLED: P.CANCELLED_BY_CONSUMER,
+    In.FAIL: P.FAILED,
+    In.SHUTDOWN: P.SHUTDOWN,
+}
 
-TRANSITIONS: Final[frozenset[tuple[StreamState, StreamState]]] = frozenset(
-    {
-        (P.RECEIVED, P.REFUSED),
-        (P.RECEIVED, P.VERIFIED),
-        (P.VERIFIED, P.STREAMING),
-        (P.STREAMING, P.STALLED),
-        (P.STALLED, P.STREAMING),
-        (P.STREAMING, P.COMPLETED),
-        (P.STREAMING, P.ABORTED),
-    }
-    | {(state, P.CANCELLED_BY_CONSUMER) for state in OPEN_STATES}
-    | {(state, P.FAILED) for state in OPEN_STATES}
-    | {(state, P.SHUTDOWN) for state in OPEN_STATES}
+TRANSITIONS: Final[dict[tuple[StreamState, StreamInput], StreamState]] = {
+    (P.RECEIVED, In.REFUSE): P.REFUSED,
+    (P.RECEIVED, In.VERIFY): P.VERIFIED,
+    (P.VERIFIED, In.START): P.STREAMING,
+    (P.STREAMING, In.STALL): P.STALLED,
+    (P.STALLED, In.RESUME): P.STREAMING,
+    (P.STREAMING, In.COMPLETE): P.COMPLETED,
+    (P.STREAMING, In.ABORT): P.ABORTED,
+    **{(state, event): target for state in OPEN_STATES for event, target in _ANY_OPEN.items()},
+}
+
+SPEC: Final = MachineSpec(
+    name="producer stream",
+    states=StreamState,
+    inputs=StreamInput,
+    initial=P.RECEIVED,
+    final=FINAL_STATES,
+    table=TRANSITIONS,
 )
 
 
 class ProducerStream:
-    """The state of one Open() call, as a logged state machine."""
+    """One Open() call: its machine and what it has sent."""
 
     def __init__(
         self,
         logger: structlog.typing.FilteringBoundLogger,
         on_final: Callable[[StreamState], None] | None = None,
     ) -> None:
-        self.state = P.RECEIVED
+        self.machine = Machine(SPEC, logger, on_final=on_final, log_initial=True)
         self.bytes_sent = 0
         self.chunks_sent = 0
-        self._log = logger
-        self._on_final = on_final
-        self._log.info("state_changed", from_state=None, to_state=P.RECEIVED.value)
 
-    def transition(self, target: StreamState, **fields: object) -> None:
-        if (self.state, target) not in TRANSITIONS:
-            raise RuntimeError(f"no transition from {self.state} to {target}")
-        self._log.info(
-            "state_changed", from_state=self.state.value, to_state=target.value, **fields
-        )
-        self.state = target
-        if target in FINAL_STATES and self._on_final is not None:
-            self._on_final(target)
+    @property
+    def state(self) -> StreamState:
+        return self.machine.state
+
+    def fire(self, event: StreamInput, **fields: object) -> StreamState:
+        return self.machine.fire(event, **fields)
 
     @property
     def sent(self) -> dict[str, int]:
@@ -86,4 +107,4 @@ class ProducerStream:
 
     @property
     def open(self) -> bool:
-        return self.state in OPEN_STATES
+        return not self.machine.finished

@@ -16,7 +16,7 @@ import pytest
 
 from consumer.demo import stop_process
 from producer.server import start_server
-from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamState
+from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
 from shared.digest import canonical_json
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
@@ -201,8 +201,11 @@ def test_producer_state_table() -> None:
     for source, _ in TRANSITIONS:
         assert source in OPEN_STATES
     for state in OPEN_STATES:
-        assert (state, StreamState.CANCELLED_BY_CONSUMER) in TRANSITIONS
-        assert (state, StreamState.FAILED) in TRANSITIONS
+        assert (
+            TRANSITIONS[state, StreamInput.CONSUMER_CANCELLED] is StreamState.CANCELLED_BY_CONSUMER
+        )
+        assert TRANSITIONS[state, StreamInput.FAIL] is StreamState.FAILED
+        assert TRANSITIONS[state, StreamInput.SHUTDOWN] is StreamState.SHUTDOWN
 
 
 # --- the process ------------------------------------------------------------------------

@@ -17,12 +17,13 @@ import sys
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from consumer.client import READER_TRANSITIONS, ReaderState
-from producer.states import TRANSITIONS as PRODUCER_TRANSITIONS
-from producer.states import StreamState
+from producer.states import SPEC as PRODUCER_SPEC
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
+from shared.fsm import MachineSpec
 from shared.machine import TRANSITIONS, ConsumerState
 from shared.wire import WireFormat
 
@@ -48,9 +49,21 @@ def edge_diagram(states: type[StrEnum], edges: Iterable[tuple[StrEnum, StrEnum]]
     return "\n".join(lines) + "\n"
 
 
+def spec_diagram(spec: MachineSpec[Any, Any]) -> str:
+    """A mermaid diagram of a machine: one labelled edge per table entry, its final states."""
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {spec.initial.value}"]
+    for state, event, target in spec.edges():
+        lines.append(f"    {state.value} --> {target.value}: {event.value}")
+    for final in spec.states:
+        if final in spec.final:
+            lines.append(f"    {final.value} --> [*]")
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
 def producer_diagram() -> str:
     """The producer's per-stream states."""
-    return edge_diagram(StreamState, PRODUCER_TRANSITIONS)
+    return spec_diagram(PRODUCER_SPEC)
 
 
 def reader_diagram() -> str:

@@ -9,11 +9,18 @@ transport error instead of OK.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producer.states import ProducerStream
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Yielded between chunks: the servicer stalls the stream this long (the stall fault)."""
+
+    milliseconds: int
 
 
 class StreamPlan(Protocol):
@@ -22,7 +29,7 @@ class StreamPlan(Protocol):
     #: Set when the RPC must end UNAVAILABLE with this detail after the chunks.
     abort_details: str | None
 
-    def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]: ...
+    def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
 
     async def close(self, outcome: str) -> None:
         """Release what the stream holds (an upstream response, a reservation)."""

@@ -24,7 +24,7 @@ import structlog
 
 from producer.capture import CallCapture, RunCapture
 from producer.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
-from producer.states import ProducerStream
+from producer.sources import Stall
 from shared.digest import digest, strict_json
 from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
@@ -101,7 +101,7 @@ class GeminiPlan:
             "call_id": call_id,
         }
 
-    async def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]:
+    async def chunks(self) -> AsyncGenerator[bytes | Stall, None]:
         codec = codec_for(self.checked.wire)
         chunker = Chunker(self.checked.plan)
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from producer.states import ProducerStream, StreamState
+from producer.sources import Stall
 from shared.faults import Ending, Transmission, transmit
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
@@ -24,14 +23,12 @@ class RecordingPlan:
             "planned_chunks": len(transmission.chunks),
         }
 
-    async def chunks(self, stream: ProducerStream) -> AsyncGenerator[bytes, None]:
+    async def chunks(self) -> AsyncGenerator[bytes | Stall, None]:
         stall = self.transmission.stall
         for index, data in enumerate(self.transmission.chunks):
             yield data
             if stall is not None and index + 1 == stall.after_chunks:
-                stream.transition(StreamState.STALLED, milliseconds=stall.milliseconds)
-                await asyncio.sleep(stall.milliseconds / 1000)
-                stream.transition(StreamState.STREAMING)
+                yield Stall(stall.milliseconds)
         if self.transmission.ending is Ending.TRANSPORT_ERROR:
             self.abort_details = "controlled_transport_abort"
 

@@ -1,0 +1,142 @@
+"""One state-machine shape for every machine in replywire.
+
+Theory of operation
+-------------------
+A machine is data plus one method, in the manner of h11's ``_state.py`` and h2's
+``stream.py``. A :class:`MachineSpec` names the states and the inputs (both
+``StrEnum``), the initial state, the final states, and the table
+``(state, input) -> state``. A :class:`Machine` holds one current state; its
+:meth:`Machine.fire` is the only code that changes it, and it logs every change
+once, as ``state_changed`` with ``from_state``, ``to_state``, ``input`` and the
+caller's fields. A pair that is not in the table is a bug in the caller
+(:class:`InvalidTransition`), never a verdict: a verdict is a named input.
+
+Final states have no way out, and every table is checked for that (and for
+states and inputs of the right kind) when the spec is made. The logger defaults
+to one that drops everything, so a machine used without logging configured
+prints nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+S = TypeVar("S", bound=StrEnum)
+I = TypeVar("I", bound=StrEnum)  # noqa: E741 - the conventional name of an input type
+
+
+class InvalidTransition(RuntimeError):
+    """A caller fired an input its machine's table has no entry for: a bug."""
+
+
+def _drop(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    raise structlog.DropEvent
+
+
+#: A logger that does nothing (h2's ``DummyLogger``): the default of every machine.
+NULL_LOGGER: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
+    structlog.ReturnLogger(),
+    processors=[_drop],
+    wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+)
+
+
+@dataclass(frozen=True)
+class MachineSpec(Generic[S, I]):
+    name: str
+    states: type[S]
+    inputs: type[I]
+    initial: S
+    final: frozenset[S]
+    table: Mapping[tuple[S, I], S] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for (state, event), target in self.table.items():
+            if not (
+                isinstance(state, self.states)
+                and isinstance(event, self.inputs)
+                and isinstance(target, self.states)
+            ):
+                raise TypeError(f"{self.name}: ({state!r}, {event!r}) -> {target!r} mixes kinds")
+            if state in self.final:
+                raise ValueError(f"{self.name}: final state {state} has a way out on {event}")
+        if self.initial in self.final:
+            raise ValueError(f"{self.name}: the initial state is final")
+
+    def target(self, state: S, event: I) -> S | None:
+        """Where ``event`` leads from ``state``; None when the table has no such pair."""
+        return self.table.get((state, event))
+
+    def all_states(self) -> list[S]:
+        return list(self.states)
+
+    def all_inputs(self) -> list[I]:
+        return list(self.inputs)
+
+    @property
+    def open_states(self) -> frozenset[S]:
+        return frozenset(set(self.states) - self.final)
+
+    def edges(self) -> list[tuple[S, I, S]]:
+        """Every ``(state, input, target)`` in the order of the states, then the inputs."""
+        states, inputs = self.all_states(), self.all_inputs()
+        return sorted(
+            ((state, event, target) for (state, event), target in self.table.items()),
+            key=lambda edge: (states.index(edge[0]), inputs.index(edge[1])),
+        )
+
+
+class Machine(Generic[S, I]):
+    """One running machine: its state, and the one method that changes and logs it."""
+
+    def __init__(
+        self,
+        spec: MachineSpec[S, I],
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+        *,
+        on_final: Callable[[S], None] | None = None,
+        log_initial: bool = False,
+    ) -> None:
+        self.spec = spec
+        self._state = spec.initial
+        self._log = logger or NULL_LOGGER
+        self._on_final = on_final
+        if log_initial:
+            self._log.info("state_changed", from_state=None, to_state=spec.initial.value)
+
+    @property
+    def state(self) -> S:
+        return self._state
+
+    @property
+    def finished(self) -> bool:
+        return self._state in self.spec.final
+
+    def can_fire(self, event: I) -> bool:
+        return self.spec.target(self._state, event) is not None
+
+    def fire(self, event: I, **fields: object) -> S:
+        """Move on ``event``; log the change once. Raises ``InvalidTransition`` if the
+        table has no entry for the current state and ``event``."""
+        target = self.spec.target(self._state, event)
+        if target is None:
+            raise InvalidTransition(
+                f"{self.spec.name}: no transition from {self._state} on {event}"
+            )
+        self._log.info(
+            "state_changed",
+            from_state=self._state.value,
+            to_state=target.value,
+            input=event.value,
+            **fields,
+        )
+        self._state = target
+        if target in self.spec.final and self._on_final is not None:
+            self._on_final(target)
+        return target
