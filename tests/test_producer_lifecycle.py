@@ -122,17 +122,25 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
 
     stopped = assert_counters_add_up(producer_trace)
     assert stopped["streams_opened"] == 22
-    # The consumer refuses four streams mid-stream (omit, repeat, corrupt, foreign binding)
-    # and gives up on the stall: each is cancelled on the producer's side.
-    by_final = Counter(
-        state_records(producer_trace, r["stream_id"])[-1]["to_state"] for r in results
-    )
-    assert by_final == {
-        "completed": 13,
-        "cancelled_by_consumer": 5,
-        "aborted": 2,
-        "refused": 2,
-    }
+    for result in results:
+        final = state_records(producer_trace, result["stream_id"])[-1]["to_state"]
+        assert final in producer_ends_for(result), (result["stream_id"], result["reason"], final)
+
+
+def producer_ends_for(result: dict[str, Any]) -> set[str]:
+    """The producer's possible final states, given the consumer's verdict."""
+    status, reason = result["status"], result["reason"]
+    if status == "refused":
+        return {"refused"}
+    if reason == "transport_io_error":  # transport-abort, abort-after-done
+        return {"aborted"}
+    if reason == "idle_timeout":  # the consumer gave up during the producer's stall
+        return {"cancelled_by_consumer"}
+    if status == "invalid" and reason != "truncated_frame":
+        # Refused mid-stream, then the RPC is cancelled: the producer sees the cancel, or
+        # has already written its last chunk and completed.
+        return {"cancelled_by_consumer", "completed"}
+    return {"completed"}
 
 
 # --- shutdown -----------------------------------------------------------------------------

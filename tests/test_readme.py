@@ -185,10 +185,11 @@ def test_traces_recipe(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "consumer exit 6"
     joined = [json.loads(line) for line in lines[1:] if line.startswith('{"timestamp"')]
-    assert {(r["side"], r["to_state"]) for r in joined} >= {
-        ("producer", "completed"),
-        ("consumer", "invalid"),
-    }
+    # The consumer refuses s1 at its second frame and cancels the RPC: the producer ends
+    # cancelled_by_consumer, or completed if its last write went out before the cancel came.
+    ends = {(r["side"], r["to_state"]) for r in joined}
+    assert ("consumer", "invalid") in ends
+    assert ends & {("producer", "completed"), ("producer", "cancelled_by_consumer")}
     with_jq = [json.loads(line) for line in lines if line.startswith('{"side"')]
     assert [(r["side"], r["to_state"]) for r in with_jq] == [
         (r["side"], r["to_state"]) for r in joined
@@ -196,10 +197,9 @@ def test_traces_recipe(tmp_path: Path) -> None:
     ended = [
         json.loads(line) for line in lines if line.startswith('{"stream_id"') and "to_state" in line
     ]
-    assert [(r["stream_id"], r["to_state"]) for r in ended] == [
-        ("s1", "completed"),
-        ("s2", "completed"),
-    ]
+    assert [r["stream_id"] for r in ended] == ["s1", "s2"]
+    assert ended[0]["to_state"] in {"completed", "cancelled_by_consumer"}
+    assert ended[1]["to_state"] == "completed"
     pauses = [json.loads(line) for line in lines if '"paused_ms"' in line]
     assert pauses, "the paused recipe printed no pause"
     assert {r["stream_id"] for r in pauses} == {"s2"}
