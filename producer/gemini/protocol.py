@@ -19,7 +19,7 @@ carries it.
 
 ``ProviderStream`` is the one loop from the provider's SSE body to frames (the
 strict SSE parser, strict JSON per event, the adapter), used both by the live
-source as bytes arrive and by ``producer.convert_capture`` on captured bytes,
+source as bytes arrive and by ``producer.gemini.convert`` on captured bytes,
 so a capture converts to exactly the frames its live stream produced. A
 malformed SSE line or an event that is not strict JSON is an ``error`` terminal
 ``provider_invalid_event``; an event after the finish sets ``abort``.
@@ -33,10 +33,10 @@ from typing import Any, Final
 
 import structlog
 
+from producer.gemini.sse import SseError, SseParser
 from shared.digest import strict_json
 from shared.errors import Reason, ReplywireError
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
-from shared.sse import SseError, SseParser
 from shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"

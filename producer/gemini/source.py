@@ -4,8 +4,8 @@ Per request: verify the binding (a development case's, equal to the
 recording's; or a question binding that hashes to itself), reserve the call's
 worst-case cost in the budget ledger, POST the documented body with the API key
 in the ``x-goog-api-key`` header, and map the SSE events to frames with the
-lab's adapter (``shared.gemini.ProviderFrames``). An HTTP error before the
-stream refuses the request with the provider's status mapped to a gRPC code.
+lab's adapter (``protocol.ProviderFrames``). An HTTP error before the stream
+refuses the request with the provider's status mapped to a gRPC code.
 Nothing is retried: a paid request is made at most once.
 
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
@@ -22,13 +22,13 @@ from typing import Any, Final
 import httpx
 import structlog
 
-from producer.capture import CallCapture, RunCapture
-from producer.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.gemini.capture import CallCapture, RunCapture
+from producer.gemini.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MODEL, ProviderStream, request_body
 from producer.sources import Stall
 from shared.digest import digest, strict_json
 from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
-from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MODEL, ProviderStream, request_body
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
 from shared.recording import Recording
@@ -87,7 +87,7 @@ class GeminiPlan:
         self.checked = checked
         self.call_id = call_id
         self.capture = capture
-        # The one events -> frames loop, shared with producer.convert_capture.
+        # The one events -> frames loop, shared with producer.gemini.convert.
         self.provider = ProviderStream(digest(binding), log)
         self.adapter = self.provider.adapter
         self.abort_details: str | None = None
