@@ -5,7 +5,8 @@ recording's; or a question binding that hashes to itself), reserve the call's
 worst-case cost in the budget ledger, POST the documented body with the API key
 in the ``x-goog-api-key`` header, and map the SSE events to frames with the
 lab's adapter (``protocol.ProviderFrames``). An HTTP error before the stream
-refuses the request with the provider's status mapped to a gRPC code.
+refuses the request with the provider's status mapped to a gRPC code
+(``protocol.provider_error``).
 Nothing is retried: a paid request is made at most once.
 
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
@@ -24,10 +25,17 @@ import structlog
 
 from producer.gemini.capture import CallCapture, RunCapture
 from producer.gemini.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
-from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MODEL, ProviderStream, request_body
+from producer.gemini.protocol import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_MODEL,
+    ProviderStream,
+    provider_error,
+    request_body,
+)
 from producer.sources import Stall
-from shared.digest import digest, strict_json
-from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.digest import digest
+from shared.errors import Reason, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
@@ -37,37 +45,6 @@ from shared.wire import codec_for
 from shared.wire.chunking import Chunker
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
-#: HTTP statuses before the stream, mapped to our reasons (and so to gRPC codes).
-HTTP_REASONS: Final = {
-    400: Reason.PROVIDER_REJECTED,
-    401: Reason.PROVIDER_AUTH_FAILED,
-    403: Reason.PROVIDER_AUTH_FAILED,
-    404: Reason.PROVIDER_REJECTED,
-    429: Reason.PROVIDER_RATE_LIMITED,
-}
-
-
-def provider_error(status: int, body: bytes) -> ReplywireError:
-    """An HTTP error answer, as a refusal carrying the provider's status and retry delay."""
-    reason = HTTP_REASONS.get(status, Reason.PROVIDER_UNAVAILABLE)
-    detail: dict[str, object] = {"http_status": status}
-    metadata: dict[str, str] = {"provider-http-status": str(status)}
-    try:
-        error = strict_json(body.decode("utf-8"))["error"]
-        detail["provider_status"] = error.get("status")
-        for entry in error.get("details") or []:
-            if not isinstance(entry, dict):
-                continue
-            if str(entry.get("@type", "")).endswith("RetryInfo"):
-                metadata["retry-delay"] = str(entry.get("retryDelay"))
-            # Google answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID.
-            if entry.get("reason") == "API_KEY_INVALID":
-                reason = Reason.PROVIDER_AUTH_FAILED
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        detail["provider_status"] = None
-    refusal = RequestRefused(reason, str(detail))
-    refusal.metadata.update(metadata)
-    return refusal
 
 
 class GeminiPlan:
@@ -166,7 +143,7 @@ class GeminiSource:
         ledger: BudgetLedger,
         model: str = DEFAULT_MODEL,
         base_url: str = DEFAULT_BASE_URL,
-        max_output_tokens: int = 1024,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         capture: RunCapture | None = None,
         http_timeout_s: float = 60.0,
     ) -> None:
