@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
@@ -47,6 +49,25 @@ from shared.wire.chunking import Chunker
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeminiSettings:
+    """What every call of a source shares (the API key is passed apart: it is a secret)."""
+
+    model: str = DEFAULT_MODEL
+    base_url: str = DEFAULT_BASE_URL
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    http_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One paid provider call: its id, its evidence (``--record``) and its bound logger."""
+
+    call_id: str
+    capture: CallCapture | None
+    log: structlog.typing.FilteringBoundLogger
+
+
 class GeminiPlan:
     def __init__(
         self,
@@ -55,59 +76,59 @@ class GeminiPlan:
         *,
         checked: CheckedRequest,
         binding: Mapping[str, Any],
-        call_id: str,
-        capture: CallCapture | None,
-        log: structlog.typing.FilteringBoundLogger,
+        call: Call,
     ) -> None:
         self.source = source
         self.response = response
         self.checked = checked
-        self.call_id = call_id
-        self.capture = capture
+        self.call = call
+        self.capture = call.capture
         # The one events -> frames loop, shared with producer.gemini.convert.
-        self.provider = ProviderStream(digest(binding), log)
+        self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
         self.abort_details: str | None = None
         self.body_ended = False
-        self._log = log
+        self._log = call.log
         self._closed = False
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
-            "model": source.model,
-            "call_id": call_id,
+            "model": source.settings.model,
+            "call_id": call.call_id,
         }
 
     async def chunks(self) -> AsyncGenerator[bytes | Stall, None]:
         codec = codec_for(self.checked.wire)
         chunker = Chunker(self.checked.plan)
+        # aclosing: closing this generator closes the upstream read inside _frames() too.
+        async with aclosing(self._frames()) as batches:
+            async for frames in batches:
+                for frame in frames:
+                    for chunk in chunker.feed(codec.encode_frame(frame)):
+                        yield chunk
+        # An event after the finish: no frame may follow the terminal. End the RPC instead.
+        self.abort_details = self.provider.abort
+        for chunk in chunker.flush():
+            yield chunk
+        if not self.adapter.finished and self.abort_details is None:
+            self._log.warning("provider_stream_ended_without_finish")
 
-        def encoded(frames: list[Frame]) -> list[bytes]:
-            return [chunk for frame in frames for chunk in chunker.feed(codec.encode_frame(frame))]
-
+    async def _frames(self) -> AsyncGenerator[list[Frame], None]:
+        """The frames each read of the body completes; a broken connection closes the stream."""
         provider = self.provider
         try:
             async for data in self.response.aiter_bytes():
                 if self.capture is not None:
                     self.capture.received(data)
-                for chunk in encoded(provider.receive_data(data)):
-                    yield chunk
+                yield provider.receive_data(data)
                 if provider.closed:
                     break
             else:
                 self.body_ended = True
-                for chunk in encoded(provider.end_of_input()):
-                    yield chunk
+                yield provider.end_of_input()
         except httpx.HTTPError as error:
             self._log.warning("provider_connection_lost", error=type(error).__name__)
-            for chunk in encoded(provider.failure(Reason.PROVIDER_CONNECTION_LOST)):
-                yield chunk
-        # An event after the finish: no frame may follow the terminal. End the RPC instead.
-        self.abort_details = provider.abort
-        for chunk in chunker.flush():
-            yield chunk
-        if not self.adapter.finished and self.abort_details is None:
-            self._log.warning("provider_stream_ended_without_finish")
+            yield provider.failure(Reason.PROVIDER_CONNECTION_LOST)
 
     async def close(self, outcome: str) -> None:
         if self._closed:
@@ -124,9 +145,8 @@ class GeminiPlan:
         )
         finish = self.adapter.finish_reason
         await self.source.settle(
-            self.call_id,
+            self.call,
             usage=self.adapter.usage if self.adapter.finished else None,
-            capture=self.capture,
             outcome=f"{outcome} (finish {finish or 'never reported'})",
             finish_reason=finish,
         )
@@ -138,24 +158,19 @@ class GeminiSource:
     def __init__(
         self,
         recording: Recording,
+        settings: GeminiSettings,
         *,
         api_key: str,
         ledger: BudgetLedger,
-        model: str = DEFAULT_MODEL,
-        base_url: str = DEFAULT_BASE_URL,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         capture: RunCapture | None = None,
-        http_timeout_s: float = 60.0,
     ) -> None:
         self.recording = recording
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.max_output_tokens = max_output_tokens
+        self.settings = settings
         self.ledger = ledger
         self.capture = capture
         self._api_key = api_key
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(http_timeout_s, connect=10.0),
+            timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
             follow_redirects=False,
         )
@@ -163,7 +178,8 @@ class GeminiSource:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}/v1beta/models/{self.model}:streamGenerateContent?alt=sse"
+        base_url, model = self.settings.base_url.rstrip("/"), self.settings.model
+        return f"{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
 
     def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
         supplied = parse_binding(request.binding_json)
@@ -178,28 +194,30 @@ class GeminiSource:
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         binding = self.bind(request, checked)
-        body = request_body(binding, max_output_tokens=self.max_output_tokens)
+        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
+        body = request_body(binding, max_output_tokens=max_output_tokens)
         call_id = uuid.uuid4().hex
-        log = self._log.bind(call_id=call_id, model=self.model)
+        log = self._log.bind(call_id=call_id, model=model)
         reserved = await asyncio.to_thread(
             self.ledger.reserve,
             call_id,
             body=body,
-            max_output_tokens=self.max_output_tokens,
+            max_output_tokens=max_output_tokens,
             case_id=checked.case_id,
-            model=self.model,
+            model=model,
         )
         log.info(
             "budget_reserved",
             reserved_usd=reserved,
             prompt_tokens_estimate=estimate_prompt_tokens(body),
-            max_output_tokens=self.max_output_tokens,
+            max_output_tokens=max_output_tokens,
         )
         capture = (
             self.capture.start(binding=binding, body=body, call_id=call_id)
             if self.capture
             else None
         )
+        call = Call(call_id, capture, log)
         try:
             response = await self._client.send(
                 self._client.build_request(
@@ -209,12 +227,12 @@ class GeminiSource:
             )
         except httpx.HTTPError as error:
             log.warning("provider_unreachable", error=type(error).__name__)
-            await self.settle(call_id, usage=None, capture=capture, outcome="unreachable")
+            await self.settle(call, usage=None, outcome="unreachable")
             raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
         except asyncio.CancelledError:
             # The consumer left while the request was being sent: it may still be billed.
             log.info("provider_request_abandoned")
-            await self.settle(call_id, usage=None, capture=capture, outcome="cancelled_by_consumer")
+            await self.settle(call, usage=None, outcome="cancelled_by_consumer")
             raise
         if response.status_code != 200:
             body_bytes = await self._read_error(response)
@@ -222,7 +240,7 @@ class GeminiSource:
                 capture.received(body_bytes)
             refusal = provider_error(response.status_code, body_bytes)
             log.warning("provider_refused", http_status=response.status_code, reason=refusal.code)
-            await self.settle(call_id, usage=None, capture=capture, outcome=refusal.code)
+            await self.settle(call, usage=None, outcome=refusal.code)
             raise refusal
         log.info("provider_stream_opened", http_status=response.status_code)
         return GeminiPlan(
@@ -230,9 +248,7 @@ class GeminiSource:
             response,
             checked=checked,
             binding=binding,
-            call_id=call_id,
-            capture=capture,
-            log=log,
+            call=call,
         )
 
     @staticmethod
@@ -251,14 +267,14 @@ class GeminiSource:
 
     async def settle(
         self,
-        call_id: str,
+        call: Call,
         *,
         usage: dict[str, int] | None,
-        capture: CallCapture | None,
         outcome: str,
         finish_reason: str | None = None,
     ) -> None:
         """Record the call exactly once: settle with its usage, or keep its reservation."""
+        call_id, capture = call.call_id, call.capture
         if usage is not None:
             cost, reserved = await asyncio.to_thread(self.ledger.settle, call_id, usage)
             self._log.info("budget_settled", call_id=call_id, cost_usd=cost, usage=usage)
