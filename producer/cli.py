@@ -18,15 +18,15 @@ from typing import Final
 
 import structlog
 
-from producer.capture import RunCapture
 from producer.files import write_atomically
-from producer.ledger import BudgetLedger, Rates
+from producer.gemini.capture import RunCapture
+from producer.gemini.ledger import BudgetLedger, Rates
+from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
+from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server, stop_server
 from producer.sources import Source
-from producer.sources.gemini import GeminiSource
 from producer.sources.recording import RecordingSource
 from shared.errors import EXIT_USAGE, ConfigurationError
-from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
 from shared.logs import LEVELS, configure_logging, register_secret
 from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
 
@@ -190,15 +190,12 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
         capture = RunCapture(args.record, model=args.model) if args.record else None
     except FileExistsError as error:
         raise ConfigurationError(str(error)) from error
-    return GeminiSource(
-        recording,
-        api_key=api_key,
-        ledger=ledger,
+    settings = GeminiSettings(
         model=args.model,
         base_url=args.gemini_base_url,
         max_output_tokens=args.max_output_tokens,
-        capture=capture,
     )
+    return GeminiSource(recording, settings, api_key=api_key, ledger=ledger, capture=capture)
 
 
 async def serve(args: argparse.Namespace, recording: Recording) -> int:

@@ -8,6 +8,10 @@ and ``selected_context`` (``chunk_id``, ``source_id``, ``text``, ``url``).
 Citations resolve only from these passages. ``check_question_binding`` repeats
 the recording's consistency checks on a binding a consumer sends, so a producer
 never answers a binding that does not hash to itself.
+
+It lives in ``shared/`` (not with the provider code in ``producer/gemini/``)
+because both processes need it: the consumer builds the binding
+(``consumer/cli.py --question/--context``) and the producer checks it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import structlog
 
 from consumer.client import StreamOptions, stream_reply
 from consumer.demo import stop_process
-from producer.ledger import BudgetLedger
+from producer.gemini.ledger import BudgetLedger
 from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording
 from shared.wire import WireFormat

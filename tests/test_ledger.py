@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from producer.ledger import BudgetLedger, Rates, estimate_prompt_tokens, usage_cost
+from producer.gemini.ledger import BudgetLedger, Rates, estimate_prompt_tokens, usage_cost
 from shared.errors import Reason, RequestRefused
 
 BODY = {"contents": [{"role": "user", "parts": [{"text": "x" * 300}]}]}

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from producer.gemini.sse import SseError, SseEvent, SseParser
 from shared.errors import REASONS, Reason, ReplywireError, Status
-from shared.sse import SseError, SseEvent, SseParser
 from shared.wire.base import NEED_DATA
 
 Split = Callable[[bytes], list[bytes]]

@@ -618,7 +618,7 @@ def test_search_position_is_remembered_across_one_byte_chunks() -> None:
 
     decoder = NdjsonDecoder(9000)
     counting = CountingBuffer()
-    decoder._buffer = counting
+    decoder._buffer._data = counting  # the ReceiveBuffer's bytes
     lines = feed(decoder, bytewise(data))
     assert lines == [line[:-1]]
     assert ndjson.parse_frame(lines[0]) == frame

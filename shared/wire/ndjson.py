@@ -9,16 +9,15 @@ integrity claim the length-prefixed wire carries: ``done`` is
 and both keys are required. The module's functions speak the lab's wire unless
 called with ``digest=True``; ``codec_for(WireFormat.NDJSON)`` does so.
 
-Decoding follows the lab's ``StreamConsumer.feed`` check for check, on a
-``bytearray``:
+Decoding follows the lab's ``StreamConsumer.feed`` check for check:
 
 * every fragment is first run through an incremental UTF-8 decoder, so an
   invalid byte fails the whole fragment (``invalid_utf8``) before any line in
   it is interpreted, exactly as the lab decodes before splitting;
-* complete lines are taken from the front of the buffer with ``del buf[:n]``
-  and the search for ``\\n`` resumes where it stopped, so no byte is scanned
-  twice however the stream is cut (the lab's ``str.split`` per line is
-  quadratic in the number of lines per fragment);
+* complete lines are taken from the front of a ``ReceiveBuffer``
+  (``shared.wire.buffer``), whose search for ``\\n`` resumes where it stopped,
+  so no byte is scanned twice however the stream is cut (the lab's
+  ``str.split`` per line is quadratic in the number of lines per fragment);
 * a line longer than the frame limit fails when it is complete, and the
   unfinished remainder fails as soon as it exceeds the limit (the lab's check
   counts decoded characters' bytes, i.e. excludes a pending partial character).
@@ -34,6 +33,7 @@ from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason
 from shared.frames import DoneDigest, Frame, FrameKind
 from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
+from shared.wire.buffer import ReceiveBuffer
 
 _CONTENT_KEYS = frozenset({"sequence", "kind", "binding_sha256", "text"})
 _LAB_DONE_KEYS = frozenset({"sequence", "kind", "binding_sha256"})
@@ -116,9 +116,7 @@ class NdjsonDecoder:
     def __init__(self, max_frame_bytes: int) -> None:
         self._max_frame_bytes = max_frame_bytes
         self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
-        self._buffer = bytearray()
-        # Bytes at the front of the buffer already known to hold no b"\n".
-        self._searched = 0
+        self._buffer = ReceiveBuffer()
 
     @property
     def buffered(self) -> int:
@@ -129,19 +127,16 @@ class NdjsonDecoder:
             self._utf8.decode(data, final=False)
         except UnicodeDecodeError as error:
             raise ProtocolFailure(Reason.INVALID_UTF8, str(error)[:200]) from error
-        self._buffer += data
+        self._buffer.append(data)
 
     def next_event(self) -> bytes | NeedData:
-        end = self._buffer.find(b"\n", self._searched)
-        if end < 0:
-            self._searched = len(self._buffer)
+        found = self._buffer.find_line()
+        if found is None:
             pending_partial_char = len(self._utf8.getstate()[0])
             if len(self._buffer) - pending_partial_char > self._max_frame_bytes:
                 raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, "unterminated line over the limit")
             return NEED_DATA
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        self._searched = 0
+        line = bytes(self._buffer.take_line(found))
         if len(line) > self._max_frame_bytes:
             raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"line of {len(line)} bytes")
         return line

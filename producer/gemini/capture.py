@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from producer.files import write_atomically
+from producer.gemini.protocol import user_text
 from shared.digest import digest, strict_json
-from shared.gemini import user_text
 
 FORMAT: Final = "replywire-gemini-run/1"
 #: The most response bytes one call's capture keeps (the consumer's limit is far below it).

@@ -38,9 +38,10 @@ by the incremental decoder as it arrives in ``receive_data``, but it is
 reported by ``next_event`` once every line before it has been interpreted.
 After an error every call raises it again.
 
-Like the NDJSON decoder, the parser keeps a ``bytearray`` consumed from the
-front with ``del buf[:n]`` and remembers how far it has searched for a line
-ending, so no byte is scanned twice however the stream is cut.
+Like the NDJSON decoder, the parser keeps its bytes in a ``ReceiveBuffer``
+(``shared.wire.buffer``, universal line endings), which remembers how far it
+has searched for a line ending, so no byte is scanned twice however the stream
+is cut.
 """
 
 from __future__ import annotations
@@ -52,12 +53,10 @@ from typing import Final
 
 from shared.errors import Reason, ReplywireError
 from shared.wire.base import NEED_DATA, NeedData
+from shared.wire.buffer import Line, Newlines, ReceiveBuffer
 
-_LINE_END: Final = re.compile(rb"[\r\n]")
 #: What can stand before the colon of a field line (``data {"a":1}`` is no field line).
 _FIELD_NAME: Final = re.compile(rb"[A-Za-z0-9_-]+")
-_CR: Final = 0x0D
-_LF: Final = 0x0A
 _COLON: Final = 0x3A
 
 
@@ -83,10 +82,7 @@ class SseParser:
             raise ValueError("max_event_bytes must be positive")
         self._max_event_bytes = max_event_bytes
         self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
-        self._buffer = bytearray()
-        # Bytes at the front of the buffer already known to hold no CR or LF
-        # (or the index of a CR at the very end, waiting for a possible LF).
-        self._searched = 0
+        self._buffer = ReceiveBuffer(Newlines.UNIVERSAL)
         # Stream offset of the buffer's first byte; lines taken so far.
         self._offset = 0
         self._lines = 0
@@ -116,15 +112,14 @@ class SseParser:
             # error.object is the decoder's pending bytes (the buffer's tail) + data.
             valid = len(self._buffer) - pending + error.start
             if valid < len(self._buffer):
-                del self._buffer[valid:]
-                self._searched = min(self._searched, valid)
+                self._buffer.truncate(valid)
             else:
-                self._buffer += data[: valid - len(self._buffer)]
+                self._buffer.append(data[: valid - len(self._buffer)])
             self._invalid = SseError(
                 Reason.SSE_INVALID_UTF8, f"at byte {self._offset + valid}: {error.reason}"
             )
             return
-        self._buffer += data
+        self._buffer.append(data)
 
     def next_event(self) -> SseEvent | NeedData:
         """The next complete event, or ``NEED_DATA``."""
@@ -162,30 +157,19 @@ class SseParser:
             raise RuntimeError("the SSE parser's input has already ended")
 
     def _next_event(self) -> SseEvent | NeedData:
-        buffer = self._buffer
         while True:
-            match = _LINE_END.search(buffer, self._searched)
-            if match is None:
-                self._searched = len(buffer)
+            # A CR at the very end waits for the next byte, which may be its LF; after an
+            # invalid byte nothing follows, so that CR ends its line (an invalid byte is no LF).
+            line = self._buffer.find_line(final=self._invalid is not None)
+            if line is None:
                 # A partial character at the tail is not counted yet: whether it is too
                 # large or invalid UTF-8 must not depend on where the chunks were cut.
                 partial = 0 if self._invalid is not None else len(self._utf8.getstate()[0])
-                self._check_size(len(buffer) - partial)
+                self._check_size(self._buffer.unterminated - partial)
                 if self._invalid is not None:
                     raise self._invalid
                 return NEED_DATA
-            end = match.start()
-            consumed = end + 1
-            if buffer[end] == _CR:
-                if consumed < len(buffer):
-                    if buffer[consumed] == _LF:
-                        consumed += 1
-                elif self._invalid is None:
-                    # The next byte decides between CR and CRLF (an invalid byte is no LF).
-                    self._searched = end
-                    self._check_size(end)
-                    return NEED_DATA
-            event = self._take_line(end, consumed)
+            event = self._take_line(line)
             if event is not None:
                 return event
 
@@ -201,9 +185,9 @@ class SseParser:
                 Reason.SSE_INVALID_UTF8, f"at byte {offset}: {error.reason} (the body ended)"
             ) from error
         if self._buffer:
-            # What is left is one line: unfinished, or ended by a trailing CR.
+            # What is left is one line: ended by a trailing CR, or unfinished.
             size = len(self._buffer)
-            event = self._take_line(size - 1 if self._buffer[-1] == _CR else size, size)
+            event = self._take_line(self._buffer.find_line(final=True) or Line(size, size))
             if event is not None:
                 return event
         return self._dispatch(terminated=False)
@@ -215,13 +199,12 @@ class SseParser:
                 f"line {self._lines + 1}: the event exceeds {self._max_event_bytes} bytes",
             )
 
-    def _take_line(self, end: int, consumed: int) -> SseEvent | None:
-        """Interpret ``buffer[:end]``; drop it and its line ending (up to ``consumed``)."""
+    def _take_line(self, found: Line) -> SseEvent | None:
+        """Interpret the line ``found``; drop it and its line ending."""
+        end = found.end
         self._check_size(end)
-        line = self._buffer[:end]
-        del self._buffer[:consumed]
-        self._offset += consumed
-        self._searched = 0
+        line = self._buffer.take_line(found)
+        self._offset += found.size
         self._lines += 1
         if not line:
             return self._dispatch(terminated=True)

@@ -4,8 +4,9 @@ Per request: verify the binding (a development case's, equal to the
 recording's; or a question binding that hashes to itself), reserve the call's
 worst-case cost in the budget ledger, POST the documented body with the API key
 in the ``x-goog-api-key`` header, and map the SSE events to frames with the
-lab's adapter (``shared.gemini.ProviderFrames``). An HTTP error before the
-stream refuses the request with the provider's status mapped to a gRPC code.
+lab's adapter (``protocol.ProviderFrames``). An HTTP error before the stream
+refuses the request with the provider's status mapped to a gRPC code
+(``protocol.provider_error``).
 Nothing is retried: a paid request is made at most once.
 
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
@@ -17,18 +18,27 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
 import structlog
 
-from producer.capture import CallCapture, RunCapture
-from producer.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.gemini.capture import CallCapture, RunCapture
+from producer.gemini.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.gemini.protocol import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_MODEL,
+    ProviderStream,
+    provider_error,
+    request_body,
+)
 from producer.sources import Stall
-from shared.digest import digest, strict_json
-from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.digest import digest
+from shared.errors import Reason, RequestRefused
 from shared.frames import Frame
-from shared.gemini import DEFAULT_BASE_URL, DEFAULT_MODEL, ProviderStream, request_body
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
 from shared.recording import Recording
@@ -37,37 +47,25 @@ from shared.wire import codec_for
 from shared.wire.chunking import Chunker
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
-#: HTTP statuses before the stream, mapped to our reasons (and so to gRPC codes).
-HTTP_REASONS: Final = {
-    400: Reason.PROVIDER_REJECTED,
-    401: Reason.PROVIDER_AUTH_FAILED,
-    403: Reason.PROVIDER_AUTH_FAILED,
-    404: Reason.PROVIDER_REJECTED,
-    429: Reason.PROVIDER_RATE_LIMITED,
-}
 
 
-def provider_error(status: int, body: bytes) -> ReplywireError:
-    """An HTTP error answer, as a refusal carrying the provider's status and retry delay."""
-    reason = HTTP_REASONS.get(status, Reason.PROVIDER_UNAVAILABLE)
-    detail: dict[str, object] = {"http_status": status}
-    metadata: dict[str, str] = {"provider-http-status": str(status)}
-    try:
-        error = strict_json(body.decode("utf-8"))["error"]
-        detail["provider_status"] = error.get("status")
-        for entry in error.get("details") or []:
-            if not isinstance(entry, dict):
-                continue
-            if str(entry.get("@type", "")).endswith("RetryInfo"):
-                metadata["retry-delay"] = str(entry.get("retryDelay"))
-            # Google answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID.
-            if entry.get("reason") == "API_KEY_INVALID":
-                reason = Reason.PROVIDER_AUTH_FAILED
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        detail["provider_status"] = None
-    refusal = RequestRefused(reason, str(detail))
-    refusal.metadata.update(metadata)
-    return refusal
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeminiSettings:
+    """What every call of a source shares (the API key is passed apart: it is a secret)."""
+
+    model: str = DEFAULT_MODEL
+    base_url: str = DEFAULT_BASE_URL
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    http_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One paid provider call: its id, its evidence (``--record``) and its bound logger."""
+
+    call_id: str
+    capture: CallCapture | None
+    log: structlog.typing.FilteringBoundLogger
 
 
 class GeminiPlan:
@@ -78,59 +76,59 @@ class GeminiPlan:
         *,
         checked: CheckedRequest,
         binding: Mapping[str, Any],
-        call_id: str,
-        capture: CallCapture | None,
-        log: structlog.typing.FilteringBoundLogger,
+        call: Call,
     ) -> None:
         self.source = source
         self.response = response
         self.checked = checked
-        self.call_id = call_id
-        self.capture = capture
-        # The one events -> frames loop, shared with producer.convert_capture.
-        self.provider = ProviderStream(digest(binding), log)
+        self.call = call
+        self.capture = call.capture
+        # The one events -> frames loop, shared with producer.gemini.convert.
+        self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
         self.abort_details: str | None = None
         self.body_ended = False
-        self._log = log
+        self._log = call.log
         self._closed = False
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
-            "model": source.model,
-            "call_id": call_id,
+            "model": source.settings.model,
+            "call_id": call.call_id,
         }
 
     async def chunks(self) -> AsyncGenerator[bytes | Stall, None]:
         codec = codec_for(self.checked.wire)
         chunker = Chunker(self.checked.plan)
+        # aclosing: closing this generator closes the upstream read inside _frames() too.
+        async with aclosing(self._frames()) as batches:
+            async for frames in batches:
+                for frame in frames:
+                    for chunk in chunker.feed(codec.encode_frame(frame)):
+                        yield chunk
+        # An event after the finish: no frame may follow the terminal. End the RPC instead.
+        self.abort_details = self.provider.abort
+        for chunk in chunker.flush():
+            yield chunk
+        if not self.adapter.finished and self.abort_details is None:
+            self._log.warning("provider_stream_ended_without_finish")
 
-        def encoded(frames: list[Frame]) -> list[bytes]:
-            return [chunk for frame in frames for chunk in chunker.feed(codec.encode_frame(frame))]
-
+    async def _frames(self) -> AsyncGenerator[list[Frame], None]:
+        """The frames each read of the body completes; a broken connection closes the stream."""
         provider = self.provider
         try:
             async for data in self.response.aiter_bytes():
                 if self.capture is not None:
                     self.capture.received(data)
-                for chunk in encoded(provider.receive_data(data)):
-                    yield chunk
+                yield provider.receive_data(data)
                 if provider.closed:
                     break
             else:
                 self.body_ended = True
-                for chunk in encoded(provider.end_of_input()):
-                    yield chunk
+                yield provider.end_of_input()
         except httpx.HTTPError as error:
             self._log.warning("provider_connection_lost", error=type(error).__name__)
-            for chunk in encoded(provider.failure(Reason.PROVIDER_CONNECTION_LOST)):
-                yield chunk
-        # An event after the finish: no frame may follow the terminal. End the RPC instead.
-        self.abort_details = provider.abort
-        for chunk in chunker.flush():
-            yield chunk
-        if not self.adapter.finished and self.abort_details is None:
-            self._log.warning("provider_stream_ended_without_finish")
+            yield provider.failure(Reason.PROVIDER_CONNECTION_LOST)
 
     async def close(self, outcome: str) -> None:
         if self._closed:
@@ -147,9 +145,8 @@ class GeminiPlan:
         )
         finish = self.adapter.finish_reason
         await self.source.settle(
-            self.call_id,
+            self.call,
             usage=self.adapter.usage if self.adapter.finished else None,
-            capture=self.capture,
             outcome=f"{outcome} (finish {finish or 'never reported'})",
             finish_reason=finish,
         )
@@ -161,24 +158,19 @@ class GeminiSource:
     def __init__(
         self,
         recording: Recording,
+        settings: GeminiSettings,
         *,
         api_key: str,
         ledger: BudgetLedger,
-        model: str = DEFAULT_MODEL,
-        base_url: str = DEFAULT_BASE_URL,
-        max_output_tokens: int = 1024,
         capture: RunCapture | None = None,
-        http_timeout_s: float = 60.0,
     ) -> None:
         self.recording = recording
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.max_output_tokens = max_output_tokens
+        self.settings = settings
         self.ledger = ledger
         self.capture = capture
         self._api_key = api_key
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(http_timeout_s, connect=10.0),
+            timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
             follow_redirects=False,
         )
@@ -186,7 +178,8 @@ class GeminiSource:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}/v1beta/models/{self.model}:streamGenerateContent?alt=sse"
+        base_url, model = self.settings.base_url.rstrip("/"), self.settings.model
+        return f"{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
 
     def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
         supplied = parse_binding(request.binding_json)
@@ -201,28 +194,30 @@ class GeminiSource:
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         binding = self.bind(request, checked)
-        body = request_body(binding, max_output_tokens=self.max_output_tokens)
+        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
+        body = request_body(binding, max_output_tokens=max_output_tokens)
         call_id = uuid.uuid4().hex
-        log = self._log.bind(call_id=call_id, model=self.model)
+        log = self._log.bind(call_id=call_id, model=model)
         reserved = await asyncio.to_thread(
             self.ledger.reserve,
             call_id,
             body=body,
-            max_output_tokens=self.max_output_tokens,
+            max_output_tokens=max_output_tokens,
             case_id=checked.case_id,
-            model=self.model,
+            model=model,
         )
         log.info(
             "budget_reserved",
             reserved_usd=reserved,
             prompt_tokens_estimate=estimate_prompt_tokens(body),
-            max_output_tokens=self.max_output_tokens,
+            max_output_tokens=max_output_tokens,
         )
         capture = (
             self.capture.start(binding=binding, body=body, call_id=call_id)
             if self.capture
             else None
         )
+        call = Call(call_id, capture, log)
         try:
             response = await self._client.send(
                 self._client.build_request(
@@ -232,12 +227,12 @@ class GeminiSource:
             )
         except httpx.HTTPError as error:
             log.warning("provider_unreachable", error=type(error).__name__)
-            await self.settle(call_id, usage=None, capture=capture, outcome="unreachable")
+            await self.settle(call, usage=None, outcome="unreachable")
             raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
         except asyncio.CancelledError:
             # The consumer left while the request was being sent: it may still be billed.
             log.info("provider_request_abandoned")
-            await self.settle(call_id, usage=None, capture=capture, outcome="cancelled_by_consumer")
+            await self.settle(call, usage=None, outcome="cancelled_by_consumer")
             raise
         if response.status_code != 200:
             body_bytes = await self._read_error(response)
@@ -245,7 +240,7 @@ class GeminiSource:
                 capture.received(body_bytes)
             refusal = provider_error(response.status_code, body_bytes)
             log.warning("provider_refused", http_status=response.status_code, reason=refusal.code)
-            await self.settle(call_id, usage=None, capture=capture, outcome=refusal.code)
+            await self.settle(call, usage=None, outcome=refusal.code)
             raise refusal
         log.info("provider_stream_opened", http_status=response.status_code)
         return GeminiPlan(
@@ -253,9 +248,7 @@ class GeminiSource:
             response,
             checked=checked,
             binding=binding,
-            call_id=call_id,
-            capture=capture,
-            log=log,
+            call=call,
         )
 
     @staticmethod
@@ -274,14 +267,14 @@ class GeminiSource:
 
     async def settle(
         self,
-        call_id: str,
+        call: Call,
         *,
         usage: dict[str, int] | None,
-        capture: CallCapture | None,
         outcome: str,
         finish_reason: str | None = None,
     ) -> None:
         """Record the call exactly once: settle with its usage, or keep its reservation."""
+        call_id, capture = call.call_id, call.capture
         if usage is not None:
             cost, reserved = await asyncio.to_thread(self.ledger.settle, call_id, usage)
             self._log.info("budget_settled", call_id=call_id, cost_usd=cost, usage=usage)

@@ -1,4 +1,4 @@
-"""The Gemini provider protocol, pure: request body, event fields, events -> frames.
+"""The Gemini provider protocol, pure: request body, HTTP errors, event fields, events -> frames.
 
 ``streamGenerateContent?alt=sse`` answers with SSE events, each
 ``data: <GenerateContentResponse JSON>``; there is no ``[DONE]`` sentinel and
@@ -19,10 +19,13 @@ carries it.
 
 ``ProviderStream`` is the one loop from the provider's SSE body to frames (the
 strict SSE parser, strict JSON per event, the adapter), used both by the live
-source as bytes arrive and by ``producer.convert_capture`` on captured bytes,
+source as bytes arrive and by ``producer.gemini.convert`` on captured bytes,
 so a capture converts to exactly the frames its live stream produced. A
 malformed SSE line or an event that is not strict JSON is an ``error`` terminal
 ``provider_invalid_event``; an event after the finish sets ``abort``.
+
+An HTTP error answer before the stream is mapped by ``provider_error`` to a
+refusal (its reason, so its gRPC code, and the provider's retry delay).
 """
 
 from __future__ import annotations
@@ -33,16 +36,16 @@ from typing import Any, Final
 
 import structlog
 
+from producer.gemini.sse import SseError, SseParser
 from shared.digest import strict_json
-from shared.errors import Reason, ReplywireError
+from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
-from shared.sse import SseError, SseParser
+from shared.machine import MAX_REASON_CHARS
 from shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"
 DEFAULT_BASE_URL: Final = "https://generativelanguage.googleapis.com"
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 1024
-MAX_REASON_CHARS: Final = 256
 
 #: The lab's reply schema and system instruction for the fresh Gemini request.
 SCHEMA: Final[dict[str, Any]] = {
@@ -72,6 +75,39 @@ USAGE_KEYS: Final = (
 
 class ProviderError(ReplywireError):
     """The provider's stream broke the protocol (the producer ends the stream with it)."""
+
+
+#: HTTP statuses before the stream, mapped to our reasons (and so to gRPC codes).
+HTTP_REASONS: Final = {
+    400: Reason.PROVIDER_REJECTED,
+    401: Reason.PROVIDER_AUTH_FAILED,
+    403: Reason.PROVIDER_AUTH_FAILED,
+    404: Reason.PROVIDER_REJECTED,
+    429: Reason.PROVIDER_RATE_LIMITED,
+}
+
+
+def provider_error(status: int, body: bytes) -> ReplywireError:
+    """An HTTP error answer, as a refusal carrying the provider's status and retry delay."""
+    reason = HTTP_REASONS.get(status, Reason.PROVIDER_UNAVAILABLE)
+    detail: dict[str, object] = {"http_status": status}
+    metadata: dict[str, str] = {"provider-http-status": str(status)}
+    try:
+        error = strict_json(body.decode("utf-8"))["error"]
+        detail["provider_status"] = error.get("status")
+        for entry in error.get("details") or []:
+            if not isinstance(entry, dict):
+                continue
+            if str(entry.get("@type", "")).endswith("RetryInfo"):
+                metadata["retry-delay"] = str(entry.get("retryDelay"))
+            # Google answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID.
+            if entry.get("reason") == "API_KEY_INVALID":
+                reason = Reason.PROVIDER_AUTH_FAILED
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        detail["provider_status"] = None
+    refusal = RequestRefused(reason, str(detail))
+    refusal.metadata.update(metadata)
+    return refusal
 
 
 def user_text(binding: Mapping[str, Any]) -> str:

@@ -1,0 +1,86 @@
+"""The layering, read from the source: what each layer may import directly.
+
+``shared/`` and the pure Gemini protocol modules are sans-IO: they import no
+grpc, asyncio, httpx or socket (``shared.pb``'s generated messages are data; its
+``_grpc`` stubs are not). ``shared/`` imports neither process, and the two
+processes do not import each other. Only direct imports are checked: a library
+such as structlog may import asyncio itself without making its caller do I/O.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+IO_MODULES: Final = frozenset({"grpc", "asyncio", "httpx", "socket"})
+PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
+
+
+def sources(folder: str) -> list[Path]:
+    return sorted(
+        path
+        for path in (ROOT / folder).rglob("*.py")
+        if "pb" not in path.relative_to(ROOT).parts[:2]
+    )
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports, with ``from a import b`` also as ``a.b``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def names(paths: list[Path]) -> list[str]:
+    return [str(path.relative_to(ROOT)) for path in paths]
+
+
+PURE: Final = sources("shared") + [ROOT / module for module in PURE_PROVIDER_MODULES]
+
+
+@pytest.mark.parametrize("path", PURE, ids=names(PURE))
+def test_pure_modules_import_no_io(path: Path) -> None:
+    found = {
+        module
+        for module in imports(path)
+        if module.split(".")[0] in IO_MODULES or module.endswith("_pb2_grpc")
+    }
+    assert not found
+
+
+@pytest.mark.parametrize(
+    ("folder", "forbidden"),
+    [
+        ("shared", ("producer", "consumer")),
+        ("producer", ("consumer",)),
+        ("consumer", ("producer",)),
+    ],
+)
+def test_no_layer_imports_sideways_or_up(folder: str, forbidden: tuple[str, ...]) -> None:
+    found = {
+        (str(path.relative_to(ROOT)), module)
+        for path in sources(folder)
+        for module in imports(path)
+        if module.split(".")[0] in forbidden
+    }
+    assert not found
+
+
+@pytest.mark.parametrize("module", PURE_PROVIDER_MODULES)
+def test_the_pure_provider_modules_use_only_each_other(module: str) -> None:
+    allowed = {"producer.gemini.protocol", "producer.gemini.sse"}
+    found = {
+        name
+        for name in imports(ROOT / module)
+        if name.split(".")[0] == "producer"
+        and not any(name == pure or name.startswith(pure + ".") for pure in allowed)
+    }
+    assert not found
