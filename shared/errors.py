@@ -117,10 +117,6 @@ class Reason(StrEnum):
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
 
     @property
-    def info(self) -> ReasonInfo:
-        return REASONS[self]
-
-    @property
     def status(self) -> Status:
         return REASONS[self].status
 

@@ -9,6 +9,7 @@ replaced before rendering, so no API key or token reaches a trace.
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -66,6 +67,12 @@ def _add_side(side: str) -> structlog.typing.Processor:
     return add_side
 
 
+def _scrubbed_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
+    text = io.StringIO()
+    structlog.dev.plain_traceback(text, exc_info)
+    out.write(_scrub(text.getvalue()))
+
+
 def configure_logging(
     side: str,
     *,
@@ -78,10 +85,22 @@ def configure_logging(
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
     use_console = log_format == "console" or (log_format == "auto" and out.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer(colors=out.isatty())
+    # JSON: the traceback becomes a string field, scrubbed like every other value. The
+    # console renders tracebacks itself (structlog warns if format_exc_info comes first):
+    # its formatter scrubs them too.
+    tail: list[structlog.typing.Processor] = (
+        [
+            redact_secrets,
+            structlog.dev.ConsoleRenderer(
+                colors=out.isatty(), exception_formatter=_scrubbed_traceback
+            ),
+        ]
         if use_console
-        else structlog.processors.JSONRenderer(sort_keys=False)
+        else [
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ]
     )
     structlog.configure(
         processors=[
@@ -89,9 +108,7 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
             _add_side(side),
-            structlog.processors.format_exc_info,
-            redact_secrets,
-            renderer,
+            *tail,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.WriteLoggerFactory(file=out),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 
 import pytest
 import structlog
@@ -71,3 +72,22 @@ def test_secrets_never_reach_a_record() -> None:
     assert first["api_key"] == REDACTED
     assert first["headers"] == {"x-goog-api-key": REDACTED}
     assert second["detail"] == f"url ...?key={REDACTED}&alt=sse"
+
+
+@pytest.mark.parametrize("log_format", ["json", "console"])
+def test_tracebacks_are_rendered_and_scrubbed_on_both_paths(log_format: str) -> None:
+    out = io.StringIO()
+    configure_logging("producer", log_format=log_format, stream=out)  # type: ignore[arg-type]
+    register_secret("AIzaSy-traceback-secret")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # structlog warns when format_exc_info precedes a console
+        try:
+            raise RuntimeError("upstream said key=AIzaSy-traceback-secret")
+        except RuntimeError:
+            structlog.get_logger().exception("stream_failed")
+    text = out.getvalue()
+    assert "AIzaSy-traceback-secret" not in text
+    assert f"RuntimeError: upstream said key={REDACTED}" in text
+    if log_format == "json":
+        (record,) = records(out)
+        assert "Traceback (most recent call last)" in str(record["exception"])
