@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import structlog
 
+from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
-from consumer.demo import stop_process
 from producer.ledger import BudgetLedger
 from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording

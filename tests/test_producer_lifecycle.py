@@ -24,7 +24,8 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.demo import demo_runs, stop_process, stream, stream_id_of
+from consumer.children import stop_process
+from consumer.demo import demo_runs, stream, stream_id_of
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from shared.logs import configure_logging

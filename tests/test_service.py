@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from consumer.demo import stop_process
+from consumer.children import stop_process
 from shared.machine import LAB_RESULT_KEYS
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
