@@ -25,15 +25,17 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final, Literal
 
 import grpc
 import structlog
 
+from consumer.reader_states import SPEC as READER_SPEC
+from consumer.reader_states import ReaderInput, ReaderState
 from consumer.results import refused_result
 from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.faults import Fault
+from shared.fsm import Machine
 from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -85,25 +87,6 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int]]:
     ]
 
 
-class ReaderState(StrEnum):
-    CONNECTING = "connecting"
-    STREAMING = "streaming"
-    PAUSED = "paused"
-    ENDED = "ended"
-
-
-READER_TRANSITIONS: Final = frozenset(
-    {
-        (ReaderState.CONNECTING, ReaderState.STREAMING),
-        (ReaderState.CONNECTING, ReaderState.ENDED),
-        (ReaderState.STREAMING, ReaderState.PAUSED),
-        (ReaderState.PAUSED, ReaderState.STREAMING),
-        (ReaderState.STREAMING, ReaderState.ENDED),
-        (ReaderState.PAUSED, ReaderState.ENDED),
-    }
-)
-
-
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
     """The call ended: cleanly (``code`` None), with a gRPC status, or by the idle timer."""
@@ -130,21 +113,15 @@ class Reader:
         self.call = call
         self.queue = queue
         self.options = options
-        self.state = ReaderState.CONNECTING
         self.chunks_read = 0
         self.pauses = 0
         self.paused_s = 0.0
         self._log = logger.bind(component="reader")
+        self.machine = Machine(READER_SPEC, self._log)
 
-    def _transition(self, target: ReaderState, **fields: object) -> None:
-        if self.state is target:
-            return
-        if (self.state, target) not in READER_TRANSITIONS:
-            raise RuntimeError(f"no reader transition from {self.state} to {target}")
-        self._log.info(
-            "state_changed", from_state=self.state.value, to_state=target.value, **fields
-        )
-        self.state = target
+    @property
+    def state(self) -> ReaderState:
+        return self.machine.state
 
     async def _read(self) -> pb.Chunk | object:
         if self.options.idle_timeout_s is None:
@@ -157,11 +134,11 @@ class Reader:
                 try:
                     message = await self._read()
                 except TimeoutError:
-                    self._transition(ReaderState.ENDED, why="idle_timeout")
+                    self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
                     await self.queue.put(StreamEnded(idle=True))
                     return
                 except grpc.aio.AioRpcError as error:
-                    self._transition(ReaderState.ENDED, why=error.code().name)
+                    self.machine.fire(ReaderInput.ENDED, why=error.code().name)
                     # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
                     pairs: Any = error.trailing_metadata() or ()
                     trailing = tuple((str(key), str(value)) for key, value in pairs)
@@ -170,16 +147,17 @@ class Reader:
                     )
                     return
                 if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
-                    self._transition(ReaderState.ENDED, why="eof")
+                    self.machine.fire(ReaderInput.ENDED, why="eof")
                     await self.queue.put(StreamEnded())
                     return
                 assert isinstance(message, pb.Chunk)
                 self.chunks_read += 1
-                self._transition(ReaderState.STREAMING)
+                if self.state is ReaderState.CONNECTING:
+                    self.machine.fire(ReaderInput.FIRST_MESSAGE)
                 await self._enqueue(message.data)
         except asyncio.CancelledError:
-            if self.state is not ReaderState.ENDED:
-                self._transition(ReaderState.ENDED, why="cancelled")
+            if not self.machine.finished:
+                self.machine.fire(ReaderInput.ENDED, why="cancelled")
             raise
 
     async def _enqueue(self, data: bytes) -> None:
@@ -190,11 +168,11 @@ class Reader:
         self.pauses += 1
         started = time.monotonic()
         self._log.info("reads_paused", queue_depth=self.queue.qsize(), chunks_read=self.chunks_read)
-        self._transition(ReaderState.PAUSED)
+        self.machine.fire(ReaderInput.QUEUE_FULL)
         await self.queue.put(data)
         waited = time.monotonic() - started
         self.paused_s += waited
-        self._transition(ReaderState.STREAMING)
+        self.machine.fire(ReaderInput.QUEUE_DRAINED)
         self._log.info("reads_resumed", paused_ms=round(waited * 1000, 3))
 
 

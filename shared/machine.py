@@ -24,8 +24,9 @@ reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
-All states and transitions are in ``TRANSITIONS``; ``_transition()`` is the
-only code that changes state, and it logs every change as ``state_changed``.
+All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
+``Machine.fire()`` is the only code that changes state, and it logs every change
+as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import structlog
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status
 from shared.frames import Frame, FrameKind
+from shared.fsm import Machine, MachineSpec
 from shared.reply import validate_reply
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
@@ -113,6 +115,15 @@ TRANSITIONS: Final[dict[tuple[ConsumerState, Input], ConsumerState]] = {
 }
 
 FINAL_STATES: Final = frozenset({S.COMPLETE, S.INCOMPLETE, S.CANCELLED, S.ERROR, S.INVALID})
+
+SPEC: Final = MachineSpec(
+    name="consumer core",
+    states=ConsumerState,
+    inputs=Input,
+    initial=S.STREAMING,
+    final=FINAL_STATES,
+    table=TRANSITIONS,
+)
 STATUS_OF: Final = {
     S.COMPLETE: Status.COMPLETE,
     S.INCOMPLETE: Status.INCOMPLETE,
@@ -157,7 +168,7 @@ class ReplyConsumer:
         self._log: structlog.typing.FilteringBoundLogger = logger or structlog.get_logger()
         self._codec = codec_for(wire)
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
-        self._state = S.STREAMING
+        self._machine = Machine(SPEC, self._log)
         self._finished = False
         self._reason: str | None = None
         self._failure: Reason | None = None
@@ -183,30 +194,19 @@ class ReplyConsumer:
 
     @property
     def state(self) -> ConsumerState:
-        return self._state
+        return self._machine.state
 
     @property
     def finished(self) -> bool:
         """True once the machine has reached a final state."""
-        return self._state in FINAL_STATES
+        return self._machine.finished
 
     @property
     def provisional_content(self) -> str:
         return "".join(self._parts)
 
     def _transition(self, event: Input) -> None:
-        target = TRANSITIONS.get((self._state, event))
-        if target is None:
-            raise RuntimeError(f"no transition from {self._state} on {event}")
-        self._log.info(
-            "state_changed",
-            from_state=self._state.value,
-            to_state=target.value,
-            input=event.value,
-            sequence=self._frames,
-            reason=self._reason,
-        )
-        self._state = target
+        self._machine.fire(event, sequence=self._frames, reason=self._reason)
 
     def _fail(self, reason: Reason, detail: str = "") -> ProtocolFailure:
         """Record the first failure, move to INVALID, and return the exception to raise."""
@@ -409,10 +409,10 @@ class ReplyConsumer:
         }
 
     def result(self) -> dict[str, Any]:
-        if self._state not in FINAL_STATES:
-            raise RuntimeError(f"no verdict yet in state {self._state}")
+        if not self.finished:
+            raise RuntimeError(f"no verdict yet in state {self.state}")
         document: dict[str, Any] = {
-            "status": STATUS_OF[self._state].value,
+            "status": STATUS_OF[self.state].value,
             "reason": self._reason,
             "accepted_answer": self._accepted,
             "citations": self._citations,
