@@ -41,8 +41,8 @@ import structlog
 
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status
-from shared.frames import Frame, FrameKind
-from shared.fsm import Machine, MachineSpec
+from shared.frames import MAX_REASON_CHARS, Frame, FrameKind
+from shared.fsm import NULL_LOGGER, Machine, MachineSpec
 from shared.reply import validate_reply
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
@@ -51,7 +51,6 @@ MAX_TOTAL_BYTES: Final = 65536
 MAX_FRAME_BYTES: Final = 8192
 MAX_CONTENT_CHARS: Final = 16384
 MAX_FRAMES: Final = 1000
-MAX_REASON_CHARS: Final = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +164,7 @@ class ReplyConsumer:
         self.wire = wire
         self.limits = limits or Limits()
         self.ignore_duplicates = ignore_duplicates
-        self._log: structlog.typing.FilteringBoundLogger = logger or structlog.get_logger()
+        self._log: structlog.typing.FilteringBoundLogger = logger or NULL_LOGGER
         self._codec = codec_for(wire)
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
         self._machine = Machine(SPEC, self._log)

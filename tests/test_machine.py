@@ -31,6 +31,7 @@ from shared.machine import (
     ReplyConsumer,
 )
 from shared.recording import BoundCase, Recording
+from shared.replay import replay
 from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
@@ -57,7 +58,11 @@ def run(
 ) -> dict[str, Any]:
     data = frames if isinstance(frames, bytes) else encode(frames, wire)
     consumer = ReplyConsumer(
-        case.binding, wire=wire, limits=limits, ignore_duplicates=ignore_duplicates
+        case.binding,
+        wire=wire,
+        limits=limits,
+        ignore_duplicates=ignore_duplicates,
+        logger=structlog.get_logger(),  # the tests capture its records
     )
     pieces = [data] if chunk is None else [data[i : i + chunk] for i in range(0, len(data), chunk)]
     for piece in pieces:
@@ -617,6 +622,16 @@ def test_logger_is_injected(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding, logger=logger)
     consumer.end_of_stream()
     assert seen == ["state_changed"]
+
+
+def test_an_unconfigured_replay_prints_nothing(
+    recording: Recording, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # structlog is unconfigured here (reset by conftest): its default would print
+    # debug records to stdout, where the result document goes.
+    result = replay(recording, "replace-file")
+    assert result["status"] == "complete"
+    assert capsys.readouterr() == ("", "")
 
 
 # --- the reported case: one byte of a content frame flipped on the way ---------------------
