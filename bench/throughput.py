@@ -76,7 +76,7 @@ async def replywire(recording: Recording, case_id: str, plan: ChunkPlan, streams
             stream_id=f"bench-{index}",
             logger=log,
         )
-        assert result["status"] == "complete", result["reason"]
+        assert result.status.value == "complete", result.reason
     elapsed = time.perf_counter() - started
     await server.stop(0)
     return streams / elapsed

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEFAULT_RECORDING_PATH, DEVELOPMENT_CASES, Recording
 from shared.replay import replay
+from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -191,8 +191,8 @@ def fault_from(args: argparse.Namespace) -> Fault | None:
     )
 
 
-def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
-    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+def emit_result(result: StreamResult, path: Path | None, out: TextIO) -> None:
+    text = result.to_json()
     if path is None:
         out.write(text)
     else:
@@ -226,7 +226,7 @@ def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
     return recording.case(args.case).binding, recording
 
 
-async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
+async def stream_once(args: argparse.Namespace, binding: Any) -> StreamResult:
     options = StreamOptions(
         target=args.target,
         queue_size=args.queue_size,
@@ -354,7 +354,7 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     except RequestRefused as error:
         log.warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=wire.value)
-    log.info("stream_finished", status=result["status"], reason=result["reason"])
+    log.info("stream_finished", status=result.status.value, reason=result.reason)
     emit_result(result, args.result, out)
     return exit_code(result)
 

@@ -32,14 +32,14 @@ import structlog
 
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
-from consumer.results import refused_result
-from shared.errors import ProtocolFailure, Reason, RequestRefused
+from shared.errors import ProtocolFailure, Reason
 from shared.faults import Fault
 from shared.fsm import Machine
 from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import build_request
+from shared.result import Flow, StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -197,7 +197,7 @@ class StreamSession:
         if self._call is not None:
             self._call.cancel()
 
-    async def run(self, interrupted: asyncio.Event | None = None) -> dict[str, Any]:
+    async def run(self, interrupted: asyncio.Event | None = None) -> StreamResult:
         options = self.options
         self._log.info(
             "stream_opening",
@@ -237,17 +237,16 @@ class StreamSession:
                     task.cancel()
                 self._call.cancel()
                 await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
-        result["stream_id"] = self.request.stream_id
-        result["flow"] = {
-            "mode": options.mode,
-            "queue_size": options.queue_size,
-            "window_bytes": options.window_bytes,
-            "reads_paused": self.reader.pauses,
-            "paused_ms": round(self.reader.paused_s * 1000, 3),
-        }
-        return result
+        flow = Flow(
+            mode=options.mode,
+            queue_size=options.queue_size,
+            window_bytes=options.window_bytes,
+            reads_paused=self.reader.pauses,
+            paused_ms=round(self.reader.paused_s * 1000, 3),
+        )
+        return result.with_stream(self.request.stream_id, flow)
 
-    async def _process(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+    async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
         if self.options.mode == "buffered":
             return await self._process_buffered(queue)
         while True:
@@ -259,7 +258,7 @@ class StreamSession:
             if self.options.process_delay_s:
                 await asyncio.sleep(self.options.process_delay_s)
 
-    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
         """Read the whole body first (bounded by the stream byte limit), then decode."""
         body: list[bytes] = []
         size = 0
@@ -288,12 +287,12 @@ class StreamSession:
         self._log.debug(
             "chunk_applied",
             size=len(data),
-            bytes_applied=self.consumer.stats["bytes_received"],
-            frames_applied=self.consumer.stats["application_frames"],
+            bytes_applied=self.consumer.stats.bytes_received,
+            frames_applied=self.consumer.stats.application_frames,
         )
         return True
 
-    def _ended(self, end: StreamEnded) -> dict[str, Any]:
+    def _ended(self, end: StreamEnded) -> StreamResult:
         if end.idle:
             self.cancel()
             return self.consumer.abort(Reason.IDLE_TIMEOUT)
@@ -303,22 +302,22 @@ class StreamSession:
             return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
         transport: dict[str, Any] = {"grpc_code": end.code.name, "grpc_details": end.details}
         transport.update({key: value for key, value in end.metadata if key in PASSED_METADATA})
-        nothing_received = self.consumer.stats["transport_fragments"] == 0
+        nothing_received = self.consumer.stats.transport_fragments == 0
         if nothing_received and end.details in KNOWN_REASONS:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
             reason = Reason(end.details)
-            document = refused_result(
-                RequestRefused(reason, f"producer answered {end.code.name}"),
-                case_id=self.request.case_id,
-                wire_format=self.consumer.wire.value,
-            )
-            document["status"] = reason.status.value
-            document["request_sha256"] = self.consumer.binding.get("request_sha256")
-            document["binding_sha256"] = self.consumer.binding_sha256
-            document["transport"] = transport
             self._log.info("request_not_streamed", status=reason.status.value, **transport)
-            return document
+            return StreamResult(
+                status=reason.status,
+                reason=reason.value,
+                case_id=self.request.case_id,
+                request_sha256=self.consumer.binding.get("request_sha256"),
+                binding_sha256=self.consumer.binding_sha256,
+                wire_format=self.consumer.wire.value,
+                detail=f"producer answered {end.code.name}",
+                transport=transport,
+            )
         return self.consumer.transport_error(transport)
 
 
@@ -336,7 +335,7 @@ async def stream_reply(
     ignore_duplicates: bool = False,
     logger: structlog.typing.FilteringBoundLogger | None = None,
     interrupted: asyncio.Event | None = None,
-) -> dict[str, Any]:
+) -> StreamResult:
     """Ask for one bound reply and consume it: the request, the core, the session, the verdict."""
     structlog.contextvars.bind_contextvars(stream_id=stream_id)
     log = (logger or structlog.get_logger()).bind(case_id=case_id)
@@ -357,7 +356,12 @@ async def stream_reply(
         logger=log.bind(component="core"),
     )
     result = await StreamSession(request, consumer, options, log).run(interrupted)
-    log.info("stream_finished", status=result["status"], reason=result["reason"], **result["stats"])
+    log.info(
+        "stream_finished",
+        status=result.status.value,
+        reason=result.reason,
+        **result.stats.to_dict(),
+    )
     return result
 
 

@@ -23,6 +23,7 @@ from consumer.client import StreamOptions, stream_reply
 from shared.faults import Fault, FaultKind
 from shared.logs import configure_logging
 from shared.recording import Recording
+from shared.result import StreamResult
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
@@ -87,7 +88,7 @@ def stream_id_of(index: int) -> str:
     return f"demo-{index:02d}"
 
 
-async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> dict[str, Any]:
+async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> StreamResult:
     return await stream_reply(
         StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0),
         case_id=run.case_id,
@@ -100,16 +101,16 @@ async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str
     )
 
 
-def row(run: DemoRun, stream_id: str, result: dict[str, Any]) -> tuple[str, ...]:
+def row(run: DemoRun, stream_id: str, result: StreamResult) -> tuple[str, ...]:
     return (
         run.label,
         stream_id,
         run.wire.value,
-        result["status"],
-        result["reason"] or "-",
-        str(result["stats"]["application_frames"]),
-        str(result["stats"]["bytes_received"]),
-        "yes" if result["accepted_answer"] is not None else "no",
+        result.status.value,
+        result.reason or "-",
+        str(result.stats.application_frames),
+        str(result.stats.bytes_received),
+        "yes" if result.accepted else "no",
     )
 
 

@@ -44,6 +44,17 @@ from shared.errors import ProtocolFailure, Reason, Status
 from shared.frames import MAX_REASON_CHARS, Frame, FrameKind
 from shared.fsm import NULL_LOGGER, Machine, MachineSpec
 from shared.reply import validate_reply
+from shared.result import (
+    AnswerValidated,
+    ConsumerAborted,
+    ContentReceived,
+    DuplicateDropped,
+    Event,
+    Stats,
+    StreamResult,
+    TerminalReceived,
+    TransportFailed,
+)
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
 #: The lab's limits.
@@ -136,18 +147,6 @@ _END_AFTER: Final = {
     FrameKind.ERROR: In.END_AFTER_ERROR,
 }
 
-#: The result document's keys: the lab's, then ours.
-LAB_RESULT_KEYS: Final = (
-    "status",
-    "reason",
-    "accepted_answer",
-    "citations",
-    "provisional_content",
-    "local_terminal",
-    "stats",
-    "events",
-)
-
 
 class ReplyConsumer:
     def __init__(
@@ -184,7 +183,7 @@ class ReplyConsumer:
         self._terminal_reason: str | None = None
         self._accepted: dict[str, Any] | None = None
         self._citations: list[dict[str, Any]] = []
-        self._events: list[dict[str, Any]] = []
+        self._events: list[Event] = []
         # Duplicate policy: SHA-256 of each applied frame's bytes, by sequence - 1.
         self._applied: list[bytes] = []
         self.transport: dict[str, Any] | None = None
@@ -272,7 +271,7 @@ class ReplyConsumer:
             return False
         if self._applied[sequence - 1] != hashlib.sha256(payload).digest():
             raise self._fail(Reason.CONFLICTING_DUPLICATE, f"sequence {sequence}")
-        self._events.append({"kind": "duplicate_dropped", "sequence": sequence})
+        self._events.append(DuplicateDropped(sequence))
         self._log.info("duplicate_dropped", sequence=sequence)
         return True
 
@@ -290,13 +289,8 @@ class ReplyConsumer:
         self._content_hash.update(encoded)
         if self._chars > self.limits.max_content_chars:
             raise self._fail(Reason.CONTENT_LIMIT, f"{self._chars} characters")
-        self._events.append(
-            {
-                "kind": "provisional_content",
-                "sequence": frame.sequence,
-                "characters_received": self._chars,
-            }
-        )
+        assert isinstance(frame.sequence, int)  # checked by _apply
+        self._events.append(ContentReceived(frame.sequence, self._chars))
 
     def _apply_terminal(self, frame: Frame) -> None:
         reason = frame.reason
@@ -327,9 +321,8 @@ class ReplyConsumer:
                 )
         self._terminal = frame.kind
         self._terminal_reason = reason if isinstance(reason, str) else None
-        self._events.append(
-            {"kind": "local_terminal", "status": frame.kind.value, "sequence": frame.sequence}
-        )
+        assert isinstance(frame.sequence, int)  # checked by _apply
+        self._events.append(TerminalReceived(frame.kind.value, frame.sequence))
         self._transition(In.TERMINAL_FRAME)
 
     # --- how the input ended --------------------------------------------------------
@@ -341,7 +334,7 @@ class ReplyConsumer:
         self._finished = True
         return self._failure is None
 
-    def end_of_stream(self) -> dict[str, Any]:
+    def end_of_stream(self) -> StreamResult:
         """The input ended cleanly. Returns the result document."""
         if not self._begin_finish():
             return self.result()
@@ -366,66 +359,51 @@ class ReplyConsumer:
             self._transition(In.REPLY_REJECTED)
             return self.result()
         self._accepted, self._citations = accepted, citations
-        self._events.append(
-            {
-                "kind": "validated_answer",
-                "status": accepted["status"],
-                "source_ids": accepted["source_ids"],
-                "answer": accepted,
-                "citations": citations,
-            }
-        )
+        self._events.append(AnswerValidated(accepted, citations))
         self._transition(In.REPLY_ACCEPTED)
         return self.result()
 
-    def transport_error(self, detail: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def transport_error(self, detail: Mapping[str, Any] | None = None) -> StreamResult:
         """The transport broke. ``detail`` (e.g. the gRPC status) is kept in the result."""
         if not self._begin_finish():
             return self.result()
         self.transport = dict(detail) if detail else None
         self._reason = Reason.TRANSPORT_IO_ERROR.value
-        self._events.append({"kind": "transport_error", "reason": self._reason})
+        self._events.append(TransportFailed(Reason.TRANSPORT_IO_ERROR.value))
         self._transition(In.TRANSPORT_ERROR)
         return self.result()
 
-    def abort(self, reason: Reason) -> dict[str, Any]:
+    def abort(self, reason: Reason) -> StreamResult:
         """We stopped reading (deadline, idle timeout, user cancel): incomplete, content kept."""
         if not self._begin_finish():
             return self.result()
         self._reason = reason.value
-        self._events.append({"kind": "consumer_abort", "reason": self._reason})
+        self._events.append(ConsumerAborted(reason.value))
         self._transition(In.LOCAL_ABORT)
         return self.result()
 
     # --- the verdict ------------------------------------------------------------------
 
     @property
-    def stats(self) -> dict[str, int]:
-        return {
-            "bytes_received": self._bytes,
-            "transport_fragments": self._fragments,
-            "application_frames": self._frames,
-        }
+    def stats(self) -> Stats:
+        return Stats(self._bytes, self._fragments, self._frames)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> StreamResult:
         if not self.finished:
             raise RuntimeError(f"no verdict yet in state {self.state}")
-        document: dict[str, Any] = {
-            "status": STATUS_OF[self.state].value,
-            "reason": self._reason,
-            "accepted_answer": self._accepted,
-            "citations": self._citations,
-            "provisional_content": self.provisional_content,
-            "local_terminal": self._terminal.value if self._terminal else None,
-            "stats": self.stats,
-            "events": self._events,
-            "case_id": self.binding.get("case_id"),
-            "request_sha256": self.binding.get("request_sha256"),
-            "binding_sha256": self.binding_sha256,
-            "wire_format": self.wire.value,
-            # Whether done's content digest was required and checked (none: ndjson-lab).
-            "integrity": self.wire.integrity.value,
-        }
-        if self.transport is not None:
-            document["transport"] = self.transport
-        return document
+        return StreamResult(
+            status=STATUS_OF[self.state],
+            reason=self._reason,
+            accepted_answer=self._accepted,
+            citations=tuple(self._citations),
+            provisional_content=self.provisional_content,
+            local_terminal=self._terminal.value if self._terminal else None,
+            stats=self.stats,
+            events=tuple(self._events),
+            case_id=self.binding.get("case_id"),
+            request_sha256=self.binding.get("request_sha256"),
+            binding_sha256=self.binding_sha256,
+            wire_format=self.wire.value,
+            integrity=self.wire.integrity.value,
+            transport=self.transport,
+        )

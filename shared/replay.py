@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
 from shared.errors import ProtocolFailure
 from shared.faults import Ending, Fault, Transmission, transmit
 from shared.machine import Limits, ReplyConsumer
 from shared.recording import Recording
+from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
 
-def consume(consumer: ReplyConsumer, transmission: Transmission) -> dict[str, Any]:
+def consume(consumer: ReplyConsumer, transmission: Transmission) -> StreamResult:
     """Feed every chunk, stop at the first refusal, then end the input as the producer did."""
     for chunk in transmission.chunks:
         try:
@@ -36,7 +35,7 @@ def replay(
     limits: Limits | None = None,
     ignore_duplicates: bool = False,
     logger: structlog.typing.FilteringBoundLogger | None = None,
-) -> dict[str, Any]:
+) -> StreamResult:
     """Bind ``case_id``, produce its transmission and consume it. Raises ``RequestRefused``."""
     case = recording.case(case_id)
     transmission = transmit(

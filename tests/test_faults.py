@@ -44,7 +44,7 @@ def test_fault_outcome(recording: Recording, kind: FaultKind, wire: WireFormat, 
     for case_id in recording.case_ids:
         result = replay(
             recording, case_id, wire=wire, plan=ChunkPlan.parse(plan), fault=Fault(kind=kind)
-        )
+        ).to_dict()
         expected = EXPECTED_OUTCOMES[kind][wire]
         assert (result["status"], result["reason"]) == (expected.status, expected.reason)
         assert result["accepted_answer"] is None
@@ -66,7 +66,7 @@ def test_repeat_under_the_duplicate_policy_completes(
         plan=ChunkPlan.parse("1,2,7,3,11"),
         fault=Fault(kind=FaultKind.REPEAT),
         ignore_duplicates=True,
-    )
+    ).to_dict()
     assert result["status"] == "complete"
     assert result["stats"]["application_frames"] == 15
     assert [e for e in result["events"] if e["kind"] == "duplicate_dropped"] == [
@@ -79,7 +79,7 @@ def test_the_duplicate_policy_repairs_nothing_else(recording: Recording, kind: F
     for wire in WireFormat:
         result = replay(
             recording, "replace-file", wire=wire, fault=Fault(kind=kind), ignore_duplicates=True
-        )
+        ).to_dict()
         assert result["status"] == "invalid"
         assert result["reason"] == EXPECTED_OUTCOMES[kind][wire].reason
 
@@ -97,7 +97,9 @@ def test_target_frame_defaults_to_three_and_clamps_to_the_last_content_frame(
 
 
 def test_omit_targets_the_requested_frame(recording: Recording) -> None:
-    result = replay(recording, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=6))
+    result = replay(
+        recording, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=6)
+    ).to_dict()
     assert (result["status"], result["reason"]) == ("invalid", "invalid_sequence")
     assert result["stats"]["application_frames"] == 5
 
@@ -188,14 +190,14 @@ def test_a_stall_changes_nothing_in_one_process_but_marks_where_to_pause(
     sent = sum(len(chunk) for chunk in pattern.chunks[: pattern.stall.after_chunks])
     three_frames = sum(len(chunk) for chunk in transmission.chunks[:3])
     assert sent >= three_frames > sent - len(pattern.chunks[pattern.stall.after_chunks - 1])
-    assert replay(recording, "replace-file", fault=fault)["status"] == "complete"
+    assert replay(recording, "replace-file", fault=fault).to_dict()["status"] == "complete"
 
 
 def test_abort_after_done_is_not_accepted(recording: Recording) -> None:
     for wire in WireFormat:
         result = replay(
             recording, "replace-file", wire=wire, fault=Fault(kind=FaultKind.ABORT_AFTER_DONE)
-        )
+        ).to_dict()
         assert (result["status"], result["reason"]) == ("error", "transport_io_error")
         assert result["local_terminal"] == "done"
         assert result["accepted_answer"] is None

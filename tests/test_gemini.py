@@ -23,8 +23,8 @@ import structlog
 from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
 from producer.ledger import BudgetLedger
-from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.processes import (
@@ -242,7 +242,7 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
     case = recording.case("utf8-write")
 
     async def one(index: int) -> dict[str, Any]:
-        return await stream_reply(
+        result = await stream_reply(
             StreamOptions(target=target, deadline_s=60),
             case_id=case.case_id,
             binding=case.binding,
@@ -251,6 +251,7 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
             stream_id=f"budget-{index}",
             logger=log,
         )
+        return result.to_dict()
 
     return list(await asyncio.gather(*(one(index) for index in range(count))))
 

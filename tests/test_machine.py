@@ -22,7 +22,6 @@ from shared.frames import (
 )
 from shared.machine import (
     FINAL_STATES,
-    LAB_RESULT_KEYS,
     SPEC,
     TRANSITIONS,
     ConsumerState,
@@ -32,6 +31,7 @@ from shared.machine import (
 )
 from shared.recording import BoundCase, Recording
 from shared.replay import replay
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
@@ -70,7 +70,7 @@ def run(
             consumer.receive_data(piece)
         except ProtocolFailure:
             break
-    return consumer.end_of_stream()
+    return consumer.end_of_stream().to_dict()
 
 
 def reply_frames(case: BoundCase, reply: object, *, raw: str | None = None) -> list[Frame]:
@@ -129,7 +129,7 @@ def test_complete_stream_logs_each_transition_once(case: BoundCase, wire: WireFo
 def test_result_is_only_available_at_the_end(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding)
     with pytest.raises(RuntimeError):
-        consumer.result()
+        consumer.result().to_dict()
 
 
 # --- the lab's input checks -------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_result_is_only_available_at_the_end(case: BoundCase) -> None:
 
 def test_input_after_finish_is_refused(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding)
-    consumer.end_of_stream()
+    consumer.end_of_stream().to_dict()
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(b"x")
     assert info.value.reason is Reason.CONSUMER_ALREADY_FINISHED
@@ -145,7 +145,7 @@ def test_input_after_finish_is_refused(case: BoundCase) -> None:
         with pytest.raises(ProtocolFailure) as again:
             finish()
         assert again.value.reason is Reason.CONSUMER_ALREADY_FINISHED
-    assert consumer.result()["reason"] == "missing_terminal"
+    assert consumer.result().to_dict()["reason"] == "missing_terminal"
 
 
 def test_non_bytes_are_refused(case: BoundCase) -> None:
@@ -153,7 +153,7 @@ def test_non_bytes_are_refused(case: BoundCase) -> None:
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(bytearray(b"{}"))  # type: ignore[arg-type]
     assert info.value.reason is Reason.TRANSPORT_REQUIRES_BYTES
-    assert_refused(consumer.end_of_stream(), "invalid", "transport_requires_bytes")
+    assert_refused(consumer.end_of_stream().to_dict(), "invalid", "transport_requires_bytes")
 
 
 def test_a_failed_consumer_repeats_its_failure(case: BoundCase) -> None:
@@ -163,8 +163,8 @@ def test_a_failed_consumer_repeats_its_failure(case: BoundCase) -> None:
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(b"{}")
     assert info.value.reason is Reason.INVALID_UTF8
-    assert consumer.stats["transport_fragments"] == 1
-    assert_refused(consumer.end_of_stream(), "invalid", "invalid_utf8")
+    assert consumer.stats.transport_fragments == 1
+    assert_refused(consumer.end_of_stream().to_dict(), "invalid", "invalid_utf8")
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -351,7 +351,7 @@ def test_transport_error_after_done_is_not_accepted(case: BoundCase, wire: WireF
     consumer = ReplyConsumer(case.binding, wire=wire)
     consumer.receive_data(encode(derive_frames(case.binding_sha256, case.content), wire))
     assert consumer.state is ConsumerState.TERMINAL_RECEIVED
-    result = consumer.transport_error({"grpc_code": "UNAVAILABLE"})
+    result = consumer.transport_error({"grpc_code": "UNAVAILABLE"}).to_dict()
     assert_refused(result, "error", "transport_io_error")
     assert result["local_terminal"] == "done"
     assert result["transport"] == {"grpc_code": "UNAVAILABLE"}
@@ -365,7 +365,7 @@ def test_abort_keeps_partial_content(case: BoundCase, state: str) -> None:
     consumer.receive_data(
         encode(frames if state == "terminal_received" else frames[:3], WireFormat.LENGTH_PREFIXED)
     )
-    result = consumer.abort(Reason.MISSING_TERMINAL)
+    result = consumer.abort(Reason.MISSING_TERMINAL).to_dict()
     assert_refused(result, "incomplete", "missing_terminal")
     assert result["events"][-1]["kind"] == "consumer_abort"
     assert result["provisional_content"]
@@ -375,7 +375,7 @@ def test_a_failure_is_not_overwritten_by_a_later_transport_error(case: BoundCase
     consumer = ReplyConsumer(case.binding)
     with pytest.raises(ProtocolFailure):
         consumer.receive_data(b"\x01\x00\x00\x00\x00")
-    assert_refused(consumer.transport_error(), "invalid", "invalid_frame_header")
+    assert_refused(consumer.transport_error().to_dict(), "invalid", "invalid_frame_header")
 
 
 # --- the content digest (done on the default wires: lp and ndjson) -------------------------
@@ -432,7 +432,7 @@ def test_the_digest_is_required_not_only_checked_when_present(
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(encode(derive_frames(case.binding_sha256, case.content), wire))
     assert info.value.reason is Reason.INVALID_FRAME_SCHEMA
-    result = consumer.end_of_stream()
+    result = consumer.end_of_stream().to_dict()
     assert_refused(result, "invalid", "invalid_frame_schema")
     assert result["local_terminal"] is None
     assert result["integrity"] == "sha256"
@@ -620,7 +620,7 @@ def test_logger_is_injected(case: BoundCase) -> None:
 
     logger = structlog.wrap_logger(None, processors=[keep])
     consumer = ReplyConsumer(case.binding, logger=logger)
-    consumer.end_of_stream()
+    consumer.end_of_stream().to_dict()
     assert seen == ["state_changed"]
 
 
@@ -629,7 +629,7 @@ def test_an_unconfigured_replay_prints_nothing(
 ) -> None:
     # structlog is unconfigured here (reset by conftest): its default would print
     # debug records to stdout, where the result document goes.
-    result = replay(recording, "replace-file")
+    result = replay(recording, "replace-file").to_dict()
     assert result["status"] == "complete"
     assert capsys.readouterr() == ("", "")
 

@@ -88,7 +88,7 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
     with producer(tmp_path, "--allow-faults") as p:
         for index, run in enumerate(demo_runs(recording), start=1):
             stream_id = stream_id_of(index)
-            results.append(asyncio.run(stream(run, recording, p.target, stream_id)))
+            results.append(asyncio.run(stream(run, recording, p.target, stream_id)).to_dict())
         stop_process(p.process)
         assert p.process.returncode == 0
         producer_trace = p.trace()

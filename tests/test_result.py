@@ -10,7 +10,6 @@ are what ``python -m consumer`` printed before the result was typed, so its shap
 from __future__ import annotations
 
 import io
-import json
 
 import grpc
 import pytest
@@ -23,6 +22,7 @@ from shared.frames import derive_frames
 from shared.machine import ReplyConsumer
 from shared.recording import Recording
 from shared.requests import build_request
+from shared.result import Flow
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 
@@ -35,10 +35,6 @@ CLI = {
     "cancelled": ["replay", "--case", "replace-file", "--fault", "cancel"],
     "refused": ["replay", "--case", "held-out-case"],
 }  # fmt: skip
-
-
-def text(document: object) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 @pytest.mark.parametrize("name", list(CLI))
@@ -54,7 +50,7 @@ def test_an_abort_gives_the_pinned_document(recording: Recording) -> None:
     frames = derive_frames(case.binding_sha256, case.content)
     consumer = ReplyConsumer(case.binding)
     consumer.receive_data(b"".join(codec.encode_frame(frame) for frame in frames[:2]))
-    assert text(consumer.abort(Reason.DEADLINE_EXCEEDED)) == PINNED["aborted"]
+    assert consumer.abort(Reason.DEADLINE_EXCEEDED).to_json() == PINNED["aborted"]
 
 
 def session(recording: Recording, wire: WireFormat) -> StreamSession:
@@ -78,13 +74,13 @@ def test_a_refusal_by_the_producer_gives_the_pinned_document(recording: Recordin
         metadata=(("retry-delay", "3"), ("other", "x")),
     )
     document = session(recording, WireFormat.NDJSON)._ended(end)
-    assert text(document) == PINNED["stream_refused"]
+    assert document.to_json() == PINNED["stream_refused"]
 
 
 def test_a_broken_call_gives_the_pinned_document(recording: Recording) -> None:
     end = StreamEnded(grpc.StatusCode.UNAVAILABLE, "gone")
     document = session(recording, WireFormat.LENGTH_PREFIXED)._ended(end)
-    assert text(document) == PINNED["stream_transport_error"]
+    assert document.to_json() == PINNED["stream_transport_error"]
 
 
 PINNED = {
@@ -430,3 +426,17 @@ PINNED = {
         "}\n"
     ),
 }
+
+
+def test_a_stream_adds_its_id_and_flow_last(recording: Recording) -> None:
+    end = StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "faults_not_allowed")
+    flow = Flow(mode="stream", queue_size=8, window_bytes=65536, reads_paused=2, paused_ms=1.5)
+    document = session(recording, WireFormat.NDJSON)._ended(end).with_stream("s-1", flow)
+    assert list(document.to_dict())[-4:] == ["detail", "transport", "stream_id", "flow"]
+    assert document.to_dict()["flow"] == {
+        "mode": "stream",
+        "queue_size": 8,
+        "window_bytes": 65536,
+        "reads_paused": 2,
+        "paused_ms": 1.5,
+    }
