@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -33,15 +33,12 @@ import structlog
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
 from shared.errors import ProtocolFailure, Reason
-from shared.faults import Fault
 from shared.fsm import Machine
-from shared.machine import Limits, ReplyConsumer
+from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import build_request
+from shared.requests import ReplyRequest
 from shared.result import Flow, StreamResult
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
 
 DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
@@ -322,40 +319,18 @@ class StreamSession:
 
 
 async def stream_reply(
+    request: ReplyRequest,
     options: StreamOptions,
     *,
-    case_id: str,
-    binding: Mapping[str, Any],
-    wire: WireFormat,
-    plan: ChunkPlan,
-    stream_id: str,
-    fault: Fault | None = None,
-    chunk_interval_ms: int = 0,
-    limits: Limits | None = None,
-    ignore_duplicates: bool = False,
     logger: structlog.typing.FilteringBoundLogger | None = None,
     interrupted: asyncio.Event | None = None,
 ) -> StreamResult:
     """Ask for one bound reply and consume it: the request, the core, the session, the verdict."""
-    structlog.contextvars.bind_contextvars(stream_id=stream_id)
-    log = (logger or structlog.get_logger()).bind(case_id=case_id)
-    request = build_request(
-        case_id=case_id,
-        binding=binding,
-        wire=wire,
-        plan=plan,
-        fault=fault,
-        stream_id=stream_id,
-        chunk_interval_ms=chunk_interval_ms,
-    )
-    consumer = ReplyConsumer(
-        binding,
-        wire=wire,
-        limits=limits,
-        ignore_duplicates=ignore_duplicates,
-        logger=log.bind(component="core"),
-    )
-    result = await StreamSession(request, consumer, options, log).run(interrupted)
+    structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
+    log = (logger or structlog.get_logger()).bind(case_id=request.case_id)
+    consumer = request.consumer(log.bind(component="core"))
+    session = StreamSession(request.open_request(), consumer, options, log)
+    result = await session.run(interrupted)
     log.info(
         "stream_finished",
         status=result.status.value,

@@ -23,6 +23,7 @@ from consumer.client import StreamOptions, stream_reply
 from shared.faults import Fault, FaultKind
 from shared.logs import configure_logging
 from shared.recording import Recording
+from shared.requests import ReplyRequest
 from shared.result import StreamResult
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
@@ -89,16 +90,17 @@ def stream_id_of(index: int) -> str:
 
 
 async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> StreamResult:
-    return await stream_reply(
-        StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0),
+    request = ReplyRequest(
         case_id=run.case_id,
         binding=binding_for(run, recording),
         wire=run.wire,
         plan=run.plan,
-        stream_id=stream_id,
         fault=run.fault,
+        stream_id=stream_id,
         ignore_duplicates=run.ignore_duplicates,
     )
+    options = StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0)
+    return await stream_reply(request, options)
 
 
 def row(run: DemoRun, stream_id: str, result: StreamResult) -> tuple[str, ...]:

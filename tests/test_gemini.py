@@ -24,6 +24,7 @@ from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
 from producer.ledger import BudgetLedger
 from shared.recording import Recording
+from shared.requests import ReplyRequest
 from shared.result import LAB_RESULT_KEYS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -242,14 +243,15 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
     case = recording.case("utf8-write")
 
     async def one(index: int) -> dict[str, Any]:
-        result = await stream_reply(
-            StreamOptions(target=target, deadline_s=60),
+        request = ReplyRequest(
             case_id=case.case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=ChunkPlan.parse("frame"),
             stream_id=f"budget-{index}",
-            logger=log,
+        )
+        result = await stream_reply(
+            request, StreamOptions(target=target, deadline_s=60), logger=log
         )
         return result.to_dict()
 

@@ -31,6 +31,7 @@ from shared.machine import (
 )
 from shared.recording import BoundCase, Recording
 from shared.replay import replay
+from shared.requests import ReplyRequest
 from shared.result import LAB_RESULT_KEYS
 from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
@@ -629,7 +630,7 @@ def test_an_unconfigured_replay_prints_nothing(
 ) -> None:
     # structlog is unconfigured here (reset by conftest): its default would print
     # debug records to stdout, where the result document goes.
-    result = replay(recording, "replace-file").to_dict()
+    result = replay(recording, ReplyRequest.for_case(recording, "replace-file")).to_dict()
     assert result["status"] == "complete"
     assert capsys.readouterr() == ("", "")
 

@@ -17,6 +17,7 @@ import pytest
 from shared.faults import Fault, FaultKind
 from shared.recording import RECORDING_SHA256, Recording
 from shared.replay import replay
+from shared.requests import ReplyRequest
 from shared.result import LAB_RESULT_KEYS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -57,7 +58,10 @@ def test_expected_values_are_the_published_block() -> None:
 )
 def test_development_case_equals_published(recording: Recording, published: dict[str, Any]) -> None:
     result = replay(
-        recording, published["case_id"], wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN
+        recording,
+        ReplyRequest.for_case(
+            recording, published["case_id"], wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN
+        ),
     ).to_dict()
     assert lab_view(result) == published["result"]
     assert result["integrity"] == "none"
@@ -82,7 +86,10 @@ def test_controlled_failure_equals_published(
 ) -> None:
     fault = Fault(kind=SCENARIO_FAULTS[published["scenario"]])
     result = replay(
-        recording, "replace-file", wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN, fault=fault
+        recording,
+        ReplyRequest.for_case(
+            recording, "replace-file", wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN, fault=fault
+        ),
     ).to_dict()
     assert lab_view(result) == published["result"]
     assert result["accepted_answer"] is None
@@ -106,7 +113,10 @@ def test_length_prefixed_wire_gives_the_same_answers(recording: Recording, case_
     published = next(c for c in PUBLISHED["development_cases"] if c["case_id"] == case_id)
     for plan in ("frame", "whole", "1", "1,2,7,3,11", "64"):
         result = replay(
-            recording, case_id, wire=WireFormat.LENGTH_PREFIXED, plan=ChunkPlan.parse(plan)
+            recording,
+            ReplyRequest.for_case(
+                recording, case_id, wire=WireFormat.LENGTH_PREFIXED, plan=ChunkPlan.parse(plan)
+            ),
         ).to_dict()
         assert result["status"] == "complete"
         assert result["accepted_answer"] == published["result"]["accepted_answer"]
