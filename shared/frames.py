@@ -16,15 +16,11 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
 
 from shared.errors import Reason, RequestRefused
 
 #: The lab derives 13-character content deltas from a saved reply.
 DELTA_CHARS = 13
-#: The longest reason a cancel or error terminal may carry (the lab's limit): whoever
-#: writes a terminal's reason and the consumer that checks it use this one constant.
-MAX_REASON_CHARS: Final = 256
 
 
 class FrameKind(StrEnum):

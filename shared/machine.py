@@ -41,7 +41,7 @@ import structlog
 
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status
-from shared.frames import MAX_REASON_CHARS, DoneDigest, Frame, FrameKind
+from shared.frames import DoneDigest, Frame, FrameKind
 from shared.fsm import NULL_LOGGER, Machine, MachineSpec
 from shared.reply import validate_reply
 from shared.result import (
@@ -62,6 +62,9 @@ MAX_TOTAL_BYTES: Final = 65536
 MAX_FRAME_BYTES: Final = 8192
 MAX_CONTENT_CHARS: Final = 16384
 MAX_FRAMES: Final = 1000
+#: The longest reason a cancel or error terminal may carry: the one definition, which
+#: whoever writes a terminal's reason (the Gemini source) imports.
+MAX_REASON_CHARS: Final = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
