@@ -29,6 +29,7 @@ from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
+from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -67,16 +68,16 @@ async def replywire(recording: Recording, case_id: str, plan: ChunkPlan, streams
     log = structlog.get_logger()
     started = time.perf_counter()
     for index in range(streams):
-        result = await stream_reply(
-            StreamOptions(target=f"127.0.0.1:{port}"),
+        request = ReplyRequest(
             case_id=case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=plan,
             stream_id=f"bench-{index}",
-            logger=log,
         )
-        assert result["status"] == "complete", result["reason"]
+        options = StreamOptions(target=f"127.0.0.1:{port}")
+        result = await stream_reply(request, options, logger=log)
+        assert result.status.value == "complete", result.reason
     elapsed = time.perf_counter() - started
     await server.stop(0)
     return streams / elapsed

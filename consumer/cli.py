@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,6 +36,8 @@ from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEFAULT_RECORDING_PATH, DEVELOPMENT_CASES, Recording
 from shared.replay import replay
+from shared.requests import ReplyRequest
+from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -191,16 +192,17 @@ def fault_from(args: argparse.Namespace) -> Fault | None:
     )
 
 
-def emit_result(result: dict[str, Any], path: Path | None, out: TextIO) -> None:
-    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+def emit_result(result: StreamResult, path: Path | None, out: TextIO) -> None:
+    text = result.to_json()
     if path is None:
         out.write(text)
     else:
         path.write_text(text, encoding="utf-8")
 
 
-def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
-    """The binding to send: the recording's, a new question's, or (to test refusals) a file's."""
+def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
+    """The case id and binding to send: the recording's, a new question's, or (to test
+    refusals) a file's."""
     recording = Recording.load_or_explain(args.recording)
     if (args.question is None) != (args.context is None):
         raise ConfigurationError("--question and --context go together")
@@ -214,60 +216,67 @@ def load_binding(args: argparse.Namespace) -> tuple[Any, Recording]:
             raise ConfigurationError(f"cannot read the context {args.context}: {error}") from error
         except RequestRefused as error:
             raise ConfigurationError(f"--question / --context: {error.detail}") from error
-        args.case = binding["case_id"]
-        return binding, recording
+        return binding["case_id"], binding
     if args.case is None:
         raise ConfigurationError("--case or --question is required")
     if args.binding is not None:
         try:
-            return strict_json(args.binding.read_text(encoding="utf-8")), recording
+            return args.case, strict_json(args.binding.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
-    return recording.case(args.case).binding, recording
+    return args.case, recording.case(args.case).binding
 
 
-async def stream_once(args: argparse.Namespace, binding: Any) -> dict[str, Any]:
-    options = StreamOptions(
-        target=args.target,
-        queue_size=args.queue_size,
-        process_delay_s=args.process_delay_ms / 1000,
-        mode=args.mode,
-        window_bytes=args.window_bytes,
-        deadline_s=args.deadline_s,
-        idle_timeout_s=args.idle_timeout_s,
+def request_from(args: argparse.Namespace, case_id: str, binding: Any) -> ReplyRequest:
+    """The one request these flags describe (``ConfigurationError`` if they do not)."""
+    return ReplyRequest(
+        case_id=case_id,
+        binding=binding,
+        wire=WireFormat(args.wire),
+        plan=args.chunks,
+        fault=fault_from(args),
+        stream_id=args.stream_id or new_stream_id(),
+        chunk_interval_ms=args.chunk_interval_ms,
+        limits=limits_from(args),
+        ignore_duplicates=args.ignore_duplicates,
     )
+
+
+def options_from(args: argparse.Namespace) -> StreamOptions:
+    try:
+        return StreamOptions(
+            target=args.target,
+            queue_size=args.queue_size,
+            process_delay_s=args.process_delay_ms / 1000,
+            mode=args.mode,
+            window_bytes=args.window_bytes,
+            deadline_s=args.deadline_s,
+            idle_timeout_s=args.idle_timeout_s,
+        )
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from error
+
+
+async def stream_once(request: ReplyRequest, options: StreamOptions) -> StreamResult:
     interrupted = asyncio.Event()
     remove_handlers = install_interrupt(interrupted)
     try:
-        return await stream_reply(
-            options,
-            case_id=args.case,
-            binding=binding,
-            wire=WireFormat(args.wire),
-            plan=args.chunks,
-            stream_id=args.stream_id or new_stream_id(),
-            fault=fault_from(args),
-            chunk_interval_ms=args.chunk_interval_ms,
-            limits=limits_from(args),
-            ignore_duplicates=args.ignore_duplicates,
-            interrupted=interrupted,
-        )
+        return await stream_reply(request, options, interrupted=interrupted)
     finally:
         remove_handlers()
 
 
 def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        binding, _ = load_binding(args)
+        case_id, binding = load_binding(args)
     except RequestRefused as error:  # e.g. a case that is not on the development allowlist
         structlog.get_logger().warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=args.wire)
         emit_result(result, args.result, out)
         return exit_code(result)
-    try:
-        result = asyncio.run(stream_once(args, binding))
-    except ValueError as error:
-        raise ConfigurationError(str(error)) from error
+    # Everything is checked before anything runs: only these are usage errors.
+    request, options = request_from(args, case_id, binding), options_from(args)
+    result = asyncio.run(stream_once(request, options))
     emit_result(result, args.result, out)
     return exit_code(result)
 
@@ -336,25 +345,27 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
 
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     recording = Recording.load_or_explain(args.recording)
-    fault = fault_from(args)
+    fault = fault_from(args)  # a usage error before a refusal, as before
     wire = WireFormat(args.wire)
-    structlog.contextvars.bind_contextvars(stream_id=args.stream_id or new_stream_id())
+    stream_id = args.stream_id or new_stream_id()
+    structlog.contextvars.bind_contextvars(stream_id=stream_id)
     log = structlog.get_logger().bind(case_id=args.case, wire=wire.value)
     try:
-        result = replay(
+        request = ReplyRequest.for_case(
             recording,
             args.case,
             wire=wire,
             plan=args.chunks,
             fault=fault,
+            stream_id=stream_id,
             limits=limits_from(args),
             ignore_duplicates=args.ignore_duplicates,
-            logger=log,
         )
+        result = replay(recording, request, logger=log)
     except RequestRefused as error:
         log.warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=wire.value)
-    log.info("stream_finished", status=result["status"], reason=result["reason"])
+    log.info("stream_finished", status=result.status.value, reason=result.reason)
     emit_result(result, args.result, out)
     return exit_code(result)
 

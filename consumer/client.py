@@ -23,23 +23,22 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final, Literal
 
 import grpc
 import structlog
 
-from consumer.results import refused_result
-from shared.errors import ProtocolFailure, Reason, RequestRefused
-from shared.faults import Fault
-from shared.machine import Limits, ReplyConsumer
+from consumer.reader_states import SPEC as READER_SPEC
+from consumer.reader_states import ReaderInput, ReaderState
+from shared.errors import ProtocolFailure, Reason
+from shared.fsm import Machine
+from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import build_request
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from shared.requests import ReplyRequest
+from shared.result import Flow, StreamResult
 
 DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
@@ -85,25 +84,6 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int]]:
     ]
 
 
-class ReaderState(StrEnum):
-    CONNECTING = "connecting"
-    STREAMING = "streaming"
-    PAUSED = "paused"
-    ENDED = "ended"
-
-
-READER_TRANSITIONS: Final = frozenset(
-    {
-        (ReaderState.CONNECTING, ReaderState.STREAMING),
-        (ReaderState.CONNECTING, ReaderState.ENDED),
-        (ReaderState.STREAMING, ReaderState.PAUSED),
-        (ReaderState.PAUSED, ReaderState.STREAMING),
-        (ReaderState.STREAMING, ReaderState.ENDED),
-        (ReaderState.PAUSED, ReaderState.ENDED),
-    }
-)
-
-
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
     """The call ended: cleanly (``code`` None), with a gRPC status, or by the idle timer."""
@@ -130,21 +110,15 @@ class Reader:
         self.call = call
         self.queue = queue
         self.options = options
-        self.state = ReaderState.CONNECTING
         self.chunks_read = 0
         self.pauses = 0
         self.paused_s = 0.0
         self._log = logger.bind(component="reader")
+        self.machine = Machine(READER_SPEC, self._log)
 
-    def _transition(self, target: ReaderState, **fields: object) -> None:
-        if self.state is target:
-            return
-        if (self.state, target) not in READER_TRANSITIONS:
-            raise RuntimeError(f"no reader transition from {self.state} to {target}")
-        self._log.info(
-            "state_changed", from_state=self.state.value, to_state=target.value, **fields
-        )
-        self.state = target
+    @property
+    def state(self) -> ReaderState:
+        return self.machine.state
 
     async def _read(self) -> pb.Chunk | object:
         if self.options.idle_timeout_s is None:
@@ -157,11 +131,11 @@ class Reader:
                 try:
                     message = await self._read()
                 except TimeoutError:
-                    self._transition(ReaderState.ENDED, why="idle_timeout")
+                    self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
                     await self.queue.put(StreamEnded(idle=True))
                     return
                 except grpc.aio.AioRpcError as error:
-                    self._transition(ReaderState.ENDED, why=error.code().name)
+                    self.machine.fire(ReaderInput.ENDED, why=error.code().name)
                     # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
                     pairs: Any = error.trailing_metadata() or ()
                     trailing = tuple((str(key), str(value)) for key, value in pairs)
@@ -170,16 +144,17 @@ class Reader:
                     )
                     return
                 if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
-                    self._transition(ReaderState.ENDED, why="eof")
+                    self.machine.fire(ReaderInput.ENDED, why="eof")
                     await self.queue.put(StreamEnded())
                     return
                 assert isinstance(message, pb.Chunk)
                 self.chunks_read += 1
-                self._transition(ReaderState.STREAMING)
+                if self.state is ReaderState.CONNECTING:
+                    self.machine.fire(ReaderInput.FIRST_MESSAGE)
                 await self._enqueue(message.data)
         except asyncio.CancelledError:
-            if self.state is not ReaderState.ENDED:
-                self._transition(ReaderState.ENDED, why="cancelled")
+            if not self.machine.finished:
+                self.machine.fire(ReaderInput.ENDED, why="cancelled")
             raise
 
     async def _enqueue(self, data: bytes) -> None:
@@ -190,11 +165,11 @@ class Reader:
         self.pauses += 1
         started = time.monotonic()
         self._log.info("reads_paused", queue_depth=self.queue.qsize(), chunks_read=self.chunks_read)
-        self._transition(ReaderState.PAUSED)
+        self.machine.fire(ReaderInput.QUEUE_FULL)
         await self.queue.put(data)
         waited = time.monotonic() - started
         self.paused_s += waited
-        self._transition(ReaderState.STREAMING)
+        self.machine.fire(ReaderInput.QUEUE_DRAINED)
         self._log.info("reads_resumed", paused_ms=round(waited * 1000, 3))
 
 
@@ -219,7 +194,7 @@ class StreamSession:
         if self._call is not None:
             self._call.cancel()
 
-    async def run(self, interrupted: asyncio.Event | None = None) -> dict[str, Any]:
+    async def run(self, interrupted: asyncio.Event | None = None) -> StreamResult:
         options = self.options
         self._log.info(
             "stream_opening",
@@ -259,17 +234,16 @@ class StreamSession:
                     task.cancel()
                 self._call.cancel()
                 await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
-        result["stream_id"] = self.request.stream_id
-        result["flow"] = {
-            "mode": options.mode,
-            "queue_size": options.queue_size,
-            "window_bytes": options.window_bytes,
-            "reads_paused": self.reader.pauses,
-            "paused_ms": round(self.reader.paused_s * 1000, 3),
-        }
-        return result
+        flow = Flow(
+            mode=options.mode,
+            queue_size=options.queue_size,
+            window_bytes=options.window_bytes,
+            reads_paused=self.reader.pauses,
+            paused_ms=round(self.reader.paused_s * 1000, 3),
+        )
+        return result.with_stream(self.request.stream_id, flow)
 
-    async def _process(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+    async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
         if self.options.mode == "buffered":
             return await self._process_buffered(queue)
         while True:
@@ -281,7 +255,7 @@ class StreamSession:
             if self.options.process_delay_s:
                 await asyncio.sleep(self.options.process_delay_s)
 
-    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> dict[str, Any]:
+    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
         """Read the whole body first (bounded by the stream byte limit), then decode."""
         body: list[bytes] = []
         size = 0
@@ -310,12 +284,12 @@ class StreamSession:
         self._log.debug(
             "chunk_applied",
             size=len(data),
-            bytes_applied=self.consumer.stats["bytes_received"],
-            frames_applied=self.consumer.stats["application_frames"],
+            bytes_applied=self.consumer.stats.bytes_received,
+            frames_applied=self.consumer.stats.application_frames,
         )
         return True
 
-    def _ended(self, end: StreamEnded) -> dict[str, Any]:
+    def _ended(self, end: StreamEnded) -> StreamResult:
         if end.idle:
             self.cancel()
             return self.consumer.abort(Reason.IDLE_TIMEOUT)
@@ -325,61 +299,44 @@ class StreamSession:
             return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
         transport: dict[str, Any] = {"grpc_code": end.code.name, "grpc_details": end.details}
         transport.update({key: value for key, value in end.metadata if key in PASSED_METADATA})
-        nothing_received = self.consumer.stats["transport_fragments"] == 0
+        nothing_received = self.consumer.stats.transport_fragments == 0
         if nothing_received and end.details in KNOWN_REASONS:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
             reason = Reason(end.details)
-            document = refused_result(
-                RequestRefused(reason, f"producer answered {end.code.name}"),
-                case_id=self.request.case_id,
-                wire_format=self.consumer.wire.value,
-            )
-            document["status"] = reason.status.value
-            document["request_sha256"] = self.consumer.binding.get("request_sha256")
-            document["binding_sha256"] = self.consumer.binding_sha256
-            document["transport"] = transport
             self._log.info("request_not_streamed", status=reason.status.value, **transport)
-            return document
+            return StreamResult(
+                status=reason.status,
+                reason=reason.value,
+                case_id=self.request.case_id,
+                request_sha256=self.consumer.binding.get("request_sha256"),
+                binding_sha256=self.consumer.binding_sha256,
+                wire_format=self.consumer.wire.value,
+                detail=f"producer answered {end.code.name}",
+                transport=transport,
+            )
         return self.consumer.transport_error(transport)
 
 
 async def stream_reply(
+    request: ReplyRequest,
     options: StreamOptions,
     *,
-    case_id: str,
-    binding: Mapping[str, Any],
-    wire: WireFormat,
-    plan: ChunkPlan,
-    stream_id: str,
-    fault: Fault | None = None,
-    chunk_interval_ms: int = 0,
-    limits: Limits | None = None,
-    ignore_duplicates: bool = False,
     logger: structlog.typing.FilteringBoundLogger | None = None,
     interrupted: asyncio.Event | None = None,
-) -> dict[str, Any]:
+) -> StreamResult:
     """Ask for one bound reply and consume it: the request, the core, the session, the verdict."""
-    structlog.contextvars.bind_contextvars(stream_id=stream_id)
-    log = (logger or structlog.get_logger()).bind(case_id=case_id)
-    request = build_request(
-        case_id=case_id,
-        binding=binding,
-        wire=wire,
-        plan=plan,
-        fault=fault,
-        stream_id=stream_id,
-        chunk_interval_ms=chunk_interval_ms,
+    structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
+    log = (logger or structlog.get_logger()).bind(case_id=request.case_id)
+    consumer = request.consumer(log.bind(component="core"))
+    session = StreamSession(request.open_request(), consumer, options, log)
+    result = await session.run(interrupted)
+    log.info(
+        "stream_finished",
+        status=result.status.value,
+        reason=result.reason,
+        **result.stats.to_dict(),
     )
-    consumer = ReplyConsumer(
-        binding,
-        wire=wire,
-        limits=limits,
-        ignore_duplicates=ignore_duplicates,
-        logger=log.bind(component="core"),
-    )
-    result = await StreamSession(request, consumer, options, log).run(interrupted)
-    log.info("stream_finished", status=result["status"], reason=result["reason"], **result["stats"])
     return result
 
 

@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import select
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from consumer.children import start_producer, stop_producer
 from consumer.client import StreamOptions, stream_reply
-from shared.errors import ConfigurationError
 from shared.faults import Fault, FaultKind
 from shared.logs import configure_logging
 from shared.recording import Recording
+from shared.requests import ReplyRequest
+from shared.result import StreamResult
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
@@ -36,8 +32,6 @@ FAULT_CASE = "replace-file"
 COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "accepted")
 #: The row whose joined trace the demo suggests looking at.
 SHOWN_RUN = f"{FAULT_CASE} + {FaultKind.TRUNCATE_TAIL}"
-START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 10.0
 LAB_PLAN = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
 
 
@@ -95,29 +89,30 @@ def stream_id_of(index: int) -> str:
     return f"demo-{index:02d}"
 
 
-async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> dict[str, Any]:
-    return await stream_reply(
-        StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0),
+async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> StreamResult:
+    request = ReplyRequest(
         case_id=run.case_id,
         binding=binding_for(run, recording),
         wire=run.wire,
         plan=run.plan,
-        stream_id=stream_id,
         fault=run.fault,
+        stream_id=stream_id,
         ignore_duplicates=run.ignore_duplicates,
     )
+    options = StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0)
+    return await stream_reply(request, options)
 
 
-def row(run: DemoRun, stream_id: str, result: dict[str, Any]) -> tuple[str, ...]:
+def row(run: DemoRun, stream_id: str, result: StreamResult) -> tuple[str, ...]:
     return (
         run.label,
         stream_id,
         run.wire.value,
-        result["status"],
-        result["reason"] or "-",
-        str(result["stats"]["application_frames"]),
-        str(result["stats"]["bytes_received"]),
-        "yes" if result["accepted_answer"] is not None else "no",
+        result.status.value,
+        result.reason or "-",
+        str(result.stats.application_frames),
+        str(result.stats.bytes_received),
+        "yes" if result.accepted else "no",
     )
 
 
@@ -129,62 +124,6 @@ def render(rows: list[tuple[str, ...]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def start_producer(
-    trace: Path, recording_path: Path, log_level: str = "info"
-) -> tuple[subprocess.Popen[bytes], int]:
-    command = [
-        sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
-        "--recording", str(recording_path), "--log-format", "json", "--log-level", log_level,
-    ]  # fmt: skip
-    with trace.open("w") as trace_file:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)
-    port = read_listening_port(process)
-    if port is None:
-        stop_producer(process)
-        raise ConfigurationError(f"the producer did not start; its trace is in {trace}")
-    return process, port
-
-
-def read_listening_port(
-    process: subprocess.Popen[bytes], timeout_s: float = START_TIMEOUT_S
-) -> int | None:
-    """Wait, bounded, for a child's ``listening on HOST:PORT`` line; None if it never comes."""
-    assert process.stdout is not None
-    fd, buffered = process.stdout.fileno(), b""
-    deadline = time.monotonic() + timeout_s
-    while (remaining := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
-        if ready:
-            data = os.read(fd, 4096)
-            if not data:
-                return None
-            buffered += data
-            for line in buffered.decode(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return int(line.rsplit(":", 1)[1])
-        elif process.poll() is not None:
-            return None
-    return None
-
-
-def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> int:
-    """Signal one child by pid and wait for it; SIGKILL if it does not stop in time."""
-    if process.poll() is None:
-        os.kill(process.pid, sig)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
-    return process.returncode
-
-
-def stop_producer(process: subprocess.Popen[bytes]) -> None:
-    stop_process(process)
-    if process.stdout:
-        process.stdout.close()
 
 
 def run_demo(args: argparse.Namespace, out: TextIO) -> int:

@@ -24,8 +24,9 @@ reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
-All states and transitions are in ``TRANSITIONS``; ``_transition()`` is the
-only code that changes state, and it logs every change as ``state_changed``.
+All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
+``Machine.fire()`` is the only code that changes state, and it logs every change
+as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,20 @@ import structlog
 
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status
-from shared.frames import Frame, FrameKind
+from shared.frames import DoneDigest, Frame, FrameKind
+from shared.fsm import NULL_LOGGER, Machine, MachineSpec
 from shared.reply import validate_reply
+from shared.result import (
+    AnswerValidated,
+    ConsumerAborted,
+    ContentReceived,
+    DuplicateDropped,
+    Event,
+    Stats,
+    StreamResult,
+    TerminalReceived,
+    TransportFailed,
+)
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
 #: The lab's limits.
@@ -49,6 +62,8 @@ MAX_TOTAL_BYTES: Final = 65536
 MAX_FRAME_BYTES: Final = 8192
 MAX_CONTENT_CHARS: Final = 16384
 MAX_FRAMES: Final = 1000
+#: The longest reason a cancel or error terminal may carry: the one definition, which
+#: whoever writes a terminal's reason (the Gemini source) imports.
 MAX_REASON_CHARS: Final = 256
 
 
@@ -113,6 +128,15 @@ TRANSITIONS: Final[dict[tuple[ConsumerState, Input], ConsumerState]] = {
 }
 
 FINAL_STATES: Final = frozenset({S.COMPLETE, S.INCOMPLETE, S.CANCELLED, S.ERROR, S.INVALID})
+
+SPEC: Final = MachineSpec(
+    name="consumer core",
+    states=ConsumerState,
+    inputs=Input,
+    initial=S.STREAMING,
+    final=FINAL_STATES,
+    table=TRANSITIONS,
+)
 STATUS_OF: Final = {
     S.COMPLETE: Status.COMPLETE,
     S.INCOMPLETE: Status.INCOMPLETE,
@@ -126,20 +150,114 @@ _END_AFTER: Final = {
     FrameKind.ERROR: In.END_AFTER_ERROR,
 }
 
-#: The result document's keys: the lab's, then ours.
-LAB_RESULT_KEYS: Final = (
-    "status",
-    "reason",
-    "accepted_answer",
-    "citations",
-    "provisional_content",
-    "local_terminal",
-    "stats",
-    "events",
-)
+
+class Verdict:
+    """The core's machine and its reason, changed together by one call: the one source of
+    truth for the state, the status and the reason (a failure is the INVALID state)."""
+
+    def __init__(self, logger: structlog.typing.FilteringBoundLogger) -> None:
+        self._machine = Machine(SPEC, logger)
+        self.reason: str | None = None
+
+    @property
+    def state(self) -> ConsumerState:
+        return self._machine.state
+
+    @property
+    def finished(self) -> bool:
+        return self._machine.finished
+
+    @property
+    def status(self) -> Status:
+        if not self.finished:
+            raise RuntimeError(f"no verdict yet in state {self.state}")
+        return STATUS_OF[self.state]
+
+    def fire(self, event: Input, *, sequence: int, reason: str | None = None) -> None:
+        """Move on ``event`` with ``reason`` (None on the way to complete); log it once."""
+        self.reason = reason
+        self._machine.fire(event, sequence=sequence, reason=reason)
+
+
+class Content:
+    """The reply as it is assembled: its parts, length, frame count and running digest."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self.characters = 0
+        self.frames = 0
+        self._hash = hashlib.sha256()
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def append(self, text: str, encoded: bytes) -> None:
+        self._parts.append(text)
+        self.characters += len(text)
+        self.frames += 1
+        self._hash.update(encoded)
+
+    def matches(self, claim: DoneDigest) -> bool:
+        """Whether done's claim is exactly the content applied."""
+        return claim.content_frames == self.frames and claim.content_sha256 == (
+            self._hash.hexdigest()
+        )
+
+
+class FrameChecks:
+    """The checks every frame passes before it is applied, in the lab's order: the next
+    sequence number (or, under the duplicate policy, an exact replay), the binding hash,
+    the frame count. Each failure raises ``ProtocolFailure``."""
+
+    def __init__(self, binding_sha256: str, limits: Limits, *, ignore_duplicates: bool) -> None:
+        self.binding_sha256 = binding_sha256
+        self.limits = limits
+        self.ignore_duplicates = ignore_duplicates
+        #: Frames counted so far (the lab counts the one a limit refuses).
+        self.frames = 0
+        # Duplicate policy: SHA-256 of each applied frame's bytes, by sequence - 1.
+        self._applied: list[bytes] = []
+
+    def admit(self, frame: Frame, payload: bytes) -> bool:
+        """True to apply ``frame``; False for an exact duplicate the policy drops."""
+        sequence = frame.sequence
+        if type(sequence) is not int or sequence != self.frames + 1:
+            if self._is_duplicate(sequence, payload):
+                return False
+            raise ProtocolFailure(Reason.INVALID_SEQUENCE, f"expected {self.frames + 1}")
+        if frame.binding_sha256 != self.binding_sha256:
+            raise ProtocolFailure(Reason.FRAME_REQUEST_MISMATCH, f"sequence {sequence}")
+        self.frames += 1
+        if self.frames > self.limits.max_frames:
+            raise ProtocolFailure(Reason.FRAME_COUNT_LIMIT, f"{self.frames} frames")
+        if self.ignore_duplicates:
+            self._applied.append(hashlib.sha256(payload).digest())
+        return True
+
+    def _is_duplicate(self, sequence: object, payload: bytes) -> bool:
+        if not self.ignore_duplicates or type(sequence) is not int:
+            return False
+        if not 1 <= sequence <= self.frames:
+            return False
+        if self._applied[sequence - 1] != hashlib.sha256(payload).digest():
+            raise ProtocolFailure(Reason.CONFLICTING_DUPLICATE, f"sequence {sequence}")
+        return True
+
+
+def check_terminal_reason(reason: object, limits: Limits) -> None:
+    """A cancel or error terminal says why: non-empty UTF-8 text within the limit."""
+    if not isinstance(reason, str) or not reason or len(reason) > limits.max_reason_chars:
+        raise ProtocolFailure(Reason.INVALID_TERMINAL_REASON)
+    try:
+        reason.encode("utf-8")
+    except UnicodeError as error:
+        raise ProtocolFailure(Reason.INVALID_TERMINAL_REASON, "not UTF-8") from error
 
 
 class ReplyConsumer:
+    """The sans-IO core: bytes in, one ``StreamResult`` out (see the module's docstring)."""
+
     def __init__(
         self,
         binding: Mapping[str, Any],
@@ -153,76 +271,60 @@ class ReplyConsumer:
         self.binding_sha256 = digest(binding)
         self.wire = wire
         self.limits = limits or Limits()
-        self.ignore_duplicates = ignore_duplicates
-        self._log: structlog.typing.FilteringBoundLogger = logger or structlog.get_logger()
+        self._log: structlog.typing.FilteringBoundLogger = logger or NULL_LOGGER
         self._codec = codec_for(wire)
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
-        self._state = S.STREAMING
-        self._finished = False
-        self._reason: str | None = None
-        self._failure: Reason | None = None
-        # Stats, as the lab counts them.
+        self.verdict = Verdict(self._log)
+        self.checks = FrameChecks(
+            self.binding_sha256, self.limits, ignore_duplicates=ignore_duplicates
+        )
+        self.content = Content()
+        #: Set by the first of end_of_stream / transport_error / abort: no input after it.
+        self._input_ended = False
         self._bytes = 0
         self._fragments = 0
-        self._frames = 0
-        # Content as it arrives: parts (joined once), its length and running digest.
-        self._parts: list[str] = []
-        self._chars = 0
-        self._content_frames = 0
-        self._content_hash = hashlib.sha256()
         self._terminal: FrameKind | None = None
         self._terminal_reason: str | None = None
         self._accepted: dict[str, Any] | None = None
         self._citations: list[dict[str, Any]] = []
-        self._events: list[dict[str, Any]] = []
-        # Duplicate policy: SHA-256 of each applied frame's bytes, by sequence - 1.
-        self._applied: list[bytes] = []
+        self._events: list[Event] = []
         self.transport: dict[str, Any] | None = None
 
     # --- state ------------------------------------------------------------------
 
     @property
     def state(self) -> ConsumerState:
-        return self._state
+        return self.verdict.state
 
     @property
     def finished(self) -> bool:
         """True once the machine has reached a final state."""
-        return self._state in FINAL_STATES
+        return self.verdict.finished
+
+    @property
+    def ignore_duplicates(self) -> bool:
+        return self.checks.ignore_duplicates
 
     @property
     def provisional_content(self) -> str:
-        return "".join(self._parts)
+        return self.content.text
 
-    def _transition(self, event: Input) -> None:
-        target = TRANSITIONS.get((self._state, event))
-        if target is None:
-            raise RuntimeError(f"no transition from {self._state} on {event}")
-        self._log.info(
-            "state_changed",
-            from_state=self._state.value,
-            to_state=target.value,
-            input=event.value,
-            sequence=self._frames,
-            reason=self._reason,
-        )
-        self._state = target
+    def _transition(self, event: Input, reason: str | None = None) -> None:
+        self.verdict.fire(event, sequence=self.checks.frames, reason=reason)
 
     def _fail(self, reason: Reason, detail: str = "") -> ProtocolFailure:
         """Record the first failure, move to INVALID, and return the exception to raise."""
-        self._failure = reason
-        self._reason = reason.value
-        self._transition(In.PROTOCOL_FAILURE)
+        self._transition(In.PROTOCOL_FAILURE, reason.value)
         return ProtocolFailure(reason, detail)
 
     # --- input --------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
         """Take one transport chunk. Raises ``ProtocolFailure`` on the first bad byte or frame."""
-        if self._finished:
+        if self._input_ended:
             raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED)
-        if self._failure is not None:
-            raise ProtocolFailure(self._failure)
+        if self.verdict.finished:  # before the input ended, only a failure is final
+            raise ProtocolFailure(Reason(self.verdict.reason or ""))
         if not isinstance(data, bytes):
             raise self._fail(Reason.TRANSPORT_REQUIRES_BYTES, type(data).__name__)
         self._bytes += len(data)
@@ -236,113 +338,68 @@ class ReplyConsumer:
                 assert isinstance(payload, bytes)
                 self._apply(payload)
         except ProtocolFailure as failure:
-            if self._failure is not None:  # already recorded by _apply
+            if self.verdict.finished:  # already recorded
                 raise
             raise self._fail(failure.reason, failure.detail) from failure
 
     def _apply(self, payload: bytes) -> None:
         if self._terminal is not None:
-            raise self._fail(Reason.FRAME_AFTER_TERMINAL)
-        try:
-            frame = self._codec.parse_frame(payload)
-        except ProtocolFailure as failure:
-            raise self._fail(failure.reason, failure.detail) from failure
-        sequence = frame.sequence
-        if type(sequence) is not int or sequence != self._frames + 1:
-            if self._is_duplicate(sequence, payload):
-                return
-            raise self._fail(Reason.INVALID_SEQUENCE, f"expected {self._frames + 1}")
-        if frame.binding_sha256 != self.binding_sha256:
-            raise self._fail(Reason.FRAME_REQUEST_MISMATCH, f"sequence {sequence}")
-        self._frames += 1
-        if self._frames > self.limits.max_frames:
-            raise self._fail(Reason.FRAME_COUNT_LIMIT, f"{self._frames} frames")
-        if self.ignore_duplicates:
-            self._applied.append(hashlib.sha256(payload).digest())
-        self._log.debug("frame_applied", sequence=sequence, kind=frame.kind.value)
+            raise ProtocolFailure(Reason.FRAME_AFTER_TERMINAL)
+        frame = self._codec.parse_frame(payload)
+        if not self.checks.admit(frame, payload):
+            assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
+            self._events.append(DuplicateDropped(frame.sequence))
+            self._log.info("duplicate_dropped", sequence=frame.sequence)
+            return
+        self._log.debug("frame_applied", sequence=frame.sequence, kind=frame.kind.value)
+        assert isinstance(frame.sequence, int)  # admitted: the next sequence number
         if frame.kind is FrameKind.CONTENT_DELTA:
-            self._apply_content(frame)
+            self._apply_content(frame.text, frame.sequence)
         else:
-            self._apply_terminal(frame)
+            self._apply_terminal(frame, frame.sequence)
 
-    def _is_duplicate(self, sequence: object, payload: bytes) -> bool:
-        """Under the duplicate policy, drop an exact replay of an applied frame."""
-        if not self.ignore_duplicates or type(sequence) is not int:
-            return False
-        if not 1 <= sequence <= self._frames:
-            return False
-        if self._applied[sequence - 1] != hashlib.sha256(payload).digest():
-            raise self._fail(Reason.CONFLICTING_DUPLICATE, f"sequence {sequence}")
-        self._events.append({"kind": "duplicate_dropped", "sequence": sequence})
-        self._log.info("duplicate_dropped", sequence=sequence)
-        return True
-
-    def _apply_content(self, frame: Frame) -> None:
-        text = frame.text
+    def _apply_content(self, text: object, sequence: int) -> None:
         if not isinstance(text, str) or not text:
-            raise self._fail(Reason.INVALID_CONTENT_DELTA, "empty or not text")
+            raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "empty or not text")
         try:
             encoded = text.encode("utf-8")
         except UnicodeError as error:
-            raise self._fail(Reason.INVALID_CONTENT_DELTA, "not UTF-8") from error
-        self._parts.append(text)
-        self._chars += len(text)
-        self._content_frames += 1
-        self._content_hash.update(encoded)
-        if self._chars > self.limits.max_content_chars:
-            raise self._fail(Reason.CONTENT_LIMIT, f"{self._chars} characters")
-        self._events.append(
-            {
-                "kind": "provisional_content",
-                "sequence": frame.sequence,
-                "characters_received": self._chars,
-            }
-        )
+            raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "not UTF-8") from error
+        self.content.append(text, encoded)
+        if self.content.characters > self.limits.max_content_chars:
+            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{self.content.characters} characters")
+        self._events.append(ContentReceived(sequence, self.content.characters))
 
-    def _apply_terminal(self, frame: Frame) -> None:
-        reason = frame.reason
+    def _apply_terminal(self, frame: Frame, sequence: int) -> None:
         if frame.kind is not FrameKind.DONE:
-            if (
-                not isinstance(reason, str)
-                or not reason
-                or len(reason) > self.limits.max_reason_chars
-            ):
-                raise self._fail(Reason.INVALID_TERMINAL_REASON)
-            try:
-                reason.encode("utf-8")
-            except UnicodeError as error:
-                raise self._fail(Reason.INVALID_TERMINAL_REASON, "not UTF-8") from error
+            check_terminal_reason(frame.reason, self.limits)
         elif self.wire.integrity is Integrity.SHA256:
             # Required, not merely checked when present: a codec that lost the claim
             # must not turn the wire into one without integrity.
             claimed = frame.done_digest
             if claimed is None:
-                raise self._fail(Reason.INVALID_FRAME_SCHEMA, "done without its content digest")
-            if (
-                claimed.content_frames != self._content_frames
-                or claimed.content_sha256 != self._content_hash.hexdigest()
-            ):
-                raise self._fail(
+                missing = "done without its content digest"
+                raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, missing)
+            if not self.content.matches(claimed):
+                raise ProtocolFailure(
                     Reason.CONTENT_DIGEST_MISMATCH,
-                    f"done claims {claimed.content_frames} frames, {self._content_frames} applied",
+                    f"done claims {claimed.content_frames} frames, {self.content.frames} applied",
                 )
         self._terminal = frame.kind
-        self._terminal_reason = reason if isinstance(reason, str) else None
-        self._events.append(
-            {"kind": "local_terminal", "status": frame.kind.value, "sequence": frame.sequence}
-        )
+        self._terminal_reason = frame.reason if isinstance(frame.reason, str) else None
+        self._events.append(TerminalReceived(frame.kind.value, sequence))
         self._transition(In.TERMINAL_FRAME)
 
     # --- how the input ended --------------------------------------------------------
 
     def _begin_finish(self) -> bool:
         """Mark the input as ended; False when the verdict is already in (INVALID)."""
-        if self._finished:
+        if self._input_ended:
             raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED)
-        self._finished = True
-        return self._failure is None
+        self._input_ended = True
+        return not self.verdict.finished
 
-    def end_of_stream(self) -> dict[str, Any]:
+    def end_of_stream(self) -> StreamResult:
         """The input ended cleanly. Returns the result document."""
         if not self._begin_finish():
             return self.result()
@@ -352,81 +409,61 @@ class ReplyConsumer:
             self._fail(failure.reason, failure.detail)
             return self.result()
         if self._terminal is None:
-            self._reason = Reason.MISSING_TERMINAL.value
-            self._transition(In.END_WITHOUT_TERMINAL)
-            return self.result()
-        if self._terminal is not FrameKind.DONE:
-            self._reason = self._terminal_reason
-            self._transition(_END_AFTER[self._terminal])
-            return self.result()
-        self._transition(In.END_AFTER_DONE)
-        try:
-            accepted, citations = validate_reply(self.provisional_content, self.binding)
-        except ProtocolFailure as failure:
-            self._reason = failure.reason.value
-            self._transition(In.REPLY_REJECTED)
-            return self.result()
-        self._accepted, self._citations = accepted, citations
-        self._events.append(
-            {
-                "kind": "validated_answer",
-                "status": accepted["status"],
-                "source_ids": accepted["source_ids"],
-                "answer": accepted,
-                "citations": citations,
-            }
-        )
-        self._transition(In.REPLY_ACCEPTED)
+            self._transition(In.END_WITHOUT_TERMINAL, Reason.MISSING_TERMINAL.value)
+        elif self._terminal is not FrameKind.DONE:
+            self._transition(_END_AFTER[self._terminal], self._terminal_reason)
+        else:
+            self._transition(In.END_AFTER_DONE)
+            self._validate()
         return self.result()
 
-    def transport_error(self, detail: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def _validate(self) -> None:
+        try:
+            accepted, citations = validate_reply(self.content.text, self.binding)
+        except ProtocolFailure as failure:
+            self._transition(In.REPLY_REJECTED, failure.reason.value)
+            return
+        self._accepted, self._citations = accepted, citations
+        self._events.append(AnswerValidated(accepted, citations))
+        self._transition(In.REPLY_ACCEPTED)
+
+    def transport_error(self, detail: Mapping[str, Any] | None = None) -> StreamResult:
         """The transport broke. ``detail`` (e.g. the gRPC status) is kept in the result."""
         if not self._begin_finish():
             return self.result()
         self.transport = dict(detail) if detail else None
-        self._reason = Reason.TRANSPORT_IO_ERROR.value
-        self._events.append({"kind": "transport_error", "reason": self._reason})
-        self._transition(In.TRANSPORT_ERROR)
+        self._events.append(TransportFailed(Reason.TRANSPORT_IO_ERROR.value))
+        self._transition(In.TRANSPORT_ERROR, Reason.TRANSPORT_IO_ERROR.value)
         return self.result()
 
-    def abort(self, reason: Reason) -> dict[str, Any]:
+    def abort(self, reason: Reason) -> StreamResult:
         """We stopped reading (deadline, idle timeout, user cancel): incomplete, content kept."""
         if not self._begin_finish():
             return self.result()
-        self._reason = reason.value
-        self._events.append({"kind": "consumer_abort", "reason": self._reason})
-        self._transition(In.LOCAL_ABORT)
+        self._events.append(ConsumerAborted(reason.value))
+        self._transition(In.LOCAL_ABORT, reason.value)
         return self.result()
 
     # --- the verdict ------------------------------------------------------------------
 
     @property
-    def stats(self) -> dict[str, int]:
-        return {
-            "bytes_received": self._bytes,
-            "transport_fragments": self._fragments,
-            "application_frames": self._frames,
-        }
+    def stats(self) -> Stats:
+        return Stats(self._bytes, self._fragments, self.checks.frames)
 
-    def result(self) -> dict[str, Any]:
-        if self._state not in FINAL_STATES:
-            raise RuntimeError(f"no verdict yet in state {self._state}")
-        document: dict[str, Any] = {
-            "status": STATUS_OF[self._state].value,
-            "reason": self._reason,
-            "accepted_answer": self._accepted,
-            "citations": self._citations,
-            "provisional_content": self.provisional_content,
-            "local_terminal": self._terminal.value if self._terminal else None,
-            "stats": self.stats,
-            "events": self._events,
-            "case_id": self.binding.get("case_id"),
-            "request_sha256": self.binding.get("request_sha256"),
-            "binding_sha256": self.binding_sha256,
-            "wire_format": self.wire.value,
-            # Whether done's content digest was required and checked (none: ndjson-lab).
-            "integrity": self.wire.integrity.value,
-        }
-        if self.transport is not None:
-            document["transport"] = self.transport
-        return document
+    def result(self) -> StreamResult:
+        return StreamResult(
+            status=self.verdict.status,
+            reason=self.verdict.reason,
+            accepted_answer=self._accepted,
+            citations=tuple(self._citations),
+            provisional_content=self.content.text,
+            local_terminal=self._terminal.value if self._terminal else None,
+            stats=self.stats,
+            events=tuple(self._events),
+            case_id=self.binding.get("case_id"),
+            request_sha256=self.binding.get("request_sha256"),
+            binding_sha256=self.binding_sha256,
+            wire_format=self.wire.value,
+            integrity=self.wire.integrity.value,
+            transport=self.transport,
+        )

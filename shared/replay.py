@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
 from shared.errors import ProtocolFailure
-from shared.faults import Ending, Fault, Transmission, transmit
-from shared.machine import Limits, ReplyConsumer
+from shared.faults import Ending, Transmission, transmit
+from shared.machine import ReplyConsumer
 from shared.recording import Recording
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from shared.requests import ReplyRequest
+from shared.result import StreamResult
 
 
-def consume(consumer: ReplyConsumer, transmission: Transmission) -> dict[str, Any]:
+def consume(consumer: ReplyConsumer, transmission: Transmission) -> StreamResult:
     """Feed every chunk, stop at the first refusal, then end the input as the producer did."""
     for chunk in transmission.chunks:
         try:
@@ -28,29 +26,18 @@ def consume(consumer: ReplyConsumer, transmission: Transmission) -> dict[str, An
 
 def replay(
     recording: Recording,
-    case_id: str,
+    request: ReplyRequest,
     *,
-    wire: WireFormat = WireFormat.LENGTH_PREFIXED,
-    plan: ChunkPlan | None = None,
-    fault: Fault | None = None,
-    limits: Limits | None = None,
-    ignore_duplicates: bool = False,
     logger: structlog.typing.FilteringBoundLogger | None = None,
-) -> dict[str, Any]:
-    """Bind ``case_id``, produce its transmission and consume it. Raises ``RequestRefused``."""
-    case = recording.case(case_id)
+) -> StreamResult:
+    """Produce the recorded transmission of ``request``'s case and consume it.
+
+    Raises ``RequestRefused`` when the recording has no such case."""
     transmission = transmit(
-        case,
-        wire=wire,
-        plan=plan or ChunkPlan.parse("frame"),
-        fault=fault,
-        foreign_binding_sha256=recording.foreign_binding_sha256(case_id),
+        recording.case(request.case_id),
+        wire=request.wire,
+        plan=request.plan,
+        fault=request.fault,
+        foreign_binding_sha256=recording.foreign_binding_sha256(request.case_id),
     )
-    consumer = ReplyConsumer(
-        case.binding,
-        wire=wire,
-        limits=limits,
-        ignore_duplicates=ignore_duplicates,
-        logger=logger,
-    )
-    return consume(consumer, transmission)
+    return consume(request.consumer(logger), transmission)

@@ -1,14 +1,21 @@
-"""OpenRequest: built by the consumer, checked by the producer. Pure: no grpc here."""
+"""ReplyRequest and its OpenRequest: built by the consumer, checked by the producer.
+
+Pure: no grpc here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import structlog
+
 from shared.digest import canonical_json, strict_json
-from shared.errors import Reason, RequestRefused
+from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
+from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
+from shared.recording import Recording
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkMode, ChunkPlan
 
@@ -36,6 +43,8 @@ FAULT_KINDS: Final = {
     pb.ABORT_AFTER_DONE: FaultKind.ABORT_AFTER_DONE,
 }
 FAULT_CODES: Final = {kind: code for code, kind in FAULT_KINDS.items()}
+FRAME_PLAN: Final = ChunkPlan(ChunkMode.FRAME)
+DEFAULT_LIMITS: Final = Limits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +141,61 @@ def build_request(
             )
         )
     return request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplyRequest:
+    """Everything that describes one request for a bound reply, checked when it is made.
+
+    The consumer's edges (``consumer.client.stream_reply``, ``shared.replay.replay``)
+    take one of these; the CLI builds it once, before anything runs, so a bad value
+    is a configuration error (exit 2), never something raised mid-stream. Checks the
+    producer makes itself (e.g. the chunk interval's upper bound) stay the producer's:
+    they are refusals, with their own reason codes.
+    """
+
+    case_id: str
+    binding: Mapping[str, Any]
+    wire: WireFormat = WireFormat.LENGTH_PREFIXED
+    plan: ChunkPlan = FRAME_PLAN
+    fault: Fault | None = None
+    stream_id: str = ""
+    chunk_interval_ms: int = 0
+    limits: Limits = DEFAULT_LIMITS
+    ignore_duplicates: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.wire, WireFormat) or not isinstance(self.plan, ChunkPlan):
+            raise ConfigurationError(f"wire {self.wire!r} / chunks {self.plan!r}")
+        if type(self.chunk_interval_ms) is not int or self.chunk_interval_ms < 0:
+            raise ConfigurationError(f"chunk interval must be >= 0 ms: {self.chunk_interval_ms}")
+
+    @classmethod
+    def for_case(cls, recording: Recording, case_id: str, **fields: Any) -> ReplyRequest:
+        """A request for a recorded case, bound as the recording binds it (``RequestRefused``
+        when the case is not one of the recording's)."""
+        return cls(case_id=case_id, binding=recording.case(case_id).binding, **fields)
+
+    def open_request(self) -> pb.OpenRequest:
+        """The gRPC request that asks a producer for this reply."""
+        return build_request(
+            case_id=self.case_id,
+            binding=self.binding,
+            wire=self.wire,
+            plan=self.plan,
+            fault=self.fault,
+            stream_id=self.stream_id,
+            chunk_interval_ms=self.chunk_interval_ms,
+        )
+
+    def consumer(
+        self, logger: structlog.typing.FilteringBoundLogger | None = None
+    ) -> ReplyConsumer:
+        """A consumer core that judges the reply to this request."""
+        return ReplyConsumer(
+            self.binding,
+            wire=self.wire,
+            limits=self.limits,
+            ignore_duplicates=self.ignore_duplicates,
+            logger=logger,
+        )

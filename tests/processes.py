@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer.demo import read_listening_port, stop_process
+from consumer.children import read_listening_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0

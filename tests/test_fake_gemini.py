@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from consumer.demo import read_listening_port
+from consumer.children import read_listening_port
 from tests.fake_gemini import (
     DEFAULT_MODEL,
     RATE_LIMITED_BODY,

@@ -19,6 +19,7 @@ from shared.faults import (
 from shared.frames import FrameKind, derive_frames
 from shared.recording import Recording
 from shared.replay import replay
+from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -43,8 +44,11 @@ REFUSING_FAULTS = [kind for kind in FaultKind if kind not in TIMING_FAULTS]
 def test_fault_outcome(recording: Recording, kind: FaultKind, wire: WireFormat, plan: str) -> None:
     for case_id in recording.case_ids:
         result = replay(
-            recording, case_id, wire=wire, plan=ChunkPlan.parse(plan), fault=Fault(kind=kind)
-        )
+            recording,
+            ReplyRequest.for_case(
+                recording, case_id, wire=wire, plan=ChunkPlan.parse(plan), fault=Fault(kind=kind)
+            ),
+        ).to_dict()
         expected = EXPECTED_OUTCOMES[kind][wire]
         assert (result["status"], result["reason"]) == (expected.status, expected.reason)
         assert result["accepted_answer"] is None
@@ -61,12 +65,15 @@ def test_repeat_under_the_duplicate_policy_completes(
 ) -> None:
     result = replay(
         recording,
-        "utf8-write",
-        wire=wire,
-        plan=ChunkPlan.parse("1,2,7,3,11"),
-        fault=Fault(kind=FaultKind.REPEAT),
-        ignore_duplicates=True,
-    )
+        ReplyRequest.for_case(
+            recording,
+            "utf8-write",
+            wire=wire,
+            plan=ChunkPlan.parse("1,2,7,3,11"),
+            fault=Fault(kind=FaultKind.REPEAT),
+            ignore_duplicates=True,
+        ),
+    ).to_dict()
     assert result["status"] == "complete"
     assert result["stats"]["application_frames"] == 15
     assert [e for e in result["events"] if e["kind"] == "duplicate_dropped"] == [
@@ -78,8 +85,11 @@ def test_repeat_under_the_duplicate_policy_completes(
 def test_the_duplicate_policy_repairs_nothing_else(recording: Recording, kind: FaultKind) -> None:
     for wire in WireFormat:
         result = replay(
-            recording, "replace-file", wire=wire, fault=Fault(kind=kind), ignore_duplicates=True
-        )
+            recording,
+            ReplyRequest.for_case(
+                recording, "replace-file", wire=wire, fault=Fault(kind=kind), ignore_duplicates=True
+            ),
+        ).to_dict()
         assert result["status"] == "invalid"
         assert result["reason"] == EXPECTED_OUTCOMES[kind][wire].reason
 
@@ -97,7 +107,12 @@ def test_target_frame_defaults_to_three_and_clamps_to_the_last_content_frame(
 
 
 def test_omit_targets_the_requested_frame(recording: Recording) -> None:
-    result = replay(recording, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=6))
+    result = replay(
+        recording,
+        ReplyRequest.for_case(
+            recording, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=6)
+        ),
+    ).to_dict()
     assert (result["status"], result["reason"]) == ("invalid", "invalid_sequence")
     assert result["stats"]["application_frames"] == 5
 
@@ -188,14 +203,22 @@ def test_a_stall_changes_nothing_in_one_process_but_marks_where_to_pause(
     sent = sum(len(chunk) for chunk in pattern.chunks[: pattern.stall.after_chunks])
     three_frames = sum(len(chunk) for chunk in transmission.chunks[:3])
     assert sent >= three_frames > sent - len(pattern.chunks[pattern.stall.after_chunks - 1])
-    assert replay(recording, "replace-file", fault=fault)["status"] == "complete"
+    assert (
+        replay(recording, ReplyRequest.for_case(recording, "replace-file", fault=fault)).to_dict()[
+            "status"
+        ]
+        == "complete"
+    )
 
 
 def test_abort_after_done_is_not_accepted(recording: Recording) -> None:
     for wire in WireFormat:
         result = replay(
-            recording, "replace-file", wire=wire, fault=Fault(kind=FaultKind.ABORT_AFTER_DONE)
-        )
+            recording,
+            ReplyRequest.for_case(
+                recording, "replace-file", wire=wire, fault=Fault(kind=FaultKind.ABORT_AFTER_DONE)
+            ),
+        ).to_dict()
         assert (result["status"], result["reason"]) == ("error", "transport_io_error")
         assert result["local_terminal"] == "done"
         assert result["accepted_answer"] is None

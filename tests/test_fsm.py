@@ -18,10 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from consumer.reader_states import SPEC as READER_SPEC
 from producer.states import SPEC as PRODUCER_SPEC
 from shared.fsm import InvalidTransition, Machine, MachineSpec
+from shared.machine import SPEC as CORE_SPEC
 
-SPECS: list[MachineSpec[Any, Any]] = [PRODUCER_SPEC]
+SPECS: list[MachineSpec[Any, Any]] = [PRODUCER_SPEC, CORE_SPEC, READER_SPEC]
 
 
 def pairs(spec: MachineSpec[Any, Any]) -> list[tuple[StrEnum, StrEnum]]:

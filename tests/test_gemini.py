@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import structlog
 
+from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
-from consumer.demo import stop_process
 from producer.gemini.ledger import BudgetLedger
-from shared.machine import LAB_RESULT_KEYS
 from shared.recording import Recording
+from shared.requests import ReplyRequest
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.processes import (
@@ -242,15 +243,17 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
     case = recording.case("utf8-write")
 
     async def one(index: int) -> dict[str, Any]:
-        return await stream_reply(
-            StreamOptions(target=target, deadline_s=60),
+        request = ReplyRequest(
             case_id=case.case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=ChunkPlan.parse("frame"),
             stream_id=f"budget-{index}",
-            logger=log,
         )
+        result = await stream_reply(
+            request, StreamOptions(target=target, deadline_s=60), logger=log
+        )
+        return result.to_dict()
 
     return list(await asyncio.gather(*(one(index) for index in range(count))))
 

@@ -81,7 +81,7 @@ def test_100k_frames_in_one_chunk(
     )
 
     consumer.receive_data(data)
-    doc = consumer.end_of_stream()
+    doc = consumer.end_of_stream().to_dict()
 
     assert_complete(doc, content, count, len(data))
     assert doc["stats"]["transport_fragments"] == 1
@@ -101,7 +101,7 @@ def test_10k_frames_in_one_byte_chunks(
 
     for offset in range(len(data)):
         consumer.receive_data(data[offset : offset + 1])
-    doc = consumer.end_of_stream()
+    doc = consumer.end_of_stream().to_dict()
 
     assert_complete(doc, content, count, len(data))
     assert doc["stats"]["transport_fragments"] == len(data)
@@ -128,7 +128,7 @@ def test_one_large_multibyte_frame_in_one_byte_chunks(
 
     for offset in range(len(data)):
         consumer.receive_data(data[offset : offset + 1])
-    doc = consumer.end_of_stream()
+    doc = consumer.end_of_stream().to_dict()
 
     assert (doc["status"], doc["reason"]) == ("complete", None)
     assert doc["accepted_answer"]["answer"] == answer

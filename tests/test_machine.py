@@ -22,7 +22,7 @@ from shared.frames import (
 )
 from shared.machine import (
     FINAL_STATES,
-    LAB_RESULT_KEYS,
+    SPEC,
     TRANSITIONS,
     ConsumerState,
     Input,
@@ -30,6 +30,9 @@ from shared.machine import (
     ReplyConsumer,
 )
 from shared.recording import BoundCase, Recording
+from shared.replay import replay
+from shared.requests import ReplyRequest
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
@@ -56,7 +59,11 @@ def run(
 ) -> dict[str, Any]:
     data = frames if isinstance(frames, bytes) else encode(frames, wire)
     consumer = ReplyConsumer(
-        case.binding, wire=wire, limits=limits, ignore_duplicates=ignore_duplicates
+        case.binding,
+        wire=wire,
+        limits=limits,
+        ignore_duplicates=ignore_duplicates,
+        logger=structlog.get_logger(),  # the tests capture its records
     )
     pieces = [data] if chunk is None else [data[i : i + chunk] for i in range(0, len(data), chunk)]
     for piece in pieces:
@@ -64,7 +71,7 @@ def run(
             consumer.receive_data(piece)
         except ProtocolFailure:
             break
-    return consumer.end_of_stream()
+    return consumer.end_of_stream().to_dict()
 
 
 def reply_frames(case: BoundCase, reply: object, *, raw: str | None = None) -> list[Frame]:
@@ -81,15 +88,11 @@ def assert_refused(result: dict[str, Any], status: str, reason: str) -> None:
 # --- the table --------------------------------------------------------------------
 
 
-def test_every_state_input_pair_is_either_in_the_table_or_a_bug() -> None:
-    assert len(TRANSITIONS) == 13
+def test_the_only_path_to_complete_is_done_then_validation() -> None:
+    # Every state x input pair (80) is tested in tests/test_fsm.py, which has SPEC in SPECS.
+    assert SPEC.table is TRANSITIONS and SPEC.final == FINAL_STATES
     for (state, _), target in TRANSITIONS.items():
-        assert state not in FINAL_STATES
         assert target is not state
-    # Final states have no way out.
-    for state in FINAL_STATES:
-        assert not [key for key in TRANSITIONS if key[0] is state]
-    # The only path into COMPLETE goes through a done terminal and validation.
     into_complete = [key for key, target in TRANSITIONS.items() if target is ConsumerState.COMPLETE]
     assert into_complete == [(ConsumerState.VALIDATING, Input.REPLY_ACCEPTED)]
     into_validating = [
@@ -127,7 +130,7 @@ def test_complete_stream_logs_each_transition_once(case: BoundCase, wire: WireFo
 def test_result_is_only_available_at_the_end(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding)
     with pytest.raises(RuntimeError):
-        consumer.result()
+        consumer.result().to_dict()
 
 
 # --- the lab's input checks -------------------------------------------------------------
@@ -135,7 +138,7 @@ def test_result_is_only_available_at_the_end(case: BoundCase) -> None:
 
 def test_input_after_finish_is_refused(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding)
-    consumer.end_of_stream()
+    consumer.end_of_stream().to_dict()
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(b"x")
     assert info.value.reason is Reason.CONSUMER_ALREADY_FINISHED
@@ -143,7 +146,7 @@ def test_input_after_finish_is_refused(case: BoundCase) -> None:
         with pytest.raises(ProtocolFailure) as again:
             finish()
         assert again.value.reason is Reason.CONSUMER_ALREADY_FINISHED
-    assert consumer.result()["reason"] == "missing_terminal"
+    assert consumer.result().to_dict()["reason"] == "missing_terminal"
 
 
 def test_non_bytes_are_refused(case: BoundCase) -> None:
@@ -151,7 +154,7 @@ def test_non_bytes_are_refused(case: BoundCase) -> None:
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(bytearray(b"{}"))  # type: ignore[arg-type]
     assert info.value.reason is Reason.TRANSPORT_REQUIRES_BYTES
-    assert_refused(consumer.end_of_stream(), "invalid", "transport_requires_bytes")
+    assert_refused(consumer.end_of_stream().to_dict(), "invalid", "transport_requires_bytes")
 
 
 def test_a_failed_consumer_repeats_its_failure(case: BoundCase) -> None:
@@ -161,8 +164,8 @@ def test_a_failed_consumer_repeats_its_failure(case: BoundCase) -> None:
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(b"{}")
     assert info.value.reason is Reason.INVALID_UTF8
-    assert consumer.stats["transport_fragments"] == 1
-    assert_refused(consumer.end_of_stream(), "invalid", "invalid_utf8")
+    assert consumer.stats.transport_fragments == 1
+    assert_refused(consumer.end_of_stream().to_dict(), "invalid", "invalid_utf8")
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -349,7 +352,7 @@ def test_transport_error_after_done_is_not_accepted(case: BoundCase, wire: WireF
     consumer = ReplyConsumer(case.binding, wire=wire)
     consumer.receive_data(encode(derive_frames(case.binding_sha256, case.content), wire))
     assert consumer.state is ConsumerState.TERMINAL_RECEIVED
-    result = consumer.transport_error({"grpc_code": "UNAVAILABLE"})
+    result = consumer.transport_error({"grpc_code": "UNAVAILABLE"}).to_dict()
     assert_refused(result, "error", "transport_io_error")
     assert result["local_terminal"] == "done"
     assert result["transport"] == {"grpc_code": "UNAVAILABLE"}
@@ -363,7 +366,7 @@ def test_abort_keeps_partial_content(case: BoundCase, state: str) -> None:
     consumer.receive_data(
         encode(frames if state == "terminal_received" else frames[:3], WireFormat.LENGTH_PREFIXED)
     )
-    result = consumer.abort(Reason.MISSING_TERMINAL)
+    result = consumer.abort(Reason.MISSING_TERMINAL).to_dict()
     assert_refused(result, "incomplete", "missing_terminal")
     assert result["events"][-1]["kind"] == "consumer_abort"
     assert result["provisional_content"]
@@ -373,7 +376,7 @@ def test_a_failure_is_not_overwritten_by_a_later_transport_error(case: BoundCase
     consumer = ReplyConsumer(case.binding)
     with pytest.raises(ProtocolFailure):
         consumer.receive_data(b"\x01\x00\x00\x00\x00")
-    assert_refused(consumer.transport_error(), "invalid", "invalid_frame_header")
+    assert_refused(consumer.transport_error().to_dict(), "invalid", "invalid_frame_header")
 
 
 # --- the content digest (done on the default wires: lp and ndjson) -------------------------
@@ -430,7 +433,7 @@ def test_the_digest_is_required_not_only_checked_when_present(
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(encode(derive_frames(case.binding_sha256, case.content), wire))
     assert info.value.reason is Reason.INVALID_FRAME_SCHEMA
-    result = consumer.end_of_stream()
+    result = consumer.end_of_stream().to_dict()
     assert_refused(result, "invalid", "invalid_frame_schema")
     assert result["local_terminal"] is None
     assert result["integrity"] == "sha256"
@@ -618,8 +621,18 @@ def test_logger_is_injected(case: BoundCase) -> None:
 
     logger = structlog.wrap_logger(None, processors=[keep])
     consumer = ReplyConsumer(case.binding, logger=logger)
-    consumer.end_of_stream()
+    consumer.end_of_stream().to_dict()
     assert seen == ["state_changed"]
+
+
+def test_an_unconfigured_replay_prints_nothing(
+    recording: Recording, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # structlog is unconfigured here (reset by conftest): its default would print
+    # debug records to stdout, where the result document goes.
+    result = replay(recording, ReplyRequest.for_case(recording, "replace-file")).to_dict()
+    assert result["status"] == "complete"
+    assert capsys.readouterr() == ("", "")
 
 
 # --- the reported case: one byte of a content frame flipped on the way ---------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from consumer.demo import stop_process
+from consumer.children import stop_process
 from producer.server import start_server
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
 from shared.digest import canonical_json

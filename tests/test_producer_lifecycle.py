@@ -24,7 +24,8 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.demo import demo_runs, stop_process, stream, stream_id_of
+from consumer.children import stop_process
+from consumer.demo import demo_runs, stream, stream_id_of
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from shared.logs import configure_logging
@@ -87,7 +88,7 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
     with producer(tmp_path, "--allow-faults") as p:
         for index, run in enumerate(demo_runs(recording), start=1):
             stream_id = stream_id_of(index)
-            results.append(asyncio.run(stream(run, recording, p.target, stream_id)))
+            results.append(asyncio.run(stream(run, recording, p.target, stream_id)).to_dict())
         stop_process(p.process)
         assert p.process.returncode == 0
         producer_trace = p.trace()

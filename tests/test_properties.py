@@ -39,10 +39,11 @@ from shared.frames import (
     derive_frames,
     terminal_frame,
 )
-from shared.machine import LAB_RESULT_KEYS, Limits, ReplyConsumer
+from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.reply import validate_reply
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from shared.wire.lp import frame_with_header
@@ -103,9 +104,9 @@ def feed(consumer: ReplyConsumer, chunks: Sequence[bytes], ending: Ending) -> Fe
             failure = error
             break
     if ending is Ending.TRANSPORT_ERROR:
-        result = consumer.transport_error(TRANSPORT_DETAIL)
+        result = consumer.transport_error(TRANSPORT_DETAIL).to_dict()
     else:
-        result = consumer.end_of_stream()
+        result = consumer.end_of_stream().to_dict()
     return Fed(result, bytes_fed, chunks_fed, failure)
 
 
@@ -253,7 +254,7 @@ def test_rechunking_never_changes_the_verdict(
 @pytest.mark.parametrize("wire", WIRES, ids=str)
 def test_empty_input_is_incomplete(wire: WireFormat) -> None:
     consumer = ReplyConsumer(RECORDING.case(CASE_IDS[0]).binding, wire=wire, logger=QUIET)
-    doc = consumer.end_of_stream()
+    doc = consumer.end_of_stream().to_dict()
     assert (doc["status"], doc["reason"]) == ("incomplete", "missing_terminal")
     assert doc["accepted_answer"] is None
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from shared.faults import Fault, FaultKind
-from shared.machine import LAB_RESULT_KEYS
 from shared.recording import RECORDING_SHA256, Recording
 from shared.replay import replay
+from shared.requests import ReplyRequest
+from shared.result import LAB_RESULT_KEYS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -56,7 +57,12 @@ def test_expected_values_are_the_published_block() -> None:
     "published", PUBLISHED["development_cases"], ids=lambda case: case["case_id"]
 )
 def test_development_case_equals_published(recording: Recording, published: dict[str, Any]) -> None:
-    result = replay(recording, published["case_id"], wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN)
+    result = replay(
+        recording,
+        ReplyRequest.for_case(
+            recording, published["case_id"], wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN
+        ),
+    ).to_dict()
     assert lab_view(result) == published["result"]
     assert result["integrity"] == "none"
     assert result["request_sha256"] == published["request_sha256"]
@@ -80,8 +86,11 @@ def test_controlled_failure_equals_published(
 ) -> None:
     fault = Fault(kind=SCENARIO_FAULTS[published["scenario"]])
     result = replay(
-        recording, "replace-file", wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN, fault=fault
-    )
+        recording,
+        ReplyRequest.for_case(
+            recording, "replace-file", wire=WireFormat.NDJSON_LAB, plan=LAB_PLAN, fault=fault
+        ),
+    ).to_dict()
     assert lab_view(result) == published["result"]
     assert result["accepted_answer"] is None
 
@@ -104,8 +113,11 @@ def test_length_prefixed_wire_gives_the_same_answers(recording: Recording, case_
     published = next(c for c in PUBLISHED["development_cases"] if c["case_id"] == case_id)
     for plan in ("frame", "whole", "1", "1,2,7,3,11", "64"):
         result = replay(
-            recording, case_id, wire=WireFormat.LENGTH_PREFIXED, plan=ChunkPlan.parse(plan)
-        )
+            recording,
+            ReplyRequest.for_case(
+                recording, case_id, wire=WireFormat.LENGTH_PREFIXED, plan=ChunkPlan.parse(plan)
+            ),
+        ).to_dict()
         assert result["status"] == "complete"
         assert result["accepted_answer"] == published["result"]["accepted_answer"]
         assert result["citations"] == published["result"]["citations"]

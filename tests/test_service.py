@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from consumer.demo import stop_process
-from shared.machine import LAB_RESULT_KEYS
+from consumer.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
+from shared.result import LAB_RESULT_KEYS
 from tests.processes import (
     Producer,
     consumer_process,

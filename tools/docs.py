@@ -14,39 +14,17 @@ import argparse
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
-from enum import StrEnum
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from consumer.client import READER_TRANSITIONS, ReaderState
+from consumer.reader_states import SPEC as READER_SPEC
 from producer.states import SPEC as PRODUCER_SPEC
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.fsm import MachineSpec
-from shared.machine import TRANSITIONS, ConsumerState
+from shared.machine import SPEC as CORE_SPEC
 from shared.wire import WireFormat
-
-
-def state_diagram() -> str:
-    """A mermaid state diagram of the consumer core, one edge per table entry."""
-    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {ConsumerState.STREAMING.value}"]
-    for (state, event), target in TRANSITIONS.items():
-        lines.append(f"    {state.value} --> {target.value}: {event.value}")
-    for final in ("complete", "incomplete", "cancelled", "error", "invalid"):
-        lines.append(f"    {final} --> [*]")
-    lines.append("```")
-    return "\n".join(lines) + "\n"
-
-
-def edge_diagram(states: type[StrEnum], edges: Iterable[tuple[StrEnum, StrEnum]]) -> str:
-    """A mermaid diagram of a set of (from, to) edges, in the enum's order; the first is initial."""
-    order = list(states)
-    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {order[0].value}"]
-    for source, target in sorted(edges, key=lambda e: (order.index(e[0]), order.index(e[1]))):
-        lines.append(f"    {source.value} --> {target.value}")
-    lines.append("```")
-    return "\n".join(lines) + "\n"
 
 
 def spec_diagram(spec: MachineSpec[Any, Any]) -> str:
@@ -61,6 +39,11 @@ def spec_diagram(spec: MachineSpec[Any, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def state_diagram() -> str:
+    """The consumer core's states: the only path to complete."""
+    return spec_diagram(CORE_SPEC)
+
+
 def producer_diagram() -> str:
     """The producer's per-stream states."""
     return spec_diagram(PRODUCER_SPEC)
@@ -68,7 +51,7 @@ def producer_diagram() -> str:
 
 def reader_diagram() -> str:
     """The consumer's reader (flow control) states."""
-    return edge_diagram(ReaderState, READER_TRANSITIONS)
+    return spec_diagram(READER_SPEC)
 
 
 def reason_table() -> str:

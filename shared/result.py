@@ -1,0 +1,240 @@
+"""The result document: one frozen value, one JSON form.
+
+Every consumer command prints exactly one ``StreamResult``. Its keys are the
+lab's, in the lab's order (``status`` to ``events``), then ours. Some of ours
+are present only where they mean something, and are left out (not ``null``)
+elsewhere, exactly as before the result was typed:
+
+* ``integrity`` - when the consumer core judged a stream (a refusal checked nothing);
+* ``detail`` - on a refusal (why the request was not streamed);
+* ``transport`` - when the call failed or a refusal came from the producer;
+* ``stream_id`` and ``flow`` - when the result came over gRPC.
+
+``tests/test_result.py`` pins the exact JSON text of each path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Final
+
+from shared.errors import ReplywireError, Status
+
+#: The result document's keys: the lab's, then ours.
+LAB_RESULT_KEYS: Final = (
+    "status",
+    "reason",
+    "accepted_answer",
+    "citations",
+    "provisional_content",
+    "local_terminal",
+    "stats",
+    "events",
+)
+
+
+# --- events, in the order they happened ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContentReceived:
+    """A content delta was applied (``provisional_content``: partial until validated)."""
+
+    KIND: ClassVar[str] = "provisional_content"
+    sequence: int
+    characters_received: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "sequence": self.sequence,
+            "characters_received": self.characters_received,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalReceived:
+    """The stream's terminal frame (``done``, ``cancel`` or ``error``) was applied."""
+
+    KIND: ClassVar[str] = "local_terminal"
+    status: str
+    sequence: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "status": self.status, "sequence": self.sequence}
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerValidated:
+    """The assembled reply passed validation against the bound context."""
+
+    KIND: ClassVar[str] = "validated_answer"
+    answer: Mapping[str, Any]
+    citations: Sequence[Mapping[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "status": self.answer["status"],
+            "source_ids": self.answer["source_ids"],
+            "answer": self.answer,
+            "citations": self.citations,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateDropped:
+    """Under the duplicate policy, an exact replay of an applied frame was dropped."""
+
+    KIND: ClassVar[str] = "duplicate_dropped"
+    sequence: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "sequence": self.sequence}
+
+
+@dataclass(frozen=True, slots=True)
+class TransportFailed:
+    """The transport broke."""
+
+    KIND: ClassVar[str] = "transport_error"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAborted:
+    """We stopped reading (deadline, idle timeout, user cancel)."""
+
+    KIND: ClassVar[str] = "consumer_abort"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "reason": self.reason}
+
+
+Event = (
+    ContentReceived
+    | TerminalReceived
+    | AnswerValidated
+    | DuplicateDropped
+    | TransportFailed
+    | ConsumerAborted
+)
+
+
+# --- the document ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What arrived, as the lab counts it."""
+
+    bytes_received: int = 0
+    transport_fragments: int = 0
+    application_frames: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "bytes_received": self.bytes_received,
+            "transport_fragments": self.transport_fragments,
+            "application_frames": self.application_frames,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """How a gRPC stream was read: the queue, the window and the pauses."""
+
+    mode: str
+    queue_size: int
+    window_bytes: int
+    reads_paused: int
+    paused_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "queue_size": self.queue_size,
+            "window_bytes": self.window_bytes,
+            "reads_paused": self.reads_paused,
+            "paused_ms": self.paused_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamResult:
+    # The lab's keys, in the lab's order.
+    status: Status
+    reason: str | None
+    accepted_answer: Mapping[str, Any] | None = None
+    citations: Sequence[Mapping[str, Any]] = ()
+    provisional_content: str = ""
+    local_terminal: str | None = None
+    stats: Stats = Stats()
+    events: tuple[Event, ...] = ()
+    # Ours.
+    case_id: str | None
+    request_sha256: str | None = None
+    binding_sha256: str | None = None
+    wire_format: str
+    #: Whether done's content digest was required and checked (none: ndjson-lab).
+    integrity: str | None = None
+    detail: str | None = None
+    transport: Mapping[str, Any] | None = None
+    stream_id: str | None = None
+    flow: Flow | None = None
+
+    @classmethod
+    def refused(
+        cls, error: ReplywireError, *, case_id: str | None, wire_format: str
+    ) -> StreamResult:
+        """A request that was never streamed."""
+        return cls(
+            status=Status.REFUSED,
+            reason=error.code,
+            case_id=case_id,
+            wire_format=wire_format,
+            detail=error.detail,
+        )
+
+    @property
+    def accepted(self) -> bool:
+        return self.accepted_answer is not None
+
+    def with_stream(self, stream_id: str, flow: Flow) -> StreamResult:
+        """This result as it came over one gRPC stream."""
+        return replace(self, stream_id=stream_id, flow=flow)
+
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "status": self.status.value,
+            "reason": self.reason,
+            "accepted_answer": self.accepted_answer,
+            "citations": list(self.citations),
+            "provisional_content": self.provisional_content,
+            "local_terminal": self.local_terminal,
+            "stats": self.stats.to_dict(),
+            "events": [event.to_dict() for event in self.events],
+            "case_id": self.case_id,
+            "request_sha256": self.request_sha256,
+            "binding_sha256": self.binding_sha256,
+            "wire_format": self.wire_format,
+        }
+        optional: dict[str, Any] = {
+            "integrity": self.integrity,
+            "detail": self.detail,
+            "transport": self.transport,
+            "stream_id": self.stream_id,
+            "flow": self.flow.to_dict() if self.flow is not None else None,
+        }
+        document.update((key, value) for key, value in optional.items() if value is not None)
+        return document
+
+    def to_json(self) -> str:
+        """The document as every consumer command prints it."""
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
