@@ -40,7 +40,7 @@ class Firehose(pb_grpc.ReplyStreamServicer):
             self.written += len(self.chunk)
 
 
-async def measure(options: list[tuple[str, int]], seconds: float, chunk: int) -> int:
+async def measure(options: list[tuple[str, int | str]], seconds: float, chunk: int) -> int:
     server = grpc.aio.server()
     firehose = Firehose(chunk)
     pb_grpc.add_ReplyStreamServicer_to_server(firehose, server)

@@ -27,6 +27,7 @@ from consumer.client import (
 )
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
+from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
 from shared.digest import strict_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
@@ -252,6 +253,13 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
             window_bytes=args.window_bytes,
             deadline_s=args.deadline_s,
             idle_timeout_s=args.idle_timeout_s,
+            security=load_security(
+                tls_ca=args.tls_ca,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                tls_server_name=args.tls_server_name,
+                auth_token_file=args.auth_token_file,
+            ),
         )
     except ValueError as error:
         raise ConfigurationError(str(error)) from error
@@ -340,6 +348,25 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="send this binding (a JSON file) instead of the recording's: for testing refusals",
+    )
+    security = parser.add_argument_group(
+        "security", "TLS and a bearer token (the producer's --tls-* and --auth-tokens)"
+    )
+    security.add_argument("--tls-ca", type=Path, default=None, help="TLS: the producer's CA")
+    security.add_argument(
+        "--tls-cert", type=Path, default=None, help="mutual TLS: this consumer's certificate"
+    )
+    security.add_argument("--tls-key", type=Path, default=None, help="mutual TLS: its key")
+    security.add_argument(
+        "--tls-server-name",
+        default=None,
+        help="the name the producer's certificate must carry (default: the target's host)",
+    )
+    security.add_argument(
+        "--auth-token-file",
+        type=Path,
+        default=None,
+        help=f"a file holding the bearer token alone (or set {TOKEN_ENV})",
     )
 
 

@@ -24,7 +24,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import grpc
@@ -32,6 +32,7 @@ import structlog
 
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
+from consumer.security import Security
 from shared.errors import ProtocolFailure, Reason
 from shared.fsm import Machine
 from shared.machine import ReplyConsumer
@@ -60,6 +61,8 @@ class StreamOptions:
     max_message_bytes: int = 4 << 20
     deadline_s: float | None = None
     idle_timeout_s: float | None = None
+    #: TLS material and the bearer token (none: plaintext, no token).
+    security: Security = field(default_factory=Security)
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -72,8 +75,9 @@ class StreamOptions:
                 raise ValueError(f"{name} must be > 0")
 
 
-def channel_options(options: StreamOptions) -> list[tuple[str, int]]:
+def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
     return [
+        *options.security.channel_options(),
         # A bounded stream window: a paused reader really stops the producer.
         ("grpc.http2.lookahead_bytes", options.window_bytes),
         ("grpc.http2.bdp_probe", 0),
@@ -84,14 +88,25 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int]]:
     ]
 
 
+def open_channel(options: StreamOptions) -> grpc.aio.Channel:
+    """A channel to the producer: TLS when a CA is given, plaintext otherwise."""
+    if options.security.tls:
+        return grpc.aio.secure_channel(
+            options.target, options.security.credentials(), options=channel_options(options)
+        )
+    return grpc.aio.insecure_channel(options.target, options=channel_options(options))
+
+
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
-    """The call ended: cleanly (``code`` None), with a gRPC status, or by the idle timer."""
+    """The call ended: cleanly (``code`` None), with a gRPC status, by the idle timer, or
+    because the reader could not go on (``broken``: a named reason)."""
 
     code: grpc.StatusCode | None = None
     details: str = ""
     idle: bool = False
     metadata: tuple[tuple[str, str], ...] = ()
+    broken: Reason | None = None
 
 
 QueueItem = bytes | StreamEnded
@@ -147,7 +162,10 @@ class Reader:
                     self.machine.fire(ReaderInput.ENDED, why="eof")
                     await self.queue.put(StreamEnded())
                     return
-                assert isinstance(message, pb.Chunk)
+                if not isinstance(message, pb.Chunk):
+                    # grpc.aio hands over None for a message that does not parse as a Chunk.
+                    await self._broken(Reason.INVALID_TRANSPORT_MESSAGE, type(message).__name__)
+                    return
                 self.chunks_read += 1
                 if self.state is ReaderState.CONNECTING:
                     self.machine.fire(ReaderInput.FIRST_MESSAGE)
@@ -156,6 +174,14 @@ class Reader:
             if not self.machine.finished:
                 self.machine.fire(ReaderInput.ENDED, why="cancelled")
             raise
+        except Exception as error:  # a reader that dies must end the stream, never hang it
+            self._log.exception("reader_failed")
+            if not self.machine.finished:
+                await self._broken(Reason.READER_FAILED, type(error).__name__)
+
+    async def _broken(self, reason: Reason, what: str) -> None:
+        self.machine.fire(ReaderInput.ENDED, why=reason.value, message=what)
+        await self.queue.put(StreamEnded(broken=reason, details=what))
 
     async def _enqueue(self, data: bytes) -> None:
         if not self.queue.full():
@@ -204,13 +230,13 @@ class StreamSession:
             window_bytes=options.window_bytes,
             mode=options.mode,
         )
-        async with grpc.aio.insecure_channel(
-            options.target, options=channel_options(options)
-        ) as channel:
+        async with open_channel(options) as channel:
             stub = pb_grpc.ReplyStreamStub(channel)
             # A gRPC deadline backs up our own (ours fires first and says why).
             backstop = options.deadline_s + 5 if options.deadline_s else None
-            self._call = stub.Open(self.request, timeout=backstop)
+            self._call = stub.Open(
+                self.request, timeout=backstop, metadata=options.security.call_metadata()
+            )
             size = 0 if options.mode == "buffered" else options.queue_size
             queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
             self.reader = Reader(self._call, queue, options, self._log)
@@ -290,6 +316,9 @@ class StreamSession:
         return True
 
     def _ended(self, end: StreamEnded) -> StreamResult:
+        if end.broken is not None:
+            self.cancel()
+            return self.consumer.transport_error({"message": end.details}, reason=end.broken)
         if end.idle:
             self.cancel()
             return self.consumer.abort(Reason.IDLE_TIMEOUT)

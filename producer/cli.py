@@ -23,7 +23,8 @@ from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import BudgetLedger, Rates
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
 from producer.gemini.source import GeminiSettings, GeminiSource
-from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, start_server, stop_server
+from producer.security import TokenAuthenticator, is_loopback, server_credentials
+from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, Exposure, start_server, stop_server
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from shared.errors import EXIT_USAGE, ConfigurationError
@@ -163,7 +164,73 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path(env("READY_FILE", "")) if env("READY_FILE", "") else None,
         help="once listening, write HOST:PORT to this file (atomically): a script waits for it",
     )
+    security = parser.add_argument_group(
+        "security",
+        "a producer on a non-loopback address needs TLS and tokens, or --insecure",
+    )
+    security.add_argument(
+        "--tls-cert", type=Path, default=env_path("TLS_CERT"), help="TLS: this server's certificate"
+    )
+    security.add_argument("--tls-key", type=Path, default=env_path("TLS_KEY"), help="TLS: its key")
+    security.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=env_path("TLS_CLIENT_CA"),
+        help="mutual TLS: require a client certificate signed by this CA",
+    )
+    security.add_argument(
+        "--auth-tokens",
+        type=Path,
+        default=env_path("AUTH_TOKENS"),
+        help="a file of 'NAME TOKEN' lines: every request must carry one of the tokens as "
+        "'authorization: Bearer TOKEN'; NAME is the caller in the trace and the ledger",
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        default=env("INSECURE", "").lower() in TRUE_WORDS,
+        help="listen on a non-loopback address without TLS and tokens (said at every start)",
+    )
     return parser
+
+
+def env_path(name: str) -> Path | None:
+    value = env(name, "")
+    return Path(value) if value else None
+
+
+def exposure_from(args: argparse.Namespace) -> Exposure:
+    """TLS and tokens from the flags; refuses an exposed, unprotected producer."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise ConfigurationError("--tls-client-ca needs --tls-cert and --tls-key")
+    protected = args.tls_cert is not None and args.auth_tokens is not None
+    if not is_loopback(args.host) and not protected and not args.insecure:
+        raise ConfigurationError(
+            f"refusing to listen on {args.host} (not a loopback address) without TLS and "
+            "tokens: give --tls-cert, --tls-key and --auth-tokens, or --insecure"
+        )
+    return Exposure(
+        credentials=server_credentials(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if args.tls_cert is not None
+        else None,
+        authenticator=TokenAuthenticator.from_file(args.auth_tokens)
+        if args.auth_tokens is not None
+        else None,
+    )
+
+
+def insecure_warning(host: str, exposure: Exposure) -> str:
+    missing = [
+        what
+        for what, given in (("TLS", exposure.credentials), ("tokens", exposure.authenticator))
+        if given is None
+    ]
+    return (
+        f"INSECURE: listening on {host} without {' and '.join(missing)}: "
+        "anyone who reaches the port can use it"
+    )
 
 
 def announce_ready(path: Path | None, address: str) -> None:
@@ -200,6 +267,7 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
 
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
+    exposure = exposure_from(args)
     source = make_source(args, recording)
     server, port, servicer = await start_server(
         source,
@@ -207,7 +275,14 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         port=args.port,
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
+        exposure=exposure,
     )
+    if not is_loopback(args.host) and (
+        exposure.credentials is None or exposure.authenticator is None
+    ):
+        warning = insecure_warning(args.host, exposure)  # only reached with --insecure
+        print(f"producer: {warning}", file=sys.stderr, flush=True)
+        log.warning("producer_insecure", detail=warning)
     stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -223,6 +298,9 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         port=port,
         source=args.source,
         allow_faults=args.allow_faults,
+        tls=exposure.credentials is not None,
+        mutual_tls=args.tls_client_ca is not None,
+        tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,

@@ -24,6 +24,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
+from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
@@ -62,6 +63,8 @@ class ProducerCounters:
     streams_shutdown: int = 0
     chunks_written: int = 0
     bytes_written: int = 0
+    #: Requests refused for a missing or wrong token: not streams (no stream id is trusted).
+    requests_unauthenticated: int = 0
 
     def stream_ended(self, state: StreamState) -> None:
         name = _COUNTER_OF[state]
@@ -82,9 +85,16 @@ class _ConsumerGone(Exception):
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     """One ``Open()`` per stream; every exit path ends the stream's state and its plan once."""
 
-    def __init__(self, source: Source, *, allow_faults: bool) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        allow_faults: bool,
+        authenticator: TokenAuthenticator | None = None,
+    ) -> None:
         self.source = source
         self.allow_faults = allow_faults
+        self.authenticator = authenticator
         self.counters = ProducerCounters()
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
         # Streams in progress, by the task that serves them; the shutdown path ends them.
@@ -104,8 +114,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
     ) -> None:
         structlog.contextvars.clear_contextvars()
+        caller = await self._authenticate(context)
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
-        log = self._log.bind(case_id=request.case_id, peer=context.peer())
+        log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=caller)
         self.counters.streams_opened += 1
         stream = ProducerStream(log, on_final=self.counters.stream_ended)
         task = asyncio.current_task()
@@ -144,6 +155,22 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 self._shutting_down.discard(task)
                 if not self._active:
                     self._idle.set()
+
+    async def _authenticate(
+        self, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
+    ) -> str:
+        """The caller's name from its bearer token, before any work; refuses without one.
+        Nothing of the request is logged for a caller that is not known: the peer only."""
+        if self.authenticator is None:
+            return ANONYMOUS
+        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+        metadata: Any = context.invocation_metadata()
+        caller = self.authenticator.identify(metadata)
+        if caller is None:
+            self.counters.requests_unauthenticated += 1
+            self._log.warning("request_unauthenticated", peer=context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
+        return caller
 
     async def _prepare(
         self,
@@ -276,6 +303,14 @@ def server_options(
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """Who may reach the server: TLS credentials and a token check (none: plaintext, open)."""
+
+    credentials: grpc.ServerCredentials | None = None
+    authenticator: TokenAuthenticator | None = None
+
+
 async def start_server(
     source: Source | Recording,
     *,
@@ -283,15 +318,22 @@ async def start_server(
     port: int,
     allow_faults: bool,
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
+    exposure: Exposure = Exposure(),
 ) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
     """Start a server; returns it with the bound port (``port=0`` picks a free one)."""
     server = grpc.aio.server(options=server_options(max_connection_age_s))
     if isinstance(source, Recording):
         source = RecordingSource(source)
-    servicer = ReplyStreamServicer(source, allow_faults=allow_faults)
+    servicer = ReplyStreamServicer(
+        source, allow_faults=allow_faults, authenticator=exposure.authenticator
+    )
     pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
+    address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if exposure.credentials is not None:
+            bound = server.add_secure_port(address, exposure.credentials)
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError as error:  # grpc's way of saying the bind failed
         raise OSError("the address is in use or not an address of this host") from error
     if bound == 0:

@@ -61,6 +61,7 @@ class Reason(StrEnum):
     # --- the producer's own endings (ours) --------------------------------
     PRODUCER_SHUTDOWN = "producer_shutdown"
     INTERNAL_ERROR = "internal_error"
+    INVALID_TOKEN = "invalid_token"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -97,6 +98,8 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     IDLE_TIMEOUT = "idle_timeout"
     CONSUMER_CANCELLED = "consumer_cancelled"
+    INVALID_TRANSPORT_MESSAGE = "invalid_transport_message"
+    READER_FAILED = "reader_failed"
     # --- the provider's SSE stream (ours) --------------------------------
     SSE_INVALID_UTF8 = "sse_invalid_utf8"
     SSE_MALFORMED_LINE = "sse_malformed_line"
@@ -161,6 +164,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.INTERNAL_ERROR: _info(
         _E, "INTERNAL", "the producer failed unexpectedly; its trace holds the detail"
+    ),
+    Reason.INVALID_TOKEN: _info(
+        _R, "UNAUTHENTICATED", "no bearer token, or one the producer does not know"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"
@@ -232,6 +238,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.CONSUMER_CANCELLED: _info(
         Status.INCOMPLETE, "CANCELLED", "the consumer was interrupted (Ctrl-C) and cancelled"
+    ),
+    Reason.INVALID_TRANSPORT_MESSAGE: _info(
+        _E, "INTERNAL", "the transport delivered a message that is not a Chunk"
+    ),
+    Reason.READER_FAILED: _info(
+        _E, "INTERNAL", "the consumer's reader stopped unexpectedly (its trace has why)"
     ),
     Reason.SSE_INVALID_UTF8: _info(
         _E, "UNAVAILABLE", "the provider's SSE stream is not UTF-8, or ends inside a character"

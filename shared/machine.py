@@ -427,13 +427,18 @@ class ReplyConsumer:
         self._events.append(AnswerValidated(accepted, citations))
         self._transition(In.REPLY_ACCEPTED)
 
-    def transport_error(self, detail: Mapping[str, Any] | None = None) -> StreamResult:
-        """The transport broke. ``detail`` (e.g. the gRPC status) is kept in the result."""
+    def transport_error(
+        self,
+        detail: Mapping[str, Any] | None = None,
+        reason: Reason = Reason.TRANSPORT_IO_ERROR,
+    ) -> StreamResult:
+        """The transport broke (``reason`` says how when more is known than "it broke").
+        ``detail`` (e.g. the gRPC status) is kept in the result."""
         if not self._begin_finish():
             return self.result()
         self.transport = dict(detail) if detail else None
-        self._events.append(TransportFailed(Reason.TRANSPORT_IO_ERROR.value))
-        self._transition(In.TRANSPORT_ERROR, Reason.TRANSPORT_IO_ERROR.value)
+        self._events.append(TransportFailed(reason.value))
+        self._transition(In.TRANSPORT_ERROR, reason.value)
         return self.result()
 
     def abort(self, reason: Reason) -> StreamResult:

@@ -1,0 +1,339 @@
+"""Safe to expose: TLS, mutual TLS, bearer tokens, the exposure rule, a consumer that cannot hang.
+
+Real producer processes on loopback with certificates made at test time
+(tests/certs.py); real consumer processes. Only what a test started is
+signalled; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from producer.security import TokenAuthenticator, is_loopback, parse_token_lines
+from shared.errors import ConfigurationError
+from tests.certs import SERVER_NAME, Pki, make_pki
+from tests.processes import ROOT, producer, run_consumer
+
+pytestmark = pytest.mark.timeout(180)
+
+TOKEN_A = "token-for-alice-0123456789abcdef"
+TOKEN_B = "token-for-bob-fedcba9876543210xx"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tokens") / "tokens"
+    path.write_text(f"# callers\nalice {TOKEN_A}\n\nbob {TOKEN_B}\n")
+    return path
+
+
+# --- tokens, in-process --------------------------------------------------------------------
+
+
+def test_the_token_file_names_callers() -> None:
+    entries = parse_token_lines(f"# c\n alice {TOKEN_A} \n\nbob {TOKEN_B}\n")
+    assert entries == [("alice", TOKEN_A), ("bob", TOKEN_B)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"alice {TOKEN_A} extra",
+        "alice short-token",  # under 16 characters
+        f"al ice {TOKEN_A}",
+        f"{TOKEN_A}",
+        f"-alice {TOKEN_A}",
+        "alice " + "x" * 513,
+    ],
+)
+def test_a_bad_token_line_is_refused_without_echoing_it(text: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        parse_token_lines(text)
+    assert TOKEN_A not in str(refused.value)
+    assert "line 1" in str(refused.value)
+
+
+def test_names_and_tokens_are_unique() -> None:
+    with pytest.raises(ConfigurationError, match="twice"):
+        TokenAuthenticator([("alice", TOKEN_A), ("alice", TOKEN_B)])
+    with pytest.raises(ConfigurationError, match="same token"):
+        TokenAuthenticator([("alice", TOKEN_A), ("bob", TOKEN_A)])
+    with pytest.raises(ConfigurationError, match="no caller"):
+        TokenAuthenticator([])
+
+
+@pytest.mark.parametrize(
+    ("metadata", "caller"),
+    [
+        ((("authorization", f"Bearer {TOKEN_A}"),), "alice"),
+        ((("authorization", f"bearer {TOKEN_B}"),), "bob"),
+        ((("Authorization", f"Bearer {TOKEN_A}"),), "alice"),
+        ((("authorization", f"Bearer {TOKEN_A}x"),), None),
+        ((("authorization", TOKEN_A),), None),
+        ((("authorization", f"Basic {TOKEN_A}"),), None),
+        ((), None),
+        (None, None),
+        ((("authorization", f"Bearer {TOKEN_A}"), ("authorization", f"Bearer {TOKEN_B}")), None),
+        ((("authorization", "Bearer " + "x" * 600),), None),
+        ((("authorization", f"Bearer {TOKEN_A}".encode()),), None),
+    ],
+)
+def test_a_token_identifies_its_caller_or_nobody(
+    metadata: tuple[tuple[str, str | bytes], ...] | None, caller: str | None
+) -> None:
+    authenticator = TokenAuthenticator([("alice", TOKEN_A), ("bob", TOKEN_B)])
+    assert authenticator.identify(metadata) == caller
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+    ],
+)
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+# --- tokens across processes ---------------------------------------------------------------
+
+
+def test_tokens_let_callers_in_and_keep_others_out(tmp_path: Path, token_file: Path) -> None:
+    token_path = tmp_path / "alice.token"
+    token_path.write_text(TOKEN_A + "\n")
+    wrong_path = tmp_path / "wrong.token"
+    wrong_path.write_text("not-a-known-token-000000\n")
+    with producer(tmp_path, "--auth-tokens", str(token_file)) as p:
+        served = run_consumer(
+            p.target, "--case", "replace-file", "--stream-id", "with-token",
+            "--auth-token-file", str(token_path),
+        )  # fmt: skip
+        by_env = _run_with_env(p.target, {"REPLYWIRE_AUTH_TOKEN": TOKEN_B}, "by-env")
+        missing = run_consumer(p.target, "--case", "replace-file", "--stream-id", "no-token")
+        wrong = run_consumer(
+            p.target, "--case", "replace-file", "--stream-id", "wrong-token",
+            "--auth-token-file", str(wrong_path),
+        )  # fmt: skip
+        trace = p.trace()
+    assert (served.returncode, served.result["status"]) == (0, "complete")
+    assert by_env == (0, "complete")
+    for refused in (missing, wrong):
+        assert refused.returncode == 7
+        assert (refused.result["status"], refused.result["reason"]) == ("refused", "invalid_token")
+        assert refused.result["transport"]["grpc_code"] == "UNAUTHENTICATED"
+    # Refused before any work: one record with the peer only, and no stream.
+    unauthenticated = [r for r in trace if r["event"] == "request_unauthenticated"]
+    assert len(unauthenticated) == 2
+    for record in unauthenticated:
+        assert set(record) == {"event", "peer", "level", "timestamp", "side", "stream_id"}
+        assert record["stream_id"] is None
+    assert not [r for r in trace if r.get("stream_id") in {"no-token", "wrong-token"}]
+    streams = [r for r in trace if r["event"] == "state_changed" and r["to_state"] == "received"]
+    assert sorted(r["caller"] for r in streams) == ["alice", "bob"]
+    text = p.trace_path.read_text()
+    assert TOKEN_A not in text
+    assert TOKEN_B not in text
+
+
+def _run_with_env(target: str, env: dict[str, str], stream_id: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "consumer", "stream", "--target", target,
+            "--case", "replace-file", "--stream-id", stream_id, "--log-format", "json",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert TOKEN_B not in done.stderr
+    return done.returncode, json.loads(done.stdout)["status"]
+
+
+# --- TLS ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_producer(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("tls")
+    args = ("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    with producer(directory, *args) as p:
+        yield p.target
+
+
+def test_tls_serves_a_consumer_that_trusts_its_ca(tls_producer: str, pki: Pki) -> None:
+    for extra in ([], ["--tls-server-name", SERVER_NAME]):
+        run = run_consumer(tls_producer, "--case", "replace-file", "--tls-ca", str(pki.ca), *extra)
+        assert (run.returncode, run.result["status"]) == (0, "complete"), run.result
+
+
+@pytest.mark.parametrize("how", ["plaintext", "other-ca", "wrong-name"])
+def test_tls_refuses_what_it_cannot_verify(tls_producer: str, pki: Pki, how: str) -> None:
+    extra = {
+        "plaintext": [],
+        "other-ca": ["--tls-ca", str(pki.other_ca)],
+        "wrong-name": ["--tls-ca", str(pki.ca), "--tls-server-name", "not.replywire.test"],
+    }[how]
+    run = run_consumer(tls_producer, "--case", "replace-file", "--deadline-s", "20", *extra)
+    assert (run.returncode, run.result["status"], run.result["reason"]) == (
+        5,
+        "error",
+        "transport_io_error",
+    )
+    assert run.result["accepted_answer"] is None
+    assert run.result["transport"]["grpc_code"] == "UNAVAILABLE"
+
+
+def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, pki: Pki) -> None:
+    args = (
+        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+        "--tls-client-ca", str(pki.ca),
+    )  # fmt: skip
+    with producer(tmp_path, *args) as p:
+        without = run_consumer(p.target, "--case", "replace-file", "--tls-ca", str(pki.ca))
+        with_cert = run_consumer(
+            p.target, "--case", "replace-file", "--tls-ca", str(pki.ca),
+            "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key),
+        )  # fmt: skip
+    assert (without.result["status"], without.result["reason"]) == ("error", "transport_io_error")
+    assert (with_cert.returncode, with_cert.result["status"]) == (0, "complete")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tls-cert", "x.pem"],
+        ["--tls-key", "x.key"],
+        ["--tls-server-name", "replywire.test"],
+        ["--tls-ca", "/nonexistent/ca.pem"],
+        ["--auth-token-file", "/nonexistent/token"],
+    ],
+)
+def test_consumer_security_flags_are_checked_before_anything_runs(args: list[str]) -> None:
+    run = run_consumer("127.0.0.1:9", "--case", "replace-file", *args, timeout=30)
+    assert run.returncode == 2
+    assert run.result == {}
+
+
+# --- the exposure rule -----------------------------------------------------------------
+
+
+def _start(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "producer", "--port", "0", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--auth-tokens", "TOKENS"],
+        ["--tls-cert", "CERT", "--tls-key", "KEY"],
+    ],
+)
+def test_an_exposed_producer_needs_tls_and_tokens(
+    args: list[str], pki: Pki, token_file: Path
+) -> None:
+    files = {"TOKENS": str(token_file), "CERT": str(pki.server_cert), "KEY": str(pki.server_key)}
+    done = _start("--host", "0.0.0.0", *[files.get(arg, arg) for arg in args])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "producer: refusing to listen on 0.0.0.0 (not a loopback address) without TLS and "
+        "tokens: give --tls-cert, --tls-key and --auth-tokens, or --insecure"
+    ]
+    assert "listening on" not in done.stdout
+
+
+def test_insecure_says_so_at_every_start(tmp_path: Path) -> None:
+    with producer(tmp_path, "--host", "0.0.0.0", "--insecure") as p:
+        assert p.process.stdout is not None
+        records = p.trace()
+    warnings = [r for r in records if r["event"] == "producer_insecure"]
+    assert [r["detail"] for r in warnings] == [
+        "INSECURE: listening on 0.0.0.0 without TLS and tokens: "
+        "anyone who reaches the port can use it"
+    ]
+
+
+def test_tls_and_tokens_may_listen_anywhere(tmp_path: Path, pki: Pki, token_file: Path) -> None:
+    args = (
+        "--host", "0.0.0.0", "--tls-cert", str(pki.server_cert),
+        "--tls-key", str(pki.server_key), "--auth-tokens", str(token_file),
+    )  # fmt: skip
+    with producer(tmp_path, *args) as p:
+        records = p.trace()
+    listening = [r for r in records if r["event"] == "producer_listening"]
+    assert [(r["tls"], r["tokens"]) for r in listening] == [(True, 2)]
+    assert not [r for r in records if r["event"] == "producer_insecure"]
+
+
+# --- a consumer that cannot hang -------------------------------------------------------------
+
+
+async def _serve_malformed(port_holder: list[int], stop: asyncio.Event) -> None:
+    """A server of ReplyStream.Open whose one message does not parse as a Chunk."""
+
+    async def open_stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+        await context.write(b"\x0a\xff")  # field 1, length 255, and nothing after it
+        await asyncio.sleep(600)
+
+    handler = grpc.method_handlers_generic_handler(
+        "replywire.v1.ReplyStream",
+        {"Open": grpc.unary_stream_rpc_method_handler(open_stream)},
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port_holder.append(server.add_insecure_port("127.0.0.1:0"))
+    await server.start()
+    await stop.wait()
+    await server.stop(None)
+
+
+def test_a_message_that_is_not_a_chunk_ends_the_stream_at_once() -> None:
+    """Not the deadline (default 300 s; the subprocess is given 60): a named reason."""
+
+    async def run() -> subprocess.CompletedProcess[bytes]:
+        ports: list[int] = []
+        stop = asyncio.Event()
+        server = asyncio.create_task(_serve_malformed(ports, stop))
+        while not ports:
+            await asyncio.sleep(0.01)
+        consumer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumer", "stream", "--target", f"127.0.0.1:{ports[0]}",
+            "--case", "replace-file", "--log-format", "json",
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(consumer.communicate(), 60)
+        finally:
+            stop.set()
+            await server
+        return subprocess.CompletedProcess([], consumer.returncode or 0, out, err)
+
+    done = asyncio.run(run())
+    result = json.loads(done.stdout)
+    assert done.returncode == 5
+    assert (result["status"], result["reason"]) == ("error", "invalid_transport_message")
+    assert result["accepted_answer"] is None
