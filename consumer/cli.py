@@ -29,7 +29,7 @@ from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
-from shared.digest import strict_json
+from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
 from shared.logs import LEVELS, LogFormat, configure_logging
@@ -37,7 +37,7 @@ from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEFAULT_RECORDING_PATH, DEVELOPMENT_CASES, Recording
 from shared.replay import replay
-from shared.requests import ReplyRequest
+from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -222,7 +222,10 @@ def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
         raise ConfigurationError("--case or --question is required")
     if args.binding is not None:
         try:
-            return args.case, strict_json(args.binding.read_text(encoding="utf-8"))
+            text = args.binding.read_text(encoding="utf-8")
+            return args.case, bounded_json(
+                text, max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH
+            )
         except (OSError, ValueError) as error:
             raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
     return args.case, recording.case(args.case).binding

@@ -23,16 +23,17 @@ from typing import Any, Final
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
-from shared.errors import Reason, ReplywireError
+from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import CheckedRequest, check_request
+from shared.requests import MAX_REQUEST_BYTES, CheckedRequest, check_envelope, check_request
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
@@ -65,6 +66,8 @@ class ProducerCounters:
     bytes_written: int = 0
     #: Requests refused for a missing or wrong token: not streams (no stream id is trusted).
     requests_unauthenticated: int = 0
+    #: Requests refused before any of them is logged: not an OpenRequest, or unplain ids.
+    requests_malformed: int = 0
 
     def stream_ended(self, state: StreamState) -> None:
         name = _COUNTER_OF[state]
@@ -76,6 +79,39 @@ class ProducerCounters:
 
     def fields(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """What the request deserializer hands the handler for bytes that are no OpenRequest."""
+
+    why: str
+
+
+def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
+    """The RPC's request deserializer: a bounded parse that never raises (grpc would answer
+    a raising deserializer with a bare status the trace never sees)."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.OpenRequest.FromString(data)
+    except DecodeError:  # e.g. a string field that is not UTF-8
+        return MalformedRequest("not an OpenRequest")
+
+
+def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
+    """Register ``Open`` with the bounded deserializer (the generated helper's is not)."""
+    handler = grpc.method_handlers_generic_handler(
+        "replywire.v1.ReplyStream",
+        {
+            "Open": grpc.unary_stream_rpc_method_handler(
+                servicer.Open,
+                request_deserializer=parse_open_request,
+                response_serializer=pb.Chunk.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))
 
 
 class _ConsumerGone(Exception):
@@ -111,10 +147,13 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     # generated stubs only know generator handlers. A coroutine sees every way a stream
     # ends in its own frame (a generator closed at its ``yield`` sees none of them).
     async def Open(  # type: ignore[override]  # noqa: N802 - the RPC's name in the .proto
-        self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
+        self,
+        request: pb.OpenRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
     ) -> None:
         structlog.contextvars.clear_contextvars()
         caller = await self._authenticate(context)
+        request = await self._check_envelope(request, context, caller)
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=caller)
         self.counters.streams_opened += 1
@@ -171,6 +210,27 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             self._log.warning("request_unauthenticated", peer=context.peer())
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
         return caller
+
+    async def _check_envelope(
+        self,
+        request: pb.OpenRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        caller: str,
+    ) -> pb.OpenRequest:
+        """A request that is not an OpenRequest, or whose ids are not short and plain, is
+        refused before any of it is logged (its ids would be): a record with the peer and
+        why, no stream."""
+        try:
+            if isinstance(request, MalformedRequest):
+                raise RequestRefused(Reason.INVALID_REQUEST, request.why)
+            check_envelope(request)
+        except RequestRefused as refused:
+            self.counters.requests_malformed += 1
+            self._log.warning(
+                "request_malformed", peer=context.peer(), caller=caller, detail=refused.detail
+            )
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
+        return request
 
     async def _prepare(
         self,
@@ -327,7 +387,7 @@ async def start_server(
     servicer = ReplyStreamServicer(
         source, allow_faults=allow_faults, authenticator=exposure.authenticator
     )
-    pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
+    add_servicer(servicer, server)
     address = f"{host}:{port}"
     try:
         if exposure.credentials is not None:

@@ -38,3 +38,32 @@ def strict_json(text: str | bytes) -> Any:
     Raises ``ValueError`` (``json.JSONDecodeError`` is one) or ``RecursionError``.
     """
     return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+
+
+def within_depth(value: Any, max_depth: int) -> bool:
+    """True if no array or object in ``value`` is nested deeper than ``max_depth`` (iterative:
+    a deep value cannot exhaust the stack here, as it would in ``digest()``)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return True
+
+
+def bounded_json(text: str | bytes, *, max_bytes: int, max_depth: int) -> Any:
+    """``strict_json`` for input from outside: at most ``max_bytes`` (UTF-8) and ``max_depth``
+    levels of arrays and objects. Raises ``ValueError`` past either bound."""
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise ValueError(f"over {max_bytes} bytes")
+    try:
+        value = strict_json(text)
+    except RecursionError as error:
+        raise ValueError(f"nested deeper than {max_depth}") from error
+    if not within_depth(value, max_depth):
+        raise ValueError(f"nested deeper than {max_depth}")
+    return value

@@ -69,6 +69,11 @@ def parse_passages(text: str) -> list[dict[str, str]]:
             rows = [strict_json(line) for line in stripped.splitlines() if line.strip()]
     except (ValueError, RecursionError) as error:
         raise _refuse(f"passages are not strict JSON: {error}") from error
+    return check_passages(rows)
+
+
+def check_passages(rows: object) -> list[dict[str, str]]:
+    """The passages' rules, the same wherever they come from (a file, or a request)."""
     if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_PASSAGES:
         raise _refuse(f"1 to {MAX_PASSAGES} passages")
     passages = []
@@ -123,10 +128,12 @@ def check_question_binding(binding: object) -> dict[str, Any]:
         human = strict_json(binding["messages"][-1][1])
         question = human["question"]
         urls = {row["source_id"]: row["url"] for row in binding["selected_context"]}
-        passages = [
-            {"id": row["id"], "text": row["text"], "url": urls[row["id"]]}
-            for row in human["context"]
-        ]
+        passages = check_passages(
+            [
+                {"id": row["id"], "text": row["text"], "url": urls[row["id"]]}
+                for row in human["context"]
+            ]
+        )
         rebuilt = build_question_binding(question, passages)
     except (ValueError, RecursionError, KeyError, TypeError, IndexError, RequestRefused) as error:
         raise mismatch from error

@@ -4,13 +4,14 @@ Pure: no grpc here."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
-from shared.digest import canonical_json, strict_json
+from shared.digest import bounded_json, canonical_json
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.machine import Limits, ReplyConsumer
@@ -20,8 +21,15 @@ from shared.wire import WireFormat
 from shared.wire.chunking import ChunkMode, ChunkPlan
 
 MAX_CHUNK_INTERVAL_MS: Final = 60_000
-MAX_BINDING_BYTES: Final = 1 << 20
+#: Bindings are about 3 KB (the recording's) or a question with up to 20 passages.
+MAX_BINDING_BYTES: Final = 64 * 1024
+MAX_BINDING_DEPTH: Final = 16
 MAX_STREAM_ID_CHARS: Final = 128
+MAX_CASE_ID_CHARS: Final = 128
+#: The largest serialized OpenRequest looked at: the binding plus room for every other field.
+MAX_REQUEST_BYTES: Final = MAX_BINDING_BYTES + 4096
+#: Ids are logged in every record of a stream: visible ASCII only, no spaces or controls.
+_ID_PATTERN: Final = re.compile(r"[\x21-\x7e]*")
 
 _WIRES: Final = {
     pb.WIRE_FORMAT_UNSPECIFIED: WireFormat.LENGTH_PREFIXED,
@@ -56,6 +64,18 @@ class CheckedRequest:
     interval_s: float
 
 
+def check_envelope(request: pb.OpenRequest) -> None:
+    """What must hold before anything of a request is logged: its ids are short and plain."""
+    for name, value, limit in (
+        ("stream id", request.stream_id, MAX_STREAM_ID_CHARS),
+        ("case id", request.case_id, MAX_CASE_ID_CHARS),
+    ):
+        if len(value) > limit:
+            raise RequestRefused(Reason.INVALID_REQUEST, f"{name} over {limit} characters")
+        if not _ID_PATTERN.fullmatch(value):
+            raise RequestRefused(Reason.INVALID_REQUEST, f"{name} is not visible ASCII")
+
+
 def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequest:
     """Shape checks (``invalid_request``), then the fault permission (``faults_not_allowed``)."""
     if request.wire_format not in _WIRES:
@@ -70,10 +90,9 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
         plan = ChunkPlan(ChunkMode.FRAME)
     if request.chunk_interval_ms > MAX_CHUNK_INTERVAL_MS:
         raise RequestRefused(Reason.INVALID_REQUEST, "chunk interval over 60000 ms")
-    if len(request.stream_id) > MAX_STREAM_ID_CHARS:
-        raise RequestRefused(Reason.INVALID_REQUEST, "stream id too long")
+    check_envelope(request)
     if len(request.binding_json) > MAX_BINDING_BYTES:
-        raise RequestRefused(Reason.INVALID_REQUEST, "binding too large")
+        raise RequestRefused(Reason.INVALID_REQUEST, f"binding over {MAX_BINDING_BYTES} bytes")
     fault = None
     if request.HasField("fault") and request.fault.kind != pb.FAULT_KIND_UNSPECIFIED:
         kind = FAULT_KINDS.get(request.fault.kind)
@@ -97,11 +116,14 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
 
 
 def parse_binding(binding_json: bytes) -> object:
+    """The request's binding: bounded strict JSON (size, then depth), or refused."""
     try:
-        return strict_json(binding_json.decode("utf-8"))
-    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        return bounded_json(
+            binding_json.decode("utf-8"), max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH
+        )
+    except ValueError as error:  # UnicodeDecodeError is a ValueError
         raise RequestRefused(
-            Reason.REQUEST_BINDING_MISMATCH, "binding is not strict JSON"
+            Reason.REQUEST_BINDING_MISMATCH, "binding is not bounded strict JSON"
         ) from error
 
 

@@ -19,9 +19,22 @@ import grpc
 import pytest
 
 from producer.security import TokenAuthenticator, is_loopback, parse_token_lines
-from shared.errors import ConfigurationError
+from shared.digest import canonical_json
+from shared.errors import ConfigurationError, Reason, RequestRefused
+from shared.pb import replywire_pb2 as pb
+from shared.questions import build_question_binding, check_question_binding
+from shared.recording import Recording
+from shared.requests import (
+    MAX_BINDING_BYTES,
+    MAX_BINDING_DEPTH,
+    MAX_CASE_ID_CHARS,
+    MAX_REQUEST_BYTES,
+    MAX_STREAM_ID_CHARS,
+    check_envelope,
+    parse_binding,
+)
 from tests.certs import SERVER_NAME, Pki, make_pki
-from tests.processes import ROOT, producer, run_consumer
+from tests.processes import ROOT, Producer, producer, run_consumer, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -337,3 +350,156 @@ def test_a_message_that_is_not_a_chunk_ends_the_stream_at_once() -> None:
     assert done.returncode == 5
     assert (result["status"], result["reason"]) == ("error", "invalid_transport_message")
     assert result["accepted_answer"] is None
+
+
+# --- bounded requests ----------------------------------------------------------------------
+
+
+async def _open_raw(target: str, payload: bytes) -> tuple[str, str]:
+    """Send ``payload`` as the serialized request of ReplyStream.Open; the final status."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        open_rpc = channel.unary_stream("/replywire.v1.ReplyStream/Open", None, None)
+        call = open_rpc(payload, timeout=30)
+        try:
+            while await call.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                pass
+        except grpc.aio.AioRpcError as error:
+            return error.code().name, error.details() or ""
+    return "OK", ""
+
+
+def _binding_bytes(recording: Recording, case_id: str = "replace-file") -> bytes:
+    return canonical_json(recording.case(case_id).binding)
+
+
+@pytest.fixture(scope="module")
+def plain_producer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
+    with producer(tmp_path_factory.mktemp("bounded")) as p:
+        yield p
+
+
+def _malformed_requests(recording: Recording) -> dict[str, bytes]:
+    binding = _binding_bytes(recording)
+    valid = pb.OpenRequest(case_id="replace-file", binding_json=binding, stream_id="ok")
+    return {
+        "megabyte stream id": pb.OpenRequest(
+            case_id="replace-file", binding_json=binding, stream_id="s" * 1_000_000
+        ).SerializeToString(),
+        "stream id past the edge": pb.OpenRequest(
+            case_id="replace-file", stream_id="s" * (MAX_STREAM_ID_CHARS + 1)
+        ).SerializeToString(),
+        "case id past the edge": pb.OpenRequest(
+            case_id="c" * (MAX_CASE_ID_CHARS + 1), stream_id="x"
+        ).SerializeToString(),
+        "a newline in the stream id": pb.OpenRequest(
+            case_id="replace-file", stream_id='x\n{"event":"state_changed"}'
+        ).SerializeToString(),
+        "invalid UTF-8 in a string field": b"\x0a\x02\xff\xfe",
+        "not protobuf": b"\xff\xff\xff\xff",
+        "a request over the size bound": pb.OpenRequest(
+            case_id="replace-file", binding_json=b" " * (MAX_REQUEST_BYTES + 1)
+        ).SerializeToString(),
+        "valid (control)": valid.SerializeToString(),
+    }
+
+
+def test_malformed_requests_are_refused_before_anything_is_logged(
+    plain_producer: Producer, recording: Recording
+) -> None:
+    before = plain_producer.trace_path.stat().st_size
+    outcomes = {
+        name: asyncio.run(_open_raw(plain_producer.target, payload))
+        for name, payload in _malformed_requests(recording).items()
+    }
+    assert outcomes.pop("valid (control)") == ("OK", "")
+    assert set(outcomes.values()) == {("INVALID_ARGUMENT", "invalid_request")}
+    wait_for(
+        lambda: (
+            len([r for r in plain_producer.trace() if r["event"] == "request_malformed"])
+            >= len(outcomes)
+        )
+    )
+    written = plain_producer.trace_path.read_bytes()[before:].decode()
+    # One short record each (peer, why), nothing of the ids: no amplification, no injection.
+    assert len(written) < 8_000
+    assert "sssssssss" not in written
+    assert "ccccccccc" not in written
+    records = [json.loads(line) for line in written.splitlines()]
+    malformed = [r for r in records if r["event"] == "request_malformed"]
+    assert len(malformed) == len(outcomes)
+    assert all(r["stream_id"] is None and "case_id" not in r for r in malformed)
+    assert not [r for r in records if r.get("to_state") == "failed"]
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "case_id", "refused"),
+    [
+        ("s" * MAX_STREAM_ID_CHARS, "replace-file", False),
+        ("s" * (MAX_STREAM_ID_CHARS + 1), "replace-file", True),
+        ("x", "c" * MAX_CASE_ID_CHARS, False),  # passes the envelope; not a development case
+        ("x", "c" * (MAX_CASE_ID_CHARS + 1), True),
+    ],
+)
+def test_id_bounds_at_and_past_the_edge(stream_id: str, case_id: str, refused: bool) -> None:
+    request = pb.OpenRequest(case_id=case_id, stream_id=stream_id)
+    if refused:
+        with pytest.raises(RequestRefused) as error:
+            check_envelope(request)
+        assert error.value.reason is Reason.INVALID_REQUEST
+    else:
+        check_envelope(request)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [MAX_BINDING_DEPTH, MAX_BINDING_DEPTH + 1, 977, 50_000])
+def test_binding_depth_is_bounded(depth: int) -> None:
+    text = '{"a":' + _nested(depth - 1) + "}"
+    if depth <= MAX_BINDING_DEPTH:
+        assert parse_binding(text.encode()) == {"a": json.loads(_nested(depth - 1))}
+    elif len(text) <= MAX_BINDING_BYTES:
+        with pytest.raises(RequestRefused) as error:
+            parse_binding(text.encode())
+        assert error.value.reason is Reason.REQUEST_BINDING_MISMATCH
+    else:
+        with pytest.raises(RequestRefused):
+            parse_binding(text.encode())
+
+
+def test_binding_size_is_bounded_at_the_edge() -> None:
+    at_edge = b'"' + b"x" * (MAX_BINDING_BYTES - 2) + b'"'
+    assert len(at_edge) == MAX_BINDING_BYTES
+    assert parse_binding(at_edge) == "x" * (MAX_BINDING_BYTES - 2)
+    with pytest.raises(RequestRefused):
+        parse_binding(at_edge + b" ")
+
+
+def test_a_deep_binding_over_grpc_is_a_refusal_not_a_failure(
+    plain_producer: Producer,
+) -> None:
+    deep = ('{"a":' + _nested(976) + "}").encode()
+    request = pb.OpenRequest(case_id="replace-file", binding_json=deep, stream_id="deep-binding")
+    outcome = asyncio.run(_open_raw(plain_producer.target, request.SerializeToString()))
+    assert outcome == ("FAILED_PRECONDITION", "request_binding_mismatch")
+    wait_for(lambda: bool(plain_producer.states("deep-binding")))
+    assert plain_producer.states("deep-binding")[-1] == ("received", "refused")
+
+
+def test_the_consumer_refuses_a_deep_binding_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"a":' + _nested(976) + "}")
+    run = run_consumer("127.0.0.1:9", "--case", "replace-file", "--binding", str(path))
+    assert run.returncode == 2
+    assert run.result == {}
+
+
+def test_the_producer_holds_question_passages_to_the_consumer_s_limits() -> None:
+    passages = [{"id": f"p{n}", "text": "text", "url": "https://x"} for n in range(21)]
+    binding = build_question_binding("why?", passages)  # past MAX_PASSAGES, built by hand
+    with pytest.raises(RequestRefused) as error:
+        check_question_binding(binding)
+    assert error.value.reason is Reason.REQUEST_BINDING_MISMATCH
+    ok = build_question_binding("why?", passages[:20])
+    assert check_question_binding(ok) == ok
