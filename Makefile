@@ -12,7 +12,7 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos test lint demo run-producer run-consumer lock clean
+.PHONY: setup protos test lint fuzz demo run-producer run-consumer lock clean
 
 setup: $(STAMP) $(GENERATED)
 
@@ -46,6 +46,10 @@ lint: setup
 # (coverage's subprocess patch); the table lists the files not fully covered.
 test: setup lint
 	$(PY) -m pytest --cov --cov-report=term
+
+# The producer's request parsing under 100,000 fuzzed inputs (make test runs a few hundred).
+fuzz: setup
+	REPLYWIRE_FUZZ_EXAMPLES=100000 $(PY) -m pytest -q tests/test_fuzz.py
 
 demo: setup
 	@$(PY) -m consumer demo
