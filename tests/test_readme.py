@@ -32,6 +32,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 HERE = "tests/test_readme.py"
 SESSION = f"{HERE}::test_one_shell_session_recipe"
 TRACES = f"{HERE}::test_traces_recipe"
+SECURITY = f"{HERE}::test_security_recipe"
 WALKTHROUGH = f"{HERE}::test_fake_gemini_walkthrough"
 TWO_TERMINALS = f"{HERE}::test_two_terminals"
 CONSOLE = f"{HERE}::test_console_samples"
@@ -115,6 +116,7 @@ for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
     (sh_block("tests.fake_gemini"), WALKTHROUGH),
+    (sh_block("--tls-cert"), SECURITY),
 ):
     RUN_BY.update(dict.fromkeys(commands_of_sh(_block), _test))
 
@@ -122,6 +124,7 @@ for _block, _test in (
 NOT_RUN = {
     "make test": "it runs this test suite; CI runs it (tests/test_docs.py::test_ci_runs_make_test)",
     "make lock": "re-resolves the pins from the package index (network); run by hand",
+    "make fuzz": "100,000 inputs (many minutes); make test runs tests/test_fuzz.py with 400",
     "export GEMINI_API_KEY=...": "a real key; the same flow runs keyless in " + WALKTHROUGH,
     'make run-producer ARGS="--source gemini --budget-usd 0.05 --record runs/$(date +%F-%H%M)"': (
         "spends money on the real API; the same flow runs keyless in " + WALKTHROUGH
@@ -176,6 +179,19 @@ def test_one_shell_session_recipe(tmp_path: Path) -> None:
     (directory,) = made_dirs(tmp_path)
     stall = json.loads((directory / "stall.json").read_text())
     assert (stall["status"], stall["reason"]) == ("incomplete", "idle_timeout")
+
+
+def test_security_recipe(tmp_path: Path) -> None:
+    done = run_recipe(sh_block("--tls-cert"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "consumer exit 7\n"
+    (directory,) = made_dirs(tmp_path)
+    ok = json.loads((directory / "ok.json").read_text())
+    refused = json.loads((directory / "no-token.json").read_text())
+    assert ok["status"] == "complete"
+    assert (refused["status"], refused["reason"]) == ("refused", "invalid_token")
+    token = (directory / "alice.token").read_text().strip()
+    assert token not in (directory / "producer.log").read_text()
 
 
 @NEEDS_JQ
