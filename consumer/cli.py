@@ -84,6 +84,12 @@ def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> N
         help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
     )
     parser.add_argument("--log-level", choices=LEVELS, default=level, help="trace level")
+    parser.add_argument(
+        "--trace-file",
+        type=Path,
+        default=None,
+        help="append the trace to this file as JSON lines instead of writing it to stderr",
+    )
 
 
 def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = True) -> None:
@@ -463,7 +469,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 0
     # The demo keeps its own trace in a file (consumer.jsonl): nothing on stderr but errors.
     log_format: LogFormat = "json" if args.command == "demo" else args.log_format
-    configure_logging("consumer", log_format=log_format, level=args.log_level)
+    trace_file = getattr(args, "trace_file", None)
+    try:
+        # Line-buffered: a reader of the file sees every record as soon as it is written.
+        trace = trace_file.open("a", encoding="utf-8", buffering=1) if trace_file else None
+    except OSError as error:
+        print(f"consumer: cannot open --trace-file {trace_file}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(
+        "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=trace
+    )
     try:
         if args.command == "replay":
             return run_replay(args, out)

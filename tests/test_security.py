@@ -503,3 +503,19 @@ def test_the_producer_holds_question_passages_to_the_consumer_s_limits() -> None
     assert error.value.reason is Reason.REQUEST_BINDING_MISMATCH
     ok = build_question_binding("why?", passages[:20])
     assert check_question_binding(ok) == ok
+
+
+def test_the_consumer_trace_can_go_to_its_own_file(tmp_path: Path) -> None:
+    trace = tmp_path / "consumer.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "consumer", "replay", "--case", "replace-file",
+            "--stream-id", "to-file", "--trace-file", str(trace), "--log-format", "console",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert {r["side"] for r in records} == {"consumer"}
+    assert records[-1]["event"] == "stream_finished"
+    assert records[-1]["stream_id"] == "to-file"
