@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from shared.recording import Recording
+
+# `make test` runs pytest inside make: a `make` command a test runs (the README's) would
+# then print "Entering directory" lines around its output, unlike the same command typed
+# in a shell. Tests run commands as a user would.
+for _name in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(autouse=True)
