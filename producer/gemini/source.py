@@ -20,16 +20,21 @@ cancellation is passed on afterwards.
 
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
 at once, so the provider stops generating (and billing) for it.
+
+The provider's base URL must be ``https://`` (plain ``http://`` only to a
+loopback address, e.g. the tests' fake server): the API key travels in a header.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import structlog
@@ -46,7 +51,7 @@ from producer.gemini.protocol import (
 )
 from producer.sources import Stall
 from shared.digest import digest
-from shared.errors import Reason, RequestRefused
+from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
@@ -56,7 +61,37 @@ from shared.wire import codec_for
 from shared.wire.chunking import Chunker
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+LOOPBACK_NAMES: Final = frozenset({"localhost"})
 T = TypeVar("T")
+
+
+def check_base_url(url: str) -> str:
+    """The provider's base URL, if the API key may be sent to it: ``https://``, or plain
+    ``http://`` to a loopback address (127.0.0.0/8, ::1, localhost). Otherwise a
+    ``ConfigurationError`` (the producer does not start). The URL is not echoed."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # a malformed port raises here
+    except ValueError:
+        raise ConfigurationError("--gemini-base-url is not a valid URL") from None
+    if parts.scheme not in {"https", "http"} or not host:
+        raise ConfigurationError("--gemini-base-url must be an https:// URL")
+    if parts.scheme == "http" and not _is_loopback(host):
+        raise ConfigurationError(
+            "--gemini-base-url must be https:// (plain http:// only to a loopback address:"
+            " 127.0.0.0/8, ::1, localhost): the API key travels in a header"
+        )
+    return url
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +102,9 @@ class GeminiSettings:
     base_url: str = DEFAULT_BASE_URL
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     http_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        check_base_url(self.base_url)
 
 
 @dataclass(slots=True)
