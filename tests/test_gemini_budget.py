@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -228,6 +229,27 @@ def test_open_then_cancel_leaves_no_reservation_behind(
     assert provider_requests >= 1
     released = [r for r in trace if r["event"] == "budget_released"]
     assert {r["outcome"] for r in released} == {"cancelled_by_consumer"}
+
+
+def test_an_open_that_cannot_connect_releases_its_reservation(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    with producer(
+        tmp_path,
+        "--source", "gemini", "--gemini-base-url", f"http://127.0.0.1:{closed_port}",
+        "--ledger", str(tmp_path / "ledger.json"),
+        env={"GEMINI_API_KEY": API_KEY},
+    ) as running:  # fmt: skip
+        run = run_consumer(running.target, "--case", CASE)
+        wait_for(lambda: recorded(tmp_path))
+        trace = running.trace()
+    assert (run.result["status"], run.result["reason"]) == ("error", "provider_unavailable")
+    (entry,) = entries(tmp_path)
+    assert entry["state"] == "released"
+    assert committed(entries(tmp_path)) == 0
+    (released,) = [r for r in trace if r["event"] == "budget_released"]
+    assert (released["call_id"], released["outcome"]) == (entry["call_id"], "unreachable")
 
 
 # --- 4. captures never hold a secret ---------------------------------------------------------
