@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a reservation that would take the ledger past this is refused",
     )
     gemini.add_argument(
+        "--budget-per-identity-usd",
+        type=float,
+        default=env("BUDGET_PER_IDENTITY_USD", "") or None,
+        help="each caller identity's own limit, within --budget-usd (default: --budget-usd)",
+    )
+    gemini.add_argument(
         "--input-usd-per-mtok",
         type=float,
         default=env("INPUT_USD_PER_MTOK", "0.25"),
@@ -246,11 +252,14 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     if not api_key:
         raise ConfigurationError("the gemini source needs GEMINI_API_KEY in the environment")
     register_secret(api_key)
-    if args.max_output_tokens < 1 or args.budget_usd <= 0:
-        raise ConfigurationError("--max-output-tokens and --budget-usd must be positive")
+    per_identity = args.budget_per_identity_usd
+    budgets = (args.budget_usd, args.budget_usd if per_identity is None else per_identity)
+    if args.max_output_tokens < 1 or not all(budget > 0 for budget in budgets):
+        raise ConfigurationError("--max-output-tokens and the budgets must be positive")
     ledger = BudgetLedger(
         args.ledger,
         budget_usd=args.budget_usd,
+        budget_per_identity_usd=per_identity,
         rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
     )
     try:

@@ -32,6 +32,22 @@ def register_secret(value: str | None) -> None:
         _secret_values.add(value)
 
 
+def scrub_bytes(data: bytes, *, cut: bool = False) -> bytes:
+    """Raw bytes with every registered secret replaced byte-wise (a capture's body, before
+    it is written). ``cut``: the bytes were cut off at a bound, so a secret's beginning (4
+    bytes or more) at the very end is replaced too."""
+    secrets = sorted((value.encode("utf-8") for value in _secret_values), key=len, reverse=True)
+    for secret in secrets:
+        data = data.replace(secret, REDACTED.encode())
+    if cut:
+        for secret in secrets:
+            for length in range(len(secret) - 1, 3, -1):
+                if data.endswith(secret[:length]):
+                    data = data[:-length] + REDACTED.encode()
+                    break
+    return data
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         for secret in _secret_values:

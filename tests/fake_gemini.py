@@ -102,6 +102,13 @@ Taken from the brief, NOT confirmed (or contradicted) by what was found:
 * ``usageMetadata`` only on the last event: real Gemini (adk-go traces) sends a
   running ``usageMetadata`` on every event; the final one is authoritative.
   ``fake-running-usage`` serves that form.
+
+Hostile-provider scripts (ours, not Google behaviour): ``fake-usage-negative``,
+``fake-usage-huge``, ``fake-usage-non-integer`` and ``fake-usage-missing`` answer
+the good reply with the implausible usage in :data:`BAD_USAGE`; ``fake-echo-key``
+answers 400 with the received API key quoted in the error body;
+``fake-slow-start`` holds the response for ``start_delay`` seconds (2 s) after
+reading the request, then answers the good reply.
 """
 
 from __future__ import annotations
@@ -149,7 +156,21 @@ SCRIPTS: tuple[str, ...] = (
     "fake-after-finish",
     "fake-unterminated",
     "fake-running-usage",
+    "fake-usage-negative",
+    "fake-usage-huge",
+    "fake-usage-non-integer",
+    "fake-usage-missing",
+    "fake-echo-key",
+    "fake-slow-start",
 )
+
+#: A hostile provider's usage (the reply itself is the good one): the ledger must not believe it.
+BAD_USAGE: dict[str, dict[str, Any]] = {
+    "fake-usage-negative": {"promptTokenCount": -1_000_000_000, "totalTokenCount": -999_999_000},
+    "fake-usage-huge": {"candidatesTokenCount": 1_000_000_000, "totalTokenCount": 1_000_000_100},
+    "fake-usage-non-integer": {"candidatesTokenCount": 12.5, "thoughtsTokenCount": "7"},
+    "fake-usage-missing": {"promptTokenCount": None, "candidatesTokenCount": None},
+}
 
 EVENT_END = b"\r\n\r\n"
 ERROR_CONTENT_TYPE = "application/json; charset=UTF-8"
@@ -360,6 +381,7 @@ class FakeGemini:
         drip_bytes: int = 8,
         drip_delay: float = 0.02,
         reset_delay: float = 0.05,
+        start_delay: float = 2.0,
     ) -> None:
         self.api_key = api_key
         self.google_auth_errors = google_auth_errors
@@ -368,6 +390,7 @@ class FakeGemini:
         self.drip_bytes = max(1, drip_bytes)
         self.drip_delay = drip_delay
         self.reset_delay = reset_delay
+        self.start_delay = start_delay
         self.cases = load_published_cases(record_path)
         self.log: list[dict[str, Any]] = []
         self._server: asyncio.Server | None = None
@@ -388,6 +411,8 @@ class FakeGemini:
             "fake-after-finish": self._script_after_finish,
             "fake-unterminated": self._script_unterminated,
             "fake-running-usage": self._script_running_usage,
+            "fake-slow-start": self._script_ok,
+            **{name: self._script_bad_usage for name in BAD_USAGE},
         }
 
     # ---------------------------------------------------------------- lifecycle
@@ -679,6 +704,10 @@ class FakeGemini:
             )
         if turn.model == "fake-server-error":
             raise _HttpError(500, "INTERNAL", SERVER_ERROR_BODY["error"]["message"])
+        if turn.model == "fake-echo-key":
+            # A provider (or a proxy) that quotes the credential back in its error body.
+            key = entry["headers"].get("x-goog-api-key", "")
+            raise _HttpError(400, "INVALID_ARGUMENT", f"API key {key} is not valid for {key[:8]}")
         return self._scripts[turn.model](turn)
 
     def _texts(self, turn: _Turn) -> tuple[str, ...]:
@@ -788,6 +817,18 @@ class FakeGemini:
     def _script_unterminated(self, turn: _Turn) -> list[_Step]:
         return self._text_events(turn, self._texts(turn), "STOP", last_terminated=False)
 
+    def _script_bad_usage(self, turn: _Turn) -> list[_Step]:
+        texts = self._texts(turn)
+        usage = self.usage(turn, "".join(texts))
+        for key, value in BAD_USAGE[turn.model].items():
+            if value is None:
+                usage.pop(key, None)
+            else:
+                usage[key] = value
+        steps = self._text_events(turn, texts[:-1], None)
+        last = self.response(turn, texts[-1], finish="STOP", usage=usage)
+        return [*steps, _Step("event", sse_event(last))]
+
     def _script_running_usage(self, turn: _Turn) -> list[_Step]:
         texts = self._texts(turn)
         steps = []
@@ -801,6 +842,8 @@ class FakeGemini:
     # ---------------------------------------------------------------- writing
 
     async def _stream(self, conn: _Conn, steps: list[_Step], *, drip: bool) -> None:
+        if conn.entry["script"] == "fake-slow-start":
+            await self._pause(conn, self.start_delay)  # the request is in; no answer yet
         conn.entry["status"] = 200
         head = _head(
             200,

@@ -5,7 +5,10 @@ overwritten) receives, per provider call, ``requests/request-NNN.json`` and the
 exact bytes of the response body in ``requests/request-NNN.sse``, and a run
 ``manifest.json`` that links, per case, the historic request hash and the fresh
 provider-request hash and records whether the supplied user context is
-identical (as the lab's run manifest does). Files are written atomically.
+identical (as the lab's run manifest does). Files are written atomically, and
+every registered secret (``shared.logs.register_secret``: the API key) is
+replaced by ``[redacted]`` in their bytes first, the raw response body
+included: a provider's error body that echoes the key never reaches the disk.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Final
 from producer.files import write_atomically
 from producer.gemini.protocol import user_text
 from shared.digest import digest, strict_json
+from shared.logs import scrub_bytes
 
 FORMAT: Final = "replywire-gemini-run/1"
 #: The most response bytes one call's capture keeps (the consumer's limit is far below it).
@@ -57,16 +61,19 @@ class CallCapture:
         self.truncated = self.truncated or len(data) > room
 
     async def finish(self, **outcome: Any) -> None:
+        raw = scrub_bytes(bytes(self.raw), cut=self.truncated)
         record = {
             **self.meta,
             **outcome,
             "sse_file": f"{self.name}.sse",
-            "sse_bytes": len(self.raw),
+            "sse_bytes": len(raw),
             "sse_truncated": self.truncated,
+            # The receipts count the bytes as received; a redaction changes the file's size.
+            "sse_redacted": raw != self.raw,
             "receipts": self.receipts,
             "elapsed_ms": round((time.monotonic() - self.started) * 1000, 3),
         }
-        await self.run.write_call(self.name, record, bytes(self.raw))
+        await self.run.write_call(self.name, record, raw)
 
 
 class RunCapture:
@@ -103,9 +110,9 @@ class RunCapture:
     async def write_call(self, name: str, record: dict[str, Any], raw: bytes) -> None:
         async with self._lock:
             requests = self.directory / "requests"
-            write_atomically(requests / f"{name}.sse", raw)
+            write_atomically(requests / f"{name}.sse", scrub_bytes(raw))
             text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
-            write_atomically(requests / f"{name}.json", text.encode("utf-8"))
+            write_atomically(requests / f"{name}.json", scrub_bytes(text.encode("utf-8")))
             self._calls.append(
                 {
                     "file": f"requests/{name}.json",
@@ -129,4 +136,4 @@ class RunCapture:
     def _write_manifest(self) -> None:
         manifest = {"format": FORMAT, "model": self.model, "calls": self._calls}
         text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-        write_atomically(self.directory / "manifest.json", text.encode("utf-8"))
+        write_atomically(self.directory / "manifest.json", scrub_bytes(text.encode("utf-8")))

@@ -41,7 +41,7 @@ class NothingToConvert(ValueError):
 
 def provider_texts(
     raw: bytes, binding_sha256: str
-) -> tuple[list[str], str | None, dict[str, int] | None]:
+) -> tuple[list[str], str | None, dict[str, object] | None]:
     """The captured body through the live source's own loop (``protocol.frames_from_sse``)."""
     _, stream = frames_from_sse([raw], binding_sha256)
     adapter = stream.adapter

@@ -3,11 +3,22 @@
 Before each provider request the producer *reserves* its worst-case cost (the
 prompt estimate at the input rate plus ``maxOutputTokens`` at the output rate)
 under an exclusive ``flock`` on ``LEDGER.lock``; the ledger JSON is rewritten
-atomically (temporary file, fsync, ``os.replace``). After the call it *settles*
-the entry with the usage the provider reported. A call that failed or was
-aborted keeps its reservation: nobody knows what it cost, so the worst case
-stands. A reservation that would take the committed total over the budget is
-refused (``budget_exhausted``). Several producer processes may share one ledger.
+atomically (temporary file, fsync, ``os.replace``). A reservation is charged to
+the caller's *identity* as well as to the total: it is refused
+(``budget_exhausted``) if it would take either the identity's committed amount
+past the per-identity limit or the committed total past the budget, so one
+caller cannot starve the others. Several producer processes may share one ledger.
+
+Every entry leaves ``reserved`` exactly once:
+
+* ``settled`` with the usage the provider reported, if that usage is plausible
+  (``check_usage``: non-negative integers within the call's worst case);
+  otherwise settled *at its reservation* (``usage_rejected`` says why): a
+  hostile or broken provider can neither lower the total nor push it past the
+  reservation;
+* ``failed`` (the reservation is kept) once the request may have reached the
+  provider but no usage came back: nobody knows what it cost, the worst case stands;
+* ``released`` (not counted) when the request never started to be sent.
 """
 
 from __future__ import annotations
@@ -16,19 +27,25 @@ import fcntl
 import json
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from producer.files import write_atomically
+from producer.gemini.protocol import USAGE_KEYS
 from shared.errors import Reason, RequestRefused
 
 FORMAT: Final = "replywire-ledger/1"
 #: A deliberately high estimate: about 3 bytes per token (Gemini averages about 4 characters).
 BYTES_PER_TOKEN_ESTIMATE: Final = 3
 PROMPT_OVERHEAD_TOKENS: Final = 16
+#: Who is charged when the caller is not authenticated.
+ANONYMOUS: Final = "anonymous"
+#: Entry states; a ``released`` entry is not counted (the request was never sent).
+RESERVED, SETTLED, FAILED, RELEASED = "reserved", "settled", "failed", "released"
+MAX_SHOWN_CHARS: Final = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,20 +64,93 @@ def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
     return math.ceil(size / BYTES_PER_TOKEN_ESTIMATE) + PROMPT_OVERHEAD_TOKENS
 
 
-def usage_cost(usage: Mapping[str, int], rates: Rates) -> float:
-    """Reported usage at our rates (cached and thinking tokens charged, never discounted)."""
-    prompt = usage.get("promptTokenCount", 0)
-    output = usage.get("candidatesTokenCount", 0) + usage.get("thoughtsTokenCount", 0)
-    return rates.cost(prompt, output)
+def _count(usage: Mapping[str, object], key: str) -> int:
+    value = usage.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_cost(usage: Mapping[str, object], rates: Rates) -> float:
+    """Reported usage at our rates (cached and thinking tokens charged, never discounted).
+
+    Output is what the total counts beyond the prompt, if that is more than the
+    candidates and thoughts reported (a count left out is still paid for).
+    """
+    prompt = _count(usage, "promptTokenCount")
+    output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
+    beyond_prompt = _count(usage, "totalTokenCount") - prompt
+    return rates.cost(prompt, max(output, beyond_prompt))
+
+
+def shown(value: object) -> object:
+    """A reported value as a log or ledger field: bounded, never the provider's whole text."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**15:
+        return value
+    return repr(value)[:MAX_SHOWN_CHARS]
+
+
+def check_usage(
+    usage: Mapping[str, object], *, prompt_estimate: int, max_output_tokens: int
+) -> str | None:
+    """Why the reported usage cannot be what the call cost, or None if it can be.
+
+    Every count is a JSON integer >= 0; ``promptTokenCount`` is present (a call
+    always has a prompt; Gemini leaves out only the counts that are 0); the
+    prompt count is at most the reservation's prompt estimate (deliberately
+    high, so a count above it is a provider's error, not ours); cached tokens
+    are part of the prompt; candidates plus thoughts, and the total beyond the
+    prompt, are at most ``maxOutputTokens``. So a settled cost is never more
+    than the reservation.
+    """
+    for key in USAGE_KEYS:
+        if key in usage:
+            value = usage[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return f"{key} is not a non-negative integer"
+    if "promptTokenCount" not in usage:
+        return "promptTokenCount is missing"
+    prompt = _count(usage, "promptTokenCount")
+    output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
+    if prompt > prompt_estimate:
+        return f"promptTokenCount exceeds the prompt estimate {prompt_estimate}"
+    if _count(usage, "cachedContentTokenCount") > prompt:
+        return "cachedContentTokenCount exceeds promptTokenCount"
+    if output > max_output_tokens:
+        return f"candidates + thoughts exceed maxOutputTokens {max_output_tokens}"
+    if "totalTokenCount" in usage:
+        total = _count(usage, "totalTokenCount")
+        if total < prompt + output:
+            return "totalTokenCount is less than its parts"
+        if total - prompt > max_output_tokens:
+            return f"totalTokenCount beyond the prompt exceeds maxOutputTokens {max_output_tokens}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What settling one call charged, against what was reserved for it."""
+
+    cost_usd: float
+    reserved_usd: float
+    #: Why the reported usage was not believed (the reservation was charged), or None.
+    usage_rejected: str | None = None
 
 
 class BudgetLedger:
-    def __init__(self, path: Path, *, budget_usd: float, rates: Rates | None = None) -> None:
-        if not budget_usd > 0:
-            raise ValueError("the budget must be > 0")
+    def __init__(
+        self,
+        path: Path,
+        *,
+        budget_usd: float,
+        budget_per_identity_usd: float | None = None,
+        rates: Rates | None = None,
+    ) -> None:
+        per_identity = budget_usd if budget_per_identity_usd is None else budget_per_identity_usd
+        if not budget_usd > 0 or not per_identity > 0:
+            raise ValueError("the budget (and the per-identity budget) must be > 0")
         self.path = path
         self.lock_path = path.with_name(path.name + ".lock")
         self.budget_usd = budget_usd
+        self.budget_per_identity_usd = per_identity
         self.rates = rates or Rates()
         path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -87,31 +177,50 @@ class BudgetLedger:
         write_atomically(self.path, (json.dumps(ledger, indent=1) + "\n").encode("utf-8"))
 
     @staticmethod
-    def committed(ledger: Mapping[str, Any]) -> float:
-        """Settled costs plus every reservation not settled (reserved or failed)."""
+    def committed(ledger: Mapping[str, Any], identity: str | None = None) -> float:
+        """Settled costs plus every reservation still held (reserved or failed); of one
+        identity, or of all. A released reservation counts nothing."""
         return sum(
-            float(entry["cost_usd"] if entry["state"] == "settled" else entry["reserved_usd"])
+            float(entry["cost_usd"] if entry["state"] == SETTLED else entry["reserved_usd"])
             for entry in ledger["entries"]
+            if entry["state"] != RELEASED
+            and (identity is None or entry.get("identity", ANONYMOUS) == identity)
         )
 
     def reserve(
-        self, call_id: str, *, body: Mapping[str, Any], max_output_tokens: int, **meta: Any
+        self,
+        call_id: str,
+        *,
+        body: Mapping[str, Any],
+        max_output_tokens: int,
+        identity: str = ANONYMOUS,
+        **meta: Any,
     ) -> float:
         """Reserve the worst case of one call, or refuse with ``budget_exhausted``."""
-        worst = self.rates.cost(estimate_prompt_tokens(body), max_output_tokens)
+        prompt_estimate = estimate_prompt_tokens(body)
+        worst = self.rates.cost(prompt_estimate, max_output_tokens)
         with self._locked() as ledger:
-            committed = self.committed(ledger)
-            if committed + worst > self.budget_usd:
+            total = self.committed(ledger)
+            own = self.committed(ledger, identity)
+            if total + worst > self.budget_usd:
                 raise RequestRefused(
                     Reason.BUDGET_EXHAUSTED,
-                    f"committed {committed:.6f} + worst case {worst:.6f}"
-                    f" > budget {self.budget_usd}",
+                    f"committed {total:.6f} + worst case {worst:.6f} > budget {self.budget_usd}",
+                )
+            if own + worst > self.budget_per_identity_usd:
+                raise RequestRefused(
+                    Reason.BUDGET_EXHAUSTED,
+                    f"identity committed {own:.6f} + worst case {worst:.6f}"
+                    f" > per-identity budget {self.budget_per_identity_usd}",
                 )
             ledger["entries"].append(
                 {
                     "call_id": call_id,
-                    "state": "reserved",
+                    "identity": identity,
+                    "state": RESERVED,
                     "reserved_usd": worst,
+                    "prompt_tokens_estimate": prompt_estimate,
+                    "max_output_tokens": max_output_tokens,
                     "cost_usd": None,
                     "usage": None,
                     "reserved_at": time.time(),
@@ -120,30 +229,63 @@ class BudgetLedger:
             )
         return worst
 
-    def _update(self, call_id: str, **fields: Any) -> dict[str, Any]:
+    def _leave_reserved(
+        self, call_id: str, decide: Callable[[Mapping[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Move one ``reserved`` entry to its final state (``decide(entry)`` gives the fields)."""
         with self._locked() as ledger:
             for entry in ledger["entries"]:
                 if entry["call_id"] == call_id:
-                    entry.update(fields)
+                    if entry["state"] != RESERVED:
+                        raise ValueError(f"call {call_id} is already {entry['state']}")
+                    entry.update(decide(entry), settled_at=time.time())
                     return dict(entry)
         raise KeyError(call_id)
 
-    def settle(self, call_id: str, usage: Mapping[str, int]) -> tuple[float, float]:
-        """Record the reported usage; returns (cost, what was reserved for the call)."""
-        cost = usage_cost(usage, self.rates)
-        entry = self._update(
-            call_id, state="settled", cost_usd=cost, usage=dict(usage), settled_at=time.time()
+    def settle(self, call_id: str, usage: Mapping[str, object]) -> Settlement:
+        """Charge the reported usage if it is plausible (``check_usage``), else the reservation."""
+
+        def decide(entry: Mapping[str, Any]) -> dict[str, Any]:
+            rejected = check_usage(
+                usage,
+                prompt_estimate=int(entry["prompt_tokens_estimate"]),
+                max_output_tokens=int(entry["max_output_tokens"]),
+            )
+            if rejected is None:
+                cost = usage_cost(usage, self.rates)
+                return {"state": SETTLED, "cost_usd": cost, "usage": dict(usage)}
+            return {
+                "state": SETTLED,
+                "cost_usd": float(entry["reserved_usd"]),
+                "usage_rejected": rejected,
+                "reported_usage": {key: shown(value) for key, value in usage.items()},
+            }
+
+        entry = self._leave_reserved(call_id, decide)
+        return Settlement(
+            cost_usd=float(entry["cost_usd"]),
+            reserved_usd=float(entry["reserved_usd"]),
+            usage_rejected=entry.get("usage_rejected"),
         )
-        return cost, float(entry["reserved_usd"])
 
     def keep_reservation(self, call_id: str, why: str) -> None:
-        """The call failed or was aborted: its worst case stays committed."""
-        self._update(call_id, state="failed", failure=why, settled_at=time.time())
+        """The request may have reached the provider but no usage came back: the worst case
+        stays committed."""
+        self._leave_reserved(call_id, lambda entry: {"state": FAILED, "failure": why})
 
-    def totals(self) -> dict[str, Any]:
+    def release(self, call_id: str, why: str) -> None:
+        """The request never started to be sent: nothing was spent, the reservation goes."""
+        self._leave_reserved(call_id, lambda entry: {"state": RELEASED, "released": why})
+
+    def entries(self) -> list[dict[str, Any]]:
+        with self._locked() as ledger:
+            return list(ledger["entries"])
+
+    def totals(self, identity: str | None = None) -> dict[str, Any]:
         with self._locked() as ledger:
             return {
                 "budget_usd": self.budget_usd,
-                "committed_usd": self.committed(ledger),
+                "budget_per_identity_usd": self.budget_per_identity_usd,
+                "committed_usd": self.committed(ledger, identity),
                 "entries": len(ledger["entries"]),
             }

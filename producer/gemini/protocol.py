@@ -15,7 +15,7 @@ the stream ends when the body ends. ``ProviderFrames`` is the lab's
   consumer then ends ``incomplete`` / ``missing_terminal``.
 
 Usage (``usageMetadata``) is taken once per call, from the last event that
-carries it.
+carries it, as reported: the budget ledger checks it before charging it.
 
 ``ProviderStream`` is the one loop from the provider's SSE body to frames (the
 strict SSE parser, strict JSON per event, the adapter), used both by the live
@@ -157,11 +157,13 @@ def finish_of(event: Mapping[str, Any]) -> str | None:
     return reason if isinstance(reason, str) and reason else None
 
 
-def usage_of(event: Mapping[str, Any]) -> dict[str, int] | None:
+def usage_of(event: Mapping[str, Any]) -> dict[str, object] | None:
+    """The reported counts as sent (a negative, huge or non-integer count included): the
+    ledger judges them (``ledger.check_usage``), it does not trust them."""
     usage = event.get("usageMetadata")
     if not isinstance(usage, dict):
         return None
-    return {key: usage[key] for key in USAGE_KEYS if isinstance(usage.get(key), int)}
+    return {key: usage[key] for key in USAGE_KEYS if key in usage}
 
 
 def error_of(event: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -183,7 +185,7 @@ class ProviderFrames:
     def __post_init__(self) -> None:
         self.sequence = 0
         self.finish_reason: str | None = None
-        self.usage: dict[str, int] | None = None
+        self.usage: dict[str, object] | None = None
         self.texts: list[str] = []
         self.events = 0
 

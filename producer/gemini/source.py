@@ -2,31 +2,45 @@
 
 Per request: verify the binding (a development case's, equal to the
 recording's; or a question binding that hashes to itself), reserve the call's
-worst-case cost in the budget ledger, POST the documented body with the API key
-in the ``x-goog-api-key`` header, and map the SSE events to frames with the
-lab's adapter (``protocol.ProviderFrames``). An HTTP error before the stream
-refuses the request with the provider's status mapped to a gRPC code
+worst-case cost in the budget ledger (charged to the caller's identity and to
+the total), POST the documented body with the API key in the ``x-goog-api-key``
+header, and map the SSE events to frames with the lab's adapter
+(``protocol.ProviderFrames``). An HTTP error before the stream refuses the
+request with the provider's status mapped to a gRPC code
 (``protocol.provider_error``).
 Nothing is retried: a paid request is made at most once.
 
+Every reservation leaves ``reserved`` exactly once (``GeminiSource.settle``):
+settled from the reported usage (the ledger checks it), kept once the request
+may have reached the provider (its headers started to be sent: httpcore's
+``trace`` hook), released before that. Ledger writes run in a thread and are
+waited for to their end even when the consumer cancels meanwhile (a thread
+cannot be stopped: abandoning it would leave a reservation nobody records); the
+cancellation is passed on afterwards.
+
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
 at once, so the provider stops generating (and billing) for it.
+
+The provider's base URL must be ``https://`` (plain ``http://`` only to a
+loopback address, e.g. the tests' fake server): the API key travels in a header.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import structlog
 
 from producer.gemini.capture import CallCapture, RunCapture
-from producer.gemini.ledger import BudgetLedger, estimate_prompt_tokens, usage_cost
+from producer.gemini.ledger import ANONYMOUS, BudgetLedger, estimate_prompt_tokens, shown
 from producer.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -37,7 +51,7 @@ from producer.gemini.protocol import (
 )
 from producer.sources import Stall
 from shared.digest import digest
-from shared.errors import Reason, RequestRefused
+from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
@@ -47,6 +61,37 @@ from shared.wire import codec_for
 from shared.wire.chunking import Chunker
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+LOOPBACK_NAMES: Final = frozenset({"localhost"})
+T = TypeVar("T")
+
+
+def check_base_url(url: str) -> str:
+    """The provider's base URL, if the API key may be sent to it: ``https://``, or plain
+    ``http://`` to a loopback address (127.0.0.0/8, ::1, localhost). Otherwise a
+    ``ConfigurationError`` (the producer does not start). The URL is not echoed."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # a malformed port raises here
+    except ValueError:
+        raise ConfigurationError("--gemini-base-url is not a valid URL") from None
+    if parts.scheme not in {"https", "http"} or not host:
+        raise ConfigurationError("--gemini-base-url must be an https:// URL")
+    if parts.scheme == "http" and not _is_loopback(host):
+        raise ConfigurationError(
+            "--gemini-base-url must be https:// (plain http:// only to a loopback address:"
+            " 127.0.0.0/8, ::1, localhost): the API key travels in a header"
+        )
+    return url
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,14 +103,32 @@ class GeminiSettings:
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     http_timeout_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        check_base_url(self.base_url)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Call:
     """One paid provider call: its id, its evidence (``--record``) and its bound logger."""
 
     call_id: str
     capture: CallCapture | None
     log: structlog.typing.FilteringBoundLogger
+    #: Set (before any await) by the one ``GeminiSource.settle`` of the call.
+    recorded: bool = False
+
+
+async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
+    """Await ``work`` to its end even if the awaiting task is cancelled meanwhile; return
+    it (done) and whether a cancellation arrived, which the caller must pass on."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    return task, cancelled
 
 
 class GeminiPlan:
@@ -190,58 +253,101 @@ class GeminiSource:
             return binding
         return self.recording.bind_request(checked.case_id, supplied).binding
 
-    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> GeminiPlan:
+    async def prepare(
+        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str = ANONYMOUS
+    ) -> GeminiPlan:
+        """Reserve, send, and return the open stream; ``identity`` is the caller charged."""
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         binding = self.bind(request, checked)
         model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
         body = request_body(binding, max_output_tokens=max_output_tokens)
         call_id = uuid.uuid4().hex
-        log = self._log.bind(call_id=call_id, model=model)
-        reserved = await asyncio.to_thread(
-            self.ledger.reserve,
-            call_id,
-            body=body,
-            max_output_tokens=max_output_tokens,
-            case_id=checked.case_id,
-            model=model,
+        log = self._log.bind(call_id=call_id, model=model, identity=identity)
+        reserving, cancelled = await run_to_the_end(
+            asyncio.to_thread(
+                self.ledger.reserve,
+                call_id,
+                body=body,
+                max_output_tokens=max_output_tokens,
+                identity=identity,
+                case_id=checked.case_id,
+                model=model,
+            )
         )
+        refused = reserving.exception()
+        if refused is not None:  # budget_exhausted (or the ledger failed): nothing is held
+            if cancelled:
+                raise asyncio.CancelledError from refused
+            raise refused
         log.info(
             "budget_reserved",
-            reserved_usd=reserved,
+            reserved_usd=reserving.result(),
             prompt_tokens_estimate=estimate_prompt_tokens(body),
             max_output_tokens=max_output_tokens,
         )
+        if cancelled:
+            # The consumer left while the reservation was being written: nothing was sent.
+            await self.settle(
+                Call(call_id, None, log), usage=None, outcome="cancelled_by_consumer", sent=False
+            )
+            raise asyncio.CancelledError
         capture = (
-            self.capture.start(binding=binding, body=body, call_id=call_id)
+            self.capture.start(binding=binding, body=body, call_id=call_id, identity=identity)
             if self.capture
             else None
         )
         call = Call(call_id, capture, log)
+        sent = False
+
+        async def on_trace(name: str, info: Mapping[str, Any]) -> None:
+            # From here on the request may reach the provider (and be billed).
+            nonlocal sent
+            if name.endswith("send_request_headers.started"):
+                sent = True
+
         try:
             response = await self._client.send(
                 self._client.build_request(
-                    "POST", self.url, json=body, headers={"x-goog-api-key": self._api_key}
+                    "POST",
+                    self.url,
+                    json=body,
+                    headers={"x-goog-api-key": self._api_key},
+                    extensions={"trace": on_trace},
                 ),
                 stream=True,
             )
-        except httpx.HTTPError as error:
-            log.warning("provider_unreachable", error=type(error).__name__)
-            await self.settle(call, usage=None, outcome="unreachable")
-            raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
-        except asyncio.CancelledError:
-            # The consumer left while the request was being sent: it may still be billed.
-            log.info("provider_request_abandoned")
-            await self.settle(call, usage=None, outcome="cancelled_by_consumer")
+        except BaseException as error:
+            if isinstance(error, asyncio.CancelledError):
+                log.info("provider_request_abandoned", request_sent=sent)
+                outcome = "cancelled_by_consumer"
+            elif isinstance(error, httpx.HTTPError):
+                log.warning("provider_unreachable", error=type(error).__name__, request_sent=sent)
+                outcome = "unreachable"
+            else:
+                outcome = "internal_error"
+            await self.settle(call, usage=None, outcome=outcome, sent=sent)
+            if isinstance(error, httpx.HTTPError):
+                raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
             raise
-        if response.status_code != 200:
-            body_bytes = await self._read_error(response)
-            if capture is not None:
-                capture.received(body_bytes)
-            refusal = provider_error(response.status_code, body_bytes)
-            log.warning("provider_refused", http_status=response.status_code, reason=refusal.code)
-            await self.settle(call, usage=None, outcome=refusal.code)
-            raise refusal
+        try:
+            if response.status_code != 200:
+                body_bytes = await self._read_error(response)
+                if capture is not None:
+                    capture.received(body_bytes)
+                refusal = provider_error(response.status_code, body_bytes)
+                log.warning(
+                    "provider_refused", http_status=response.status_code, reason=refusal.code
+                )
+                await self.settle(call, usage=None, outcome=refusal.code)
+                raise refusal
+        except BaseException as error:
+            if not call.recorded:  # cut short while reading the error body
+                await response.aclose()
+                cancelled_now = isinstance(error, asyncio.CancelledError)
+                outcome = "cancelled_by_consumer" if cancelled_now else "internal_error"
+                await self.settle(call, usage=None, outcome=outcome)
+            raise
         log.info("provider_stream_opened", http_status=response.status_code)
         return GeminiPlan(
             self,
@@ -269,32 +375,71 @@ class GeminiSource:
         self,
         call: Call,
         *,
-        usage: dict[str, int] | None,
+        usage: Mapping[str, object] | None,
         outcome: str,
         finish_reason: str | None = None,
+        sent: bool = True,
     ) -> None:
-        """Record the call exactly once: settle with its usage, or keep its reservation."""
-        call_id, capture = call.call_id, call.capture
+        """Record the call exactly once: settle it from its usage; else keep its reservation
+        if the request may have reached the provider (``sent``), or release it.
+
+        Runs to its end even if the task is cancelled meanwhile (the cancellation is
+        passed on afterwards): a ledger write cut short would leave the entry reserved.
+        """
+        if call.recorded:
+            return
+        call.recorded = True
+        recording, cancelled = await run_to_the_end(
+            self._record(call, usage=usage, outcome=outcome, finish_reason=finish_reason, sent=sent)
+        )
+        if cancelled:
+            raise asyncio.CancelledError
+        recording.result()
+
+    async def _record(
+        self,
+        call: Call,
+        *,
+        usage: Mapping[str, object] | None,
+        outcome: str,
+        finish_reason: str | None,
+        sent: bool,
+    ) -> None:
+        call_id, capture, log = call.call_id, call.capture, call.log
+        charged: float | None = None
+        rejected: str | None = None
         if usage is not None:
-            cost, reserved = await asyncio.to_thread(self.ledger.settle, call_id, usage)
-            self._log.info("budget_settled", call_id=call_id, cost_usd=cost, usage=usage)
-            if cost > reserved:
-                # The worst case was not the worst: the prompt estimate needs raising.
-                self._log.warning(
-                    "budget_reservation_exceeded",
-                    call_id=call_id,
-                    cost_usd=cost,
-                    reserved_usd=reserved,
+            settlement = await asyncio.to_thread(self.ledger.settle, call_id, usage)
+            charged, rejected = settlement.cost_usd, settlement.usage_rejected
+            if rejected is not None:
+                # Implausible usage (negative, huge, not an integer, missing): the worst
+                # case reserved for the call is what it is charged.
+                log.warning(
+                    "budget_usage_rejected",
+                    why=rejected,
+                    reported={key: shown(value) for key, value in usage.items()},
+                    reserved_usd=settlement.reserved_usd,
                 )
-        else:
+            log.info(
+                "budget_settled",
+                cost_usd=charged,
+                reserved_usd=settlement.reserved_usd,
+                usage_rejected=rejected is not None,
+                usage=None if rejected else dict(usage),
+            )
+        elif sent:
             await asyncio.to_thread(self.ledger.keep_reservation, call_id, outcome)
-            self._log.info("budget_reservation_kept", call_id=call_id, outcome=outcome)
+            log.info("budget_reservation_kept", outcome=outcome)
+        else:
+            await asyncio.to_thread(self.ledger.release, call_id, outcome)
+            log.info("budget_released", outcome=outcome)
         if capture is not None:
             await capture.finish(
-                outcome=outcome,
+                outcome=outcome if sent else f"{outcome} (never sent: reservation released)",
                 finish_reason=finish_reason,
-                usage=usage,
-                estimated_usd=usage_cost(usage, self.ledger.rates) if usage else None,
+                usage=None if usage is None else {k: shown(v) for k, v in usage.items()},
+                usage_rejected=rejected,
+                estimated_usd=charged,
             )
 
     async def aclose(self) -> None:

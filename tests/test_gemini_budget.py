@@ -1,0 +1,358 @@
+"""A hostile provider cannot bend the ledger, one caller cannot starve the others, a cancelled
+open gives its reservation back, a capture never holds the key, the key never travels in clear.
+
+Real processes: the fake Gemini server, ``python -m producer --source gemini`` pointed at it,
+consumers (``python -m consumer stream``, or the consumer's own client in this process when
+many must run at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from consumer.client import StreamOptions, stream_reply
+from producer.gemini.capture import RunCapture
+from producer.gemini.ledger import Rates, estimate_prompt_tokens
+from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
+from producer.gemini.source import GeminiSettings, check_base_url
+from shared.errors import ConfigurationError
+from shared.logs import register_secret
+from shared.recording import Recording
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+from tests.fake_gemini import BAD_USAGE
+from tests.processes import ROOT, FakeGeminiProcess, fake_gemini, producer, run_consumer, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+API_KEY = "AIzaSy-budget-test-key-0123456789"
+CASE = "replace-file"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeGeminiProcess]:
+    with fake_gemini(API_KEY) as server:
+        yield server
+
+
+def gemini_producer(tmp_path: Path, fake: FakeGeminiProcess, model: str, *args: str) -> Any:
+    return producer(
+        tmp_path,
+        "--source", "gemini", "--gemini-base-url", fake.base_url, "--model", model,
+        "--ledger", str(tmp_path / "ledger.json"), *args,
+        name=f"producer-{model}",
+        env={"GEMINI_API_KEY": API_KEY},
+    )  # fmt: skip
+
+
+def worst_case(recording: Recording, case_id: str = CASE) -> float:
+    body = request_body(
+        recording.case(case_id).binding, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
+    )
+    return Rates().cost(estimate_prompt_tokens(body), DEFAULT_MAX_OUTPUT_TOKENS)
+
+
+def entries(tmp_path: Path) -> list[dict[str, Any]]:
+    ledger: dict[str, Any] = json.loads((tmp_path / "ledger.json").read_text())
+    return list(ledger["entries"])
+
+
+def committed(rows: list[dict[str, Any]]) -> float:
+    """The ledger's rule, recomputed from the file: settled costs plus kept reservations."""
+    return sum(e["cost_usd"] for e in rows if e["state"] == "settled") + sum(
+        e["reserved_usd"] for e in rows if e["state"] in {"failed", "reserved"}
+    )
+
+
+def recorded(tmp_path: Path) -> bool:
+    """Every entry has left ``reserved``."""
+    return all(e["state"] != "reserved" for e in entries(tmp_path))
+
+
+# --- 1. usage the provider reports is checked ------------------------------------------------
+
+
+@pytest.mark.parametrize("model", list(BAD_USAGE))
+def test_implausible_usage_is_charged_at_the_reservation(
+    tmp_path: Path, fake: FakeGeminiProcess, recording: Recording, model: str
+) -> None:
+    """Negative, huge, non-integer or missing counts: the reply still streams, the call is
+    charged its reservation, the total only grows and stays within the budget."""
+    budget = worst_case(recording) * 2.5
+    totals = [0.0]
+    with gemini_producer(tmp_path, fake, model, "--budget-usd", str(budget)) as running:
+        for index in range(2):
+            run = run_consumer(running.target, "--case", CASE, "--stream-id", f"{model}-{index}")
+            assert (run.returncode, run.result["status"]) == (0, "complete")
+            wait_for(lambda: len(entries(tmp_path)) == len(totals) and recorded(tmp_path))
+            totals.append(committed(entries(tmp_path)))
+        rejected = [r for r in running.trace() if r["event"] == "budget_usage_rejected"]
+        trace_text = running.trace_path.read_text()
+    rows = entries(tmp_path)
+    assert [e["state"] for e in rows] == ["settled", "settled"]
+    for entry in rows:
+        assert entry["cost_usd"] == entry["reserved_usd"]
+        assert entry["usage"] is None
+        assert entry["usage_rejected"]
+    assert totals == sorted(totals)  # never down
+    assert totals[-1] == pytest.approx(sum(e["reserved_usd"] for e in rows))
+    assert totals[-1] <= budget
+    assert len(rejected) == 2
+    assert {r["call_id"] for r in rejected} == {e["call_id"] for e in rows}
+    offending = {key: value for key, value in BAD_USAGE[model].items() if value is not None}
+    for key, value in offending.items():
+        reported = rejected[0]["reported"][key]
+        assert reported == (value if isinstance(value, int) else repr(value))
+    if model == "fake-usage-missing":
+        assert "promptTokenCount" not in rejected[0]["reported"]
+        assert rejected[0]["why"] == "promptTokenCount is missing"
+    assert API_KEY not in trace_text
+
+
+# --- 2. per identity --------------------------------------------------------------------------
+
+
+def test_the_per_identity_budget_binds_before_the_total(
+    tmp_path: Path, fake: FakeGeminiProcess, recording: Recording
+) -> None:
+    # The first call is charged its whole reservation (its usage is implausible), so a second
+    # would take the caller past its share of 1.5 worst cases; the total has room for 600.
+    share = worst_case(recording) * 1.5
+    with gemini_producer(
+        tmp_path, fake, "fake-usage-huge",
+        "--budget-usd", "1.0", "--budget-per-identity-usd", str(share),
+    ) as running:  # fmt: skip
+        first = run_consumer(running.target, "--case", CASE)
+        second = run_consumer(running.target, "--case", CASE)
+    assert first.result["status"] == "complete"
+    assert (second.result["status"], second.result["reason"]) == ("refused", "budget_exhausted")
+    (entry,) = entries(tmp_path)
+    assert entry["identity"] == "anonymous"  # until the servicer passes an authenticated name
+    assert entry["state"] == "settled"
+
+
+# --- 3. a cancelled open releases what it never spent ----------------------------------------
+
+
+def quick_cancels(target: str, recording: Recording, count: int, prefix: str) -> list[Any]:
+    log = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+    )
+    case = recording.case(CASE)
+
+    async def one(index: int) -> dict[str, Any]:
+        return await stream_reply(
+            StreamOptions(target=target, deadline_s=0.5),
+            case_id=case.case_id,
+            binding=case.binding,
+            wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("frame"),
+            stream_id=f"{prefix}-{index}",
+            logger=log,
+        )
+
+    async def all_of_them() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(one(index) for index in range(count))))
+
+    return asyncio.run(all_of_them())
+
+
+def test_open_then_cancel_leaves_no_reservation_behind(
+    tmp_path: Path, fake: FakeGeminiProcess, recording: Recording
+) -> None:
+    """Phase 1: the test holds the ledger's lock, so every open is cancelled while its
+    reservation is being written; each is written, then released, and logged. Phase 2: the
+    provider is slow to answer (``fake-slow-start``), so each open is cancelled after its
+    request was sent; those keep their reservations. Then a patient consumer is served."""
+    lock_path = tmp_path / "ledger.json.lock"
+    requests_before = len(fake.log())
+    first, second = 12, 6
+    with gemini_producer(tmp_path, fake, "fake-slow-start", "--budget-usd", "0.05") as running:
+
+        def cancelled() -> int:
+            return sum(
+                1
+                for r in running.trace()
+                if r["event"] == "state_changed" and r["to_state"] == "cancelled_by_consumer"
+            )
+
+        with lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                results = quick_cancels(running.target, recording, first, "held")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        assert {r["reason"] for r in results} == {"deadline_exceeded"}
+        wait_for(lambda: cancelled() == first, timeout=30)
+        phase_one = entries(tmp_path)
+        results = quick_cancels(running.target, recording, second, "sent")
+        assert {r["reason"] for r in results} == {"deadline_exceeded"}
+        wait_for(lambda: cancelled() == first + second, timeout=30)
+        patient = run_consumer(running.target, "--case", CASE, "--stream-id", "patient")
+        wait_for(lambda: any(r["event"] == "budget_settled" for r in running.trace()))
+        trace = running.trace()
+    assert patient.result["status"] == "complete"
+    assert len(phase_one) == first
+    assert {e["state"] for e in phase_one} == {"released"}
+    rows = entries(tmp_path)
+    assert "reserved" not in {e["state"] for e in rows}
+    final_events = {"budget_released", "budget_reservation_kept", "budget_settled"}
+    for entry in rows:
+        records = [r["event"] for r in trace if r.get("call_id") == entry["call_id"]]
+        assert "budget_reserved" in records
+        assert len(final_events.intersection(records)) == 1
+    phase_two = [e["state"] for e in rows[first : first + second]]
+    assert set(phase_two) <= {"failed", "released"}
+    assert "failed" in phase_two  # sent, then cancelled: the reservation is kept
+    assert rows[-1]["state"] == "settled"
+    # Only what may have reached the provider is committed; a released open never did.
+    reached = [e for e in rows if e["state"] != "released"]
+    assert committed(rows) == pytest.approx(
+        sum(e["cost_usd"] for e in reached if e["state"] == "settled")
+        + sum(e["reserved_usd"] for e in reached if e["state"] == "failed")
+    )
+    provider_requests = len(fake.log()) - requests_before
+    assert provider_requests <= len(reached)
+    assert provider_requests >= 1
+    released = [r for r in trace if r["event"] == "budget_released"]
+    assert {r["outcome"] for r in released} == {"cancelled_by_consumer"}
+
+
+def test_an_open_that_cannot_connect_releases_its_reservation(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    with producer(
+        tmp_path,
+        "--source", "gemini", "--gemini-base-url", f"http://127.0.0.1:{closed_port}",
+        "--ledger", str(tmp_path / "ledger.json"),
+        env={"GEMINI_API_KEY": API_KEY},
+    ) as running:  # fmt: skip
+        run = run_consumer(running.target, "--case", CASE)
+        wait_for(lambda: recorded(tmp_path))
+        trace = running.trace()
+    assert (run.result["status"], run.result["reason"]) == ("error", "provider_unavailable")
+    (entry,) = entries(tmp_path)
+    assert entry["state"] == "released"
+    assert committed(entries(tmp_path)) == 0
+    (released,) = [r for r in trace if r["event"] == "budget_released"]
+    assert (released["call_id"], released["outcome"]) == (entry["call_id"], "unreachable")
+
+
+# --- 4. captures never hold a secret ---------------------------------------------------------
+
+
+def test_a_provider_that_echoes_the_key_leaves_no_key_in_the_capture(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    run_dir = tmp_path / "run"
+    with gemini_producer(
+        tmp_path, fake, "fake-echo-key", "--budget-usd", "1.0", "--record", str(run_dir)
+    ) as running:  # fmt: skip
+        run = run_consumer(running.target, "--case", CASE)
+        wait_for((run_dir / "requests" / "request-001.json").exists)
+        trace_bytes = running.trace_path.read_bytes()
+    assert (run.result["status"], run.result["reason"]) == ("refused", "provider_rejected")
+    assert API_KEY in (fake.log()[-1]["error_message"] or "")  # the provider did echo it
+    files = [path for path in run_dir.rglob("*") if path.is_file()]
+    sse = (run_dir / "requests" / "request-001.sse").read_bytes()
+    assert b"[redacted]" in sse
+    everything = [path.read_bytes() for path in files]
+    everything += [trace_bytes, json.dumps(run.result).encode()]
+    for data in everything:
+        assert API_KEY.encode() not in data
+
+
+def test_a_capture_scrubs_a_key_split_across_reads_and_at_the_cut(tmp_path: Path) -> None:
+    secret = "capture-unit-secret-0123456789"
+    register_secret(secret)
+    run = RunCapture(tmp_path / "run", model="m")
+    binding = {
+        "case_id": "c",
+        "request_sha256": "0" * 64,
+        "messages": [["human", json.dumps({"context": []})]],
+        "selected_context": [],
+    }
+    body = request_body(binding, max_output_tokens=8)
+    call = run.start(binding=binding, body=body)
+    half = len(secret) // 2
+    call.received(b'data: {"echo": "' + secret[:half].encode())
+    call.received(secret[half:].encode() + b'"}\r\n\r\n')
+    asyncio.run(call.finish(outcome="x"))
+    raw = (tmp_path / "run/requests/request-001.sse").read_bytes()
+    assert raw == b'data: {"echo": "[redacted]"}\r\n\r\n'
+    record = json.loads((tmp_path / "run/requests/request-001.json").read_text())
+    assert record["sse_redacted"] is True
+    # A body cut off at the capture bound inside the key: its beginning is not kept either.
+    cut = run.start(binding=binding, body=body)
+    cut.raw += b"x"
+    cut.truncated = True
+    cut.raw += secret[:-3].encode()
+    asyncio.run(cut.finish(outcome="x"))
+    assert (tmp_path / "run/requests/request-002.sse").read_bytes() == b"x[redacted]"
+
+
+# --- 5. the key never travels in clear -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://generativelanguage.googleapis.com",
+        "https://example.com:8443/prefix",
+        "http://127.0.0.1:8080",
+        "http://127.9.9.9",
+        "http://[::1]:9000",
+        "http://localhost:1234",
+        "http://LOCALHOST",
+    ],
+)
+def test_https_or_loopback_base_urls_are_accepted(url: str) -> None:
+    assert check_base_url(url) == url
+    assert GeminiSettings(base_url=url).base_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com",
+        "http://10.0.0.1",
+        "http://[::2]",
+        "http://localhost.example.com",
+        "http://127.0.0.1.example.com",
+        "ftp://127.0.0.1",
+        "generativelanguage.googleapis.com",
+        "https://",
+        "http://127.0.0.1:notaport",
+    ],
+)
+def test_other_base_urls_are_refused(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        check_base_url(url)
+
+
+def test_the_producer_refuses_a_plain_http_provider(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--source", "gemini", "--port", "0",
+         "--gemini-base-url", "http://example.com", "--ledger", str(tmp_path / "ledger.json")],
+        cwd=ROOT, env={**os.environ, "GEMINI_API_KEY": API_KEY},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("producer: --gemini-base-url must be https://")
+    assert API_KEY not in done.stderr
