@@ -157,7 +157,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=caller)
         self.counters.streams_opened += 1
-        stream = ProducerStream(log, on_final=self.counters.stream_ended)
+        stream = ProducerStream(log, caller, on_final=self.counters.stream_ended)
         task = asyncio.current_task()
         assert task is not None
         self._active[task] = stream
@@ -240,7 +240,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     ) -> tuple[CheckedRequest, StreamPlan]:
         try:
             checked = check_request(request, allow_faults=self.allow_faults)
-            plan = await self.source.prepare(request, checked)
+            plan = await self.source.prepare(request, checked, identity=stream.caller)
         except ReplywireError as error:
             stream.fire(StreamInput.REFUSE, reason=error.code, detail=error.detail)
             if error.metadata:

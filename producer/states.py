@@ -88,9 +88,12 @@ class ProducerStream:
     def __init__(
         self,
         logger: structlog.typing.FilteringBoundLogger,
+        caller: str,
         on_final: Callable[[StreamState], None] | None = None,
     ) -> None:
         self.machine = Machine(SPEC, logger, on_final=on_final, log_initial=True)
+        #: Who asked (the token's name, or "anonymous"): charged in the ledger.
+        self.caller = caller
         self.bytes_sent = 0
         self.chunks_sent = 0
 

@@ -31,6 +31,7 @@ from producer.gemini.source import GeminiSettings, check_base_url
 from shared.errors import ConfigurationError
 from shared.logs import register_secret
 from shared.recording import Recording
+from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.fake_gemini import BAD_USAGE
@@ -140,8 +141,35 @@ def test_the_per_identity_budget_binds_before_the_total(
     assert first.result["status"] == "complete"
     assert (second.result["status"], second.result["reason"]) == ("refused", "budget_exhausted")
     (entry,) = entries(tmp_path)
-    assert entry["identity"] == "anonymous"  # until the servicer passes an authenticated name
+    assert entry["identity"] == "anonymous"  # no --auth-tokens: every caller is anonymous
     assert entry["state"] == "settled"
+
+
+def test_each_token_s_caller_is_charged_its_own_share(
+    tmp_path: Path, fake: FakeGeminiProcess, recording: Recording
+) -> None:
+    """With --auth-tokens, the identity charged is the token's name: alice exhausting her
+    share does not starve bob."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice token-for-alice-0123456789\nbob token-for-bob-0123456789xx\n")
+    for name in ("alice", "bob"):
+        (tmp_path / f"{name}.token").write_text(
+            f"token-for-{name}-0123456789" + "xx" * (name == "bob")
+        )
+    share = worst_case(recording) * 1.5
+    with gemini_producer(
+        tmp_path, fake, "fake-usage-huge", "--auth-tokens", str(tokens),
+        "--budget-usd", "1.0", "--budget-per-identity-usd", str(share),
+    ) as running:  # fmt: skip
+        token = ("--auth-token-file", str(tmp_path / "alice.token"))
+        alice = [run_consumer(running.target, "--case", CASE, *token) for _ in range(2)]
+        bob = run_consumer(
+            running.target, "--case", CASE, "--auth-token-file", str(tmp_path / "bob.token")
+        )
+    assert [r.result["status"] for r in alice] == ["complete", "refused"]
+    assert alice[1].result["reason"] == "budget_exhausted"
+    assert bob.result["status"] == "complete"
+    assert sorted(entry["identity"] for entry in entries(tmp_path)) == ["alice", "bob"]
 
 
 # --- 3. a cancelled open releases what it never spent ----------------------------------------
@@ -154,15 +182,17 @@ def quick_cancels(target: str, recording: Recording, count: int, prefix: str) ->
     case = recording.case(CASE)
 
     async def one(index: int) -> dict[str, Any]:
-        return await stream_reply(
-            StreamOptions(target=target, deadline_s=0.5),
+        request = ReplyRequest(
             case_id=case.case_id,
             binding=case.binding,
             wire=WireFormat.LENGTH_PREFIXED,
             plan=ChunkPlan.parse("frame"),
             stream_id=f"{prefix}-{index}",
-            logger=log,
         )
+        result = await stream_reply(
+            request, StreamOptions(target=target, deadline_s=0.5), logger=log
+        )
+        return result.to_dict()
 
     async def all_of_them() -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(one(index) for index in range(count))))

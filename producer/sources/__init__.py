@@ -39,6 +39,10 @@ class StreamPlan(Protocol):
 class Source(Protocol):
     name: str
 
-    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> StreamPlan: ...
+    async def prepare(
+        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
+    ) -> StreamPlan:
+        """``identity``: the authenticated caller, charged for what the source spends."""
+        ...
 
     async def aclose(self) -> None: ...

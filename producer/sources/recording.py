@@ -42,7 +42,10 @@ class RecordingSource:
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
 
-    async def prepare(self, request: pb.OpenRequest, checked: CheckedRequest) -> RecordingPlan:
+    async def prepare(
+        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
+    ) -> RecordingPlan:
+        del identity  # a recorded reply costs nothing
         case = self.recording.bind_request(checked.case_id, parse_binding(request.binding_json))
         transmission = transmit(
             case,
