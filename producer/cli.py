@@ -27,7 +27,7 @@ from producer.security import TokenAuthenticator, is_loopback, server_credential
 from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, Exposure, start_server, stop_server
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
-from shared.errors import EXIT_USAGE, ConfigurationError
+from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.logs import LEVELS, configure_logging, register_secret
 from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
 
@@ -256,12 +256,18 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     budgets = (args.budget_usd, args.budget_usd if per_identity is None else per_identity)
     if args.max_output_tokens < 1 or not all(budget > 0 for budget in budgets):
         raise ConfigurationError("--max-output-tokens and the budgets must be positive")
-    ledger = BudgetLedger(
-        args.ledger,
-        budget_usd=args.budget_usd,
-        budget_per_identity_usd=per_identity,
-        rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
-    )
+    try:
+        ledger = BudgetLedger(
+            args.ledger,
+            budget_usd=args.budget_usd,
+            budget_per_identity_usd=per_identity,
+            rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
+        )
+        ledger.check()
+    except OSError as error:
+        raise ConfigurationError(f"cannot use --ledger {args.ledger}: {error.strerror}") from error
+    except RequestRefused as error:
+        raise ConfigurationError(f"--ledger {args.ledger}: {error.detail}") from error
     try:
         capture = RunCapture(args.record, model=args.model) if args.record else None
     except FileExistsError as error:

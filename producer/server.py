@@ -329,9 +329,10 @@ async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
             await asyncio.shield(closing)
         except asyncio.CancelledError:
             cancelled = True
+        except Exception:  # the stream's state is final: log it, never answer with it
+            structlog.get_logger().exception("plan_close_failed", outcome=outcome)
     if cancelled:
         raise asyncio.CancelledError
-    closing.result()
 
 
 #: How long the shutdown path waits for the streams it ended to say so.

@@ -115,6 +115,7 @@ class Reason(StrEnum):
     PROVIDER_CONNECTION_LOST = "provider_connection_lost"
     PROVIDER_EVENT_AFTER_FINISH = "provider_event_after_finish"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    LEDGER_UNAVAILABLE = "ledger_unavailable"
     # --- terminals the producer sends in controlled faults (lab) ----------
     CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
@@ -280,6 +281,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.PROVIDER_EVENT_AFTER_FINISH: _info(
         _E, "UNAVAILABLE", "the provider sent an event after its finish reason (RPC aborted)"
+    ),
+    Reason.LEDGER_UNAVAILABLE: _info(
+        _E, "UNAVAILABLE", "the budget ledger cannot be read or written: no call is made"
     ),
     Reason.BUDGET_EXHAUSTED: _info(
         _R, "RESOURCE_EXHAUSTED", "the call's worst-case cost would exceed the budget"

@@ -386,3 +386,62 @@ def test_the_producer_refuses_a_plain_http_provider(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("producer: --gemini-base-url must be https://")
     assert API_KEY not in done.stderr
+
+
+# --- a broken ledger fails closed, with a reason code and nothing internal ------------------
+
+
+@pytest.mark.parametrize("breakage", ["truncated", "a directory", "not a ledger"])
+def test_a_ledger_broken_at_run_time_refuses_with_a_reason_code(
+    tmp_path: Path, fake: FakeGeminiProcess, breakage: str
+) -> None:
+    ledger = tmp_path / "ledger.json"
+    with gemini_producer(tmp_path, fake, "gemini-3.1-flash-lite") as running:
+        first = run_consumer(running.target, "--case", CASE)
+        assert first.result["status"] == "complete"
+        if breakage == "truncated":
+            ledger.write_bytes(ledger.read_bytes()[:40])
+        elif breakage == "a directory":
+            ledger.unlink()
+            ledger.mkdir()
+        else:
+            ledger.write_text('{"format": "something else", "entries": []}')
+        second = run_consumer(running.target, "--case", CASE)
+        trace = running.trace()
+    assert second.returncode == 5
+    assert (second.result["status"], second.result["reason"]) == ("error", "ledger_unavailable")
+    assert second.result["transport"] == {
+        "grpc_code": "UNAVAILABLE",
+        "grpc_details": "ledger_unavailable",
+    }
+    assert str(tmp_path) not in json.dumps(second.result)
+    refused = [r for r in trace if r.get("to_state") == "refused"]
+    assert [r["reason"] for r in refused] == ["ledger_unavailable"]
+    assert str(ledger) in refused[0]["detail"]  # the detail is for the operator, in the trace
+
+
+@pytest.mark.parametrize("breakage", ["a directory", "under a file", "truncated"])
+def test_a_broken_ledger_stops_the_producer_at_start(
+    tmp_path: Path, fake: FakeGeminiProcess, breakage: str
+) -> None:
+    if breakage == "a directory":
+        ledger = tmp_path / "ledger.json"
+        ledger.mkdir()
+    elif breakage == "under a file":
+        (tmp_path / "plain").write_text("")
+        ledger = tmp_path / "plain" / "ledger.json"
+    else:
+        ledger = tmp_path / "ledger.json"
+        ledger.write_text('{"format": "replywire-ledger/1", "entr')
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "producer", "--port", "0", "--source", "gemini",
+            "--gemini-base-url", fake.base_url, "--ledger", str(ledger),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "GEMINI_API_KEY": API_KEY},
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("producer: ") and "ledger" in line
+    assert "Traceback" not in done.stderr

@@ -91,8 +91,9 @@ def test_a_budget_must_be_positive(tmp_path: Path) -> None:
 def test_a_foreign_file_is_not_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     path.write_text('{"format": "other"}')
-    with pytest.raises(ValueError):
+    with pytest.raises(RequestRefused) as refused:
         BudgetLedger(path, budget_usd=1).totals()
+    assert refused.value.reason is Reason.LEDGER_UNAVAILABLE
 
 
 # --- usage from the provider is checked -----------------------------------------------------

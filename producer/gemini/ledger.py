@@ -156,22 +156,45 @@ class BudgetLedger:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, Any]]:
-        with self.lock_path.open("a") as lock:
+        """The ledger, read under its lock and written back after. A ledger that cannot be
+        locked, read or written fails closed: ``ledger_unavailable`` (the detail, with the
+        path, is for the producer's trace; the client sees the code only)."""
+        try:
+            lock = self.lock_path.open("a")
+        except OSError as error:
+            raise _unavailable("lock", self.lock_path, error) from error
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 ledger = self._read()
                 yield ledger
-                self._write(ledger)
+                try:
+                    self._write(ledger)
+                except OSError as error:
+                    raise _unavailable("write", self.path, error) from error
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"format": FORMAT, "entries": []}
-        ledger: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
-        if ledger.get("format") != FORMAT:
-            raise ValueError(f"{self.path} is not a {FORMAT} ledger")
+        try:
+            if not self.path.exists():
+                return {"format": FORMAT, "entries": []}
+            ledger = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:  # a directory, unreadable, truncated, not JSON
+            raise _unavailable("read", self.path, error) from error
+        if (
+            not isinstance(ledger, dict)
+            or ledger.get("format") != FORMAT
+            or not isinstance(ledger.get("entries"), list)
+            or not all(isinstance(entry, dict) for entry in ledger["entries"])
+        ):
+            raise RequestRefused(Reason.LEDGER_UNAVAILABLE, f"{self.path} is not a {FORMAT} ledger")
         return ledger
+
+    def check(self) -> None:
+        """Read the ledger once (at start): a broken one stops the producer, not a call."""
+        with self._locked():
+            pass
 
     def _write(self, ledger: dict[str, Any]) -> None:
         write_atomically(self.path, (json.dumps(ledger, indent=1) + "\n").encode("utf-8"))
@@ -289,3 +312,7 @@ class BudgetLedger:
                 "committed_usd": self.committed(ledger, identity),
                 "entries": len(ledger["entries"]),
             }
+
+
+def _unavailable(what: str, path: Path, error: Exception) -> RequestRefused:
+    return RequestRefused(Reason.LEDGER_UNAVAILABLE, f"cannot {what} the ledger {path}: {error}")
