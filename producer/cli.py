@@ -23,12 +23,19 @@ from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import BudgetLedger, Rates
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
 from producer.gemini.source import GeminiSettings, GeminiSource
+from producer.metrics import MetricsEndpoint, ProducerMetrics, install
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
-from producer.server import DEFAULT_MAX_CONNECTION_AGE_S, Exposure, start_server, stop_server
+from producer.server import (
+    DEFAULT_MAX_CONNECTION_AGE_S,
+    DEFAULT_MAX_STREAMS,
+    Exposure,
+    start_server,
+    stop_server,
+)
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
-from shared.logs import LEVELS, configure_logging, register_secret
+from shared.logs import LEVELS, configure_logging, register_secret, route_stdlib_logging
 from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
 
 ENV_PREFIX: Final = "REPLYWIRE_"
@@ -59,6 +66,20 @@ def positive_seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text}")
     return value
+
+
+def stream_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def optional_port(text: str) -> int | None:
+    return port_number(text) if text else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,11 +167,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="drain connections older than this; no stream outlives twice this",
     )
     parser.add_argument(
+        "--max-streams",
+        type=stream_count,
+        default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
+        help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
+    )
+    parser.add_argument(
         "--shutdown-grace-s",
         type=positive_seconds,
         default=env("SHUTDOWN_GRACE_S", str(SHUTDOWN_GRACE_S)),
         help="on SIGINT/SIGTERM, how long open streams may finish; the rest end UNAVAILABLE "
         "(a second signal ends the grace at once)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=optional_port,
+        default=env("METRICS_PORT", ""),
+        help="serve Prometheus metrics on this port (0 picks a free one; off by default)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=env("METRICS_HOST", "127.0.0.1"),
+        help="address the metrics endpoint listens on",
+    )
+    parser.add_argument(
+        "--trace-file",
+        type=Path,
+        default=Path(env("TRACE_FILE", "")) if env("TRACE_FILE", "") else None,
+        help="append the JSON trace to this file (line-buffered); stderr keeps only "
+        "one-line messages",
     )
     parser.add_argument(
         "--log-format",
@@ -284,6 +329,8 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
     exposure = exposure_from(args)
     source = make_source(args, recording)
+    metrics = ProducerMetrics()
+    install(metrics)  # the ledger's spend goes to this producer's metrics
     server, port, servicer = await start_server(
         source,
         host=args.host,
@@ -291,6 +338,8 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
         exposure=exposure,
+        max_streams=args.max_streams,
+        metrics=metrics,
     )
     if not is_loopback(args.host) and (
         exposure.credentials is None or exposure.authenticator is None
@@ -298,6 +347,17 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         warning = insecure_warning(args.host, exposure)  # only reached with --insecure
         print(f"producer: {warning}", file=sys.stderr, flush=True)
         log.warning("producer_insecure", detail=warning)
+    endpoint: MetricsEndpoint | None = None
+    if args.metrics_port is not None:
+        try:
+            endpoint = metrics.serve(args.metrics_host, args.metrics_port)
+        except OSError as error:
+            await server.stop(None)
+            raise ConfigurationError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                f"{error.strerror or error}"
+            ) from error
+        log.info("metrics_listening", host=args.metrics_host, port=endpoint.port)
     stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -316,6 +376,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         tls=exposure.credentials is not None,
         mutual_tls=args.tls_client_ca is not None,
         tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
+        max_streams=args.max_streams,
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,
@@ -325,8 +386,12 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     announce_ready(args.ready_file, f"{args.host}:{port}")
     await stop.wait()
     log.info("producer_stopping", grace_s=args.shutdown_grace_s, open_streams=servicer.open_streams)
+    # NOT_SERVING before anything stops: a health watcher hears it while streams finish.
+    await servicer.enter_shutdown()
     await stop_server(server, servicer, args.shutdown_grace_s, stop_now)
     await source.aclose()
+    if endpoint is not None:
+        endpoint.close()
     # Logged after every stream's final record: opened = the sum of the final counts.
     log.info("producer_stopped", open_streams=servicer.open_streams, **servicer.counters.fields())
     return 0
@@ -337,7 +402,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.max_connection_age_s > 0:
         parser.error("--max-connection-age-s must be > 0")
-    configure_logging("producer", log_format=args.log_format, level=args.log_level)
+    trace = None
+    if args.trace_file is not None:
+        try:
+            # Appending and line-buffered: every record reaches the file whole, at once.
+            trace = args.trace_file.open("a", encoding="utf-8", buffering=1)
+        except OSError as error:
+            parser.error(f"--trace-file: {error.strerror}: {args.trace_file}")
+    configure_logging("producer", log_format=args.log_format, level=args.log_level, stream=trace)
+    # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...) would print bare lines
+    # into stderr; they become records of the trace with one fixed event name.
+    route_stdlib_logging("grpc")
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
     try:

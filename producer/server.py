@@ -10,13 +10,23 @@ Every stream ends in exactly one final state, whatever ends it (see
 ``producer.states``), and its plan is closed exactly once, after that state is
 logged: a refusal, the last chunk, a transport fault, a consumer that cancels,
 refuses the stream or vanishes (the write fails, or grpc.aio cancels the
-handler), an unexpected error (``internal_error``, detail in the trace only), or
-the producer's own shutdown (``producer_shutdown``).
+handler), its connection cut by ``--max-connection-age-s`` (``connection_aged_out``),
+an unexpected error (``internal_error``, detail in the trace only), or the
+producer's own shutdown (``producer_shutdown``). Above ``--max-streams`` open
+streams a new one is refused ``RESOURCE_EXHAUSTED`` / ``stream_limit``.
+
+Beside ``ReplyStream`` the server carries the standard health service
+(``grpc.health.v1.Health``: SERVING once listening, NOT_SERVING from the start of
+shutdown) and server reflection; every stream updates the producer's Prometheus
+metrics (``producer.metrics``) where it updates its counters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -24,7 +34,11 @@ from typing import Any, Final
 import grpc
 import structlog
 from google.protobuf.message import DecodeError
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
+from producer.metrics import ProducerMetrics
 from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
@@ -37,6 +51,11 @@ from shared.requests import MAX_REQUEST_BYTES, CheckedRequest, check_envelope, c
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
+DEFAULT_MAX_STREAMS: Final = 1000
+DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
+#: The service names the health service reports on ("" is the whole server).
+SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
+HEALTH_SERVICES: Final = ("", SERVICE_NAME)
 
 
 #: The counter each final state adds to.
@@ -47,13 +66,14 @@ _COUNTER_OF: Final = {
     StreamState.CANCELLED_BY_CONSUMER: "streams_cancelled",
     StreamState.FAILED: "streams_failed",
     StreamState.SHUTDOWN: "streams_shutdown",
+    StreamState.CONNECTION_AGED_OUT: "streams_aged_out",
 }
 
 
 @dataclass
 class ProducerCounters:
     """What the producer has done. Every opened stream is counted once more when it ends,
-    so ``streams_opened`` equals the sum of the six final counts once no stream is open."""
+    so ``streams_opened`` equals the sum of the seven final counts once no stream is open."""
 
     streams_opened: int = 0
     streams_completed: int = 0
@@ -62,6 +82,7 @@ class ProducerCounters:
     streams_cancelled: int = 0
     streams_failed: int = 0
     streams_shutdown: int = 0
+    streams_aged_out: int = 0
     chunks_written: int = 0
     bytes_written: int = 0
     #: Requests refused for a missing or wrong token: not streams (no stream id is trusted).
@@ -118,6 +139,61 @@ class _ConsumerGone(Exception):
     """A write failed because the stream is gone on the consumer's side."""
 
 
+#: gRPC draws each connection's max age from ``age * (1 +/- 0.1)`` (chttp2's
+#: ``kMaxConnectionAgeJitter``); the grace that follows is not jittered.
+AGE_JITTER: Final = 0.1
+
+
+class ConnectionAges:
+    """When each connection was first seen (by ``context.peer()``), to tell a stream
+    that ``--max-connection-age-s`` cut from one its consumer cancelled.
+
+    grpc.aio gives the handler the same ``asyncio.CancelledError`` in both cases and no
+    other signal: no hook on accept or close, no cancel reason (``context`` only says
+    ``cancelled()``). gRPC closes a connection at the earliest ``(1 - 0.1) * age +
+    grace`` after it was made. A connection is first seen at its first stream, which is
+    no earlier than it was made, so a stream cut when its connection has been seen for
+    at least ``(1 - 0.1) * (age + grace)`` is taken as aged out: never earlier than gRPC
+    can close it, and with a margin of ``0.1 * grace`` for the time between the
+    connection and its first stream. The one-sided risks: a consumer that cancels in
+    that last margin of a connection's life is logged aged out; a channel that
+    connected long (more than ``0.1 * grace``) before its first stream is logged
+    cancelled when aged out. The peer address names a TCP connection (its client port)
+    for as long as it is open; entries are forgotten once gRPC has certainly closed the
+    connection (``1.1 * age + grace``, plus a second), so the table holds only
+    connections of the last such span.
+    """
+
+    def __init__(
+        self,
+        max_age_s: float,
+        grace_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cut_after_s = (1 - AGE_JITTER) * (max_age_s + grace_s)
+        self.forget_after_s = (1 + AGE_JITTER) * max_age_s + grace_s + 1.0
+        self._clock = clock
+        self._first_seen: OrderedDict[str, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._first_seen)
+
+    def seen(self, peer: str) -> float:
+        """Note a stream on ``peer``'s connection; returns when the connection was first seen."""
+        now = self._clock()
+        # Insertion order is first-seen order: forget from the front.
+        while self._first_seen:
+            oldest, since = next(iter(self._first_seen.items()))
+            if now - since < self.forget_after_s:
+                break
+            del self._first_seen[oldest]
+        return self._first_seen.setdefault(peer, now)
+
+    def aged_out(self, first_seen: float) -> bool:
+        """Whether a connection first seen at ``first_seen`` is past its max age and grace."""
+        return self._clock() - first_seen >= self.cut_after_s
+
+
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     """One ``Open()`` per stream; every exit path ends the stream's state and its plan once."""
 
@@ -127,14 +203,24 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         *,
         allow_faults: bool,
         authenticator: TokenAuthenticator | None = None,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.source = source
         self.allow_faults = allow_faults
         self.authenticator = authenticator
+        self.max_streams = max_streams
         self.counters = ProducerCounters()
+        self.metrics = metrics or ProducerMetrics()
+        # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
+        self.health: Any = grpc_health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
         # Streams in progress, by the task that serves them; the shutdown path ends them.
         self._active: dict[asyncio.Task[Any], ProducerStream] = {}
+        # Streams admitted under --max-streams (refused ones are in _active, never here).
+        self._admitted: set[asyncio.Task[Any]] = set()
         self._shutting_down: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -142,6 +228,24 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     @property
     def open_streams(self) -> int:
         return len(self._active)
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report every service SERVING or NOT_SERVING on the health service."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in HEALTH_SERVICES:
+            await self.health.set(name, status)
+
+    async def enter_shutdown(self) -> None:
+        """NOT_SERVING for every service, for good: the first thing shutdown does."""
+        await self.health.enter_graceful_shutdown()
+
+    def _stream_ended(self, state: StreamState, reason: str) -> None:
+        self.counters.stream_ended(state)
+        self.metrics.stream_ended(state.value, reason)
 
     # grpc.aio serves a coroutine handler that writes with ``context.write()``; the
     # generated stubs only know generator handlers. A coroutine sees every way a stream
@@ -155,43 +259,49 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         caller = await self._authenticate(context)
         request = await self._check_envelope(request, context, caller)
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
-        log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=caller)
+        peer = context.peer()
+        log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
+        connection_seen = self.connections.seen(peer)
         self.counters.streams_opened += 1
-        stream = ProducerStream(log, caller, on_final=self.counters.stream_ended)
+        self.metrics.streams_open.inc()
+        stream = ProducerStream(log, caller, on_final=self._stream_ended)
         task = asyncio.current_task()
         assert task is not None
         self._active[task] = stream
         self._idle.clear()
         plan: StreamPlan | None = None
         try:
-            checked, plan = await self._prepare(request, context, stream)
+            checked, plan = await self._prepare(request, context, stream, task)
             await self._deliver(checked, context, stream, plan)
         except asyncio.CancelledError:
-            # grpc.aio cancels the handler when the consumer cancels or its connection drops;
-            # the shutdown path cancels it after the grace.
+            # grpc.aio cancels the handler when the consumer cancels or its connection drops
+            # (also when --max-connection-age-s closes it: ConnectionAges tells which); the
+            # shutdown path cancels it after the grace.
             if task not in self._shutting_down:
-                stream.fire(StreamInput.CONSUMER_CANCELLED, **stream.sent)
+                self._cut_by_consumer_or_age(stream, connection_seen)
                 raise
-            stream.fire(StreamInput.SHUTDOWN, **stream.sent)
+            stream.fire(StreamInput.SHUTDOWN, reason=Reason.PRODUCER_SHUTDOWN, **stream.sent)
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
         except _ConsumerGone as gone:
-            stream.fire(StreamInput.CONSUMER_CANCELLED, why=str(gone), **stream.sent)
+            self._cut_by_consumer_or_age(stream, connection_seen, why=str(gone))
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
             log.exception("stream_failed")
-            stream.fire(StreamInput.FAIL, **stream.sent)
+            stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
             if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
-                stream.fire(StreamInput.FAIL, **stream.sent)
+                stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             try:
                 if plan is not None:
                     await _close_even_if_cancelled(plan, stream.state.value)
             finally:
                 del self._active[task]
+                self._admitted.discard(task)
                 self._shutting_down.discard(task)
+                self.metrics.streams_open.dec()
                 if not self._active:
                     self._idle.set()
 
@@ -232,13 +342,40 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
         return request
 
+    def _cut_by_consumer_or_age(
+        self, stream: ProducerStream, connection_seen: float, **fields: object
+    ) -> None:
+        """The stream is gone from under the handler: its consumer cancelled, refused it or
+        vanished, or gRPC closed its connection for its age."""
+        if self.connections.aged_out(connection_seen):
+            stream.fire(
+                StreamInput.CONNECTION_AGED,
+                reason=Reason.CONNECTION_AGED_OUT,
+                **fields,
+                **stream.sent,
+            )
+        else:
+            stream.fire(
+                StreamInput.CONSUMER_CANCELLED,
+                reason=Reason.CONSUMER_CANCELLED,
+                **fields,
+                **stream.sent,
+            )
+
     async def _prepare(
         self,
         request: pb.OpenRequest,
         context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
         stream: ProducerStream,
+        task: asyncio.Task[Any],
     ) -> tuple[CheckedRequest, StreamPlan]:
         try:
+            # The limit first: a refused stream costs no check, no source, no upstream call.
+            if len(self._admitted) >= self.max_streams:
+                raise RequestRefused(
+                    Reason.STREAM_LIMIT, f"{len(self._admitted)} of {self.max_streams} open"
+                )
+            self._admitted.add(task)
             checked = check_request(request, allow_faults=self.allow_faults)
             plan = await self.source.prepare(request, checked, identity=stream.caller)
         except ReplywireError as error:
@@ -268,6 +405,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                     continue
                 if stream.chunks_sent and checked.interval_s:
                     await asyncio.sleep(checked.interval_s)
+                started = time.monotonic()
                 try:
                     # The write waits for the consumer's HTTP/2 window, so a paused consumer
                     # pauses this loop; it fails once the stream is gone on the consumer's side.
@@ -278,6 +416,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 stream.chunks_sent += 1
                 self.counters.chunks_written += 1
                 self.counters.bytes_written += len(data)
+                self.metrics.chunk_written(len(data), time.monotonic() - started)
                 self._log.debug(
                     "chunk_sent",
                     index=stream.chunks_sent - 1,
@@ -339,14 +478,29 @@ async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
 SHUTDOWN_ABORT_S: Final = 2.0
 
 
-DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
+#: gRPC's own default of grpc.server.max_pending_requests (its hard limit is 3 times it).
+GRPC_PENDING_REQUESTS: Final = 1000
 
 
 def server_options(
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
+    max_streams: int = DEFAULT_MAX_STREAMS,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
+    # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending";
+    # past the soft limit gRPC drops them at random, past the hard one all of them, with
+    # a bare status, before the servicer sees them. At least max-streams (and never below
+    # gRPC's default) so that the servicer refuses excess streams itself, with its reason.
+    pending = max(max_streams, GRPC_PENDING_REQUESTS)
     return [
+        # Bounded streams: the servicer refuses a stream beyond max-streams over all
+        # connections (stream_limit); one connection opens at most one more than that at
+        # once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). The one more is the stream that
+        # hears the refusal: with exactly max-streams, a connection that holds them all
+        # would queue its next stream in the client, silently, until its deadline.
+        ("grpc.max_concurrent_streams", max_streams + 1),
+        ("grpc.server.max_pending_requests", pending),
+        ("grpc.server.max_pending_requests_hard_limit", 3 * pending),
         # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
         # bind the same port silently and split the traffic.
         ("grpc.so_reuseport", 0),
@@ -380,15 +534,31 @@ async def start_server(
     allow_faults: bool,
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
     exposure: Exposure = Exposure(),
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    metrics: ProducerMetrics | None = None,
 ) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
-    """Start a server; returns it with the bound port (``port=0`` picks a free one)."""
-    server = grpc.aio.server(options=server_options(max_connection_age_s))
+    """Start a server; returns it with the bound port (``port=0`` picks a free one).
+    Its health service says SERVING for "" and ``replywire.v1.ReplyStream`` once it
+    listens; reflection lists ReplyStream, Health and itself."""
+    server = grpc.aio.server(options=server_options(max_connection_age_s, max_streams))
     if isinstance(source, Recording):
         source = RecordingSource(source)
     servicer = ReplyStreamServicer(
-        source, allow_faults=allow_faults, authenticator=exposure.authenticator
+        source,
+        allow_faults=allow_faults,
+        authenticator=exposure.authenticator,
+        max_streams=max_streams,
+        max_connection_age_s=max_connection_age_s,
+        metrics=metrics,
     )
     add_servicer(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer.health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, grpc_health.SERVICE_NAME,
+         reflection.SERVICE_NAME),
+        server,
+    )  # fmt: skip
+    await servicer.set_serving(False)
     address = f"{host}:{port}"
     try:
         if exposure.credentials is not None:
@@ -400,6 +570,7 @@ async def start_server(
     if bound == 0:
         raise OSError("the address is in use or not an address of this host")
     await server.start()
+    await servicer.set_serving(True)
     return server, bound, servicer
 
 

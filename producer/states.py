@@ -8,6 +8,8 @@ streaming -> aborted                   abort: a transport fault ended the RPC wi
 any open state -> cancelled_by_consumer consumer_cancelled: cancelled, refused the stream, vanished
 any open state -> failed               fail: an unexpected error; the trace has the traceback
 any open state -> shutdown             shutdown: the producer stopped first (UNAVAILABLE)
+any open state -> connection_aged_out  connection_aged: --max-connection-age-s closed the
+                                       stream's connection after its grace
 
 Every stream reaches exactly one final state, logged once by ``Machine.fire``;
 the servicer's counters are kept by the same call, so opened = the sum of the
@@ -36,6 +38,7 @@ class StreamState(StrEnum):
     CANCELLED_BY_CONSUMER = "cancelled_by_consumer"
     FAILED = "failed"
     SHUTDOWN = "shutdown"
+    CONNECTION_AGED_OUT = "connection_aged_out"
 
 
 class StreamInput(StrEnum):
@@ -49,6 +52,7 @@ class StreamInput(StrEnum):
     CONSUMER_CANCELLED = "consumer_cancelled"
     FAIL = "fail"
     SHUTDOWN = "shutdown"
+    CONNECTION_AGED = "connection_aged"
 
 
 P, In = StreamState, StreamInput
@@ -59,6 +63,7 @@ _ANY_OPEN: Final = {
     In.CONSUMER_CANCELLED: P.CANCELLED_BY_CONSUMER,
     In.FAIL: P.FAILED,
     In.SHUTDOWN: P.SHUTDOWN,
+    In.CONNECTION_AGED: P.CONNECTION_AGED_OUT,
 }
 
 TRANSITIONS: Final[dict[tuple[StreamState, StreamInput], StreamState]] = {
@@ -89,19 +94,29 @@ class ProducerStream:
         self,
         logger: structlog.typing.FilteringBoundLogger,
         caller: str,
-        on_final: Callable[[StreamState], None] | None = None,
+        on_final: Callable[[StreamState, str], None] | None = None,
     ) -> None:
-        self.machine = Machine(SPEC, logger, on_final=on_final, log_initial=True)
+        self._on_final = on_final
+        self.machine = Machine(SPEC, logger, on_final=self._ended, log_initial=True)
         #: Who asked (the token's name, or "anonymous"): charged in the ledger.
         self.caller = caller
         self.bytes_sent = 0
         self.chunks_sent = 0
+        #: The reason code of the last input fired with one ("" for none: completed).
+        self.reason = ""
+
+    def _ended(self, state: StreamState) -> None:
+        if self._on_final is not None:
+            self._on_final(state, self.reason)
 
     @property
     def state(self) -> StreamState:
         return self.machine.state
 
     def fire(self, event: StreamInput, **fields: object) -> StreamState:
+        """Fire ``event``; a ``reason`` field is kept for the final-state callback."""
+        if "reason" in fields:
+            self.reason = str(fields["reason"])
         return self.machine.fire(event, **fields)
 
     @property

@@ -62,6 +62,8 @@ class Reason(StrEnum):
     PRODUCER_SHUTDOWN = "producer_shutdown"
     INTERNAL_ERROR = "internal_error"
     INVALID_TOKEN = "invalid_token"
+    STREAM_LIMIT = "stream_limit"
+    CONNECTION_AGED_OUT = "connection_aged_out"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -168,6 +170,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.INVALID_TOKEN: _info(
         _R, "UNAUTHENTICATED", "no bearer token, or one the producer does not know"
+    ),
+    Reason.STREAM_LIMIT: _info(
+        _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-streams streams; try later"
+    ),
+    Reason.CONNECTION_AGED_OUT: _info(
+        _E, "UNAVAILABLE", "the stream's connection outlived --max-connection-age-s and its grace"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"

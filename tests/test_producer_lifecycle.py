@@ -43,6 +43,7 @@ FINAL_COUNTERS = (
     "streams_cancelled",
     "streams_failed",
     "streams_shutdown",
+    "streams_aged_out",
 )
 #: The consumer core's final state for each result status.
 VERDICT_STATE = {

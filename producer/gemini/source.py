@@ -49,6 +49,7 @@ from producer.gemini.protocol import (
     provider_error,
     request_body,
 )
+from producer.metrics import record_ledger_spend
 from producer.sources import Stall
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
@@ -420,6 +421,7 @@ class GeminiSource:
                     reported={key: shown(value) for key, value in usage.items()},
                     reserved_usd=settlement.reserved_usd,
                 )
+            record_ledger_spend(charged)
             log.info(
                 "budget_settled",
                 cost_usd=charged,

@@ -1,0 +1,114 @@
+"""The producer's Prometheus metrics, in a registry of its own (never the global one).
+
+One :class:`ProducerMetrics` per producer: the servicer updates it where its
+counters change, and ``--metrics-port`` serves it over HTTP. A registry per
+producer keeps several producers in one process (the tests) apart.
+
+Names (all prefixed ``replywire_``):
+
+- ``replywire_streams_total{outcome,reason}``: streams by final state and reason
+  code (``reason=""`` for ``completed``)
+- ``replywire_streams_open``: streams open now
+- ``replywire_bytes_written_total``, ``replywire_chunks_written_total``: chunk
+  bytes and chunks written to consumers
+- ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
+  (for the consumer's HTTP/2 window)
+- ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
+
+The ledger hook: the Gemini source, where it settles a call, calls
+``record_ledger_spend(cost_usd)``, which adds to the metrics this process
+installed (``install``), and does nothing in a process that installed none.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+#: Seconds a write may wait for the window: sub-millisecond on a reading consumer,
+#: up to the connection's age on one that stopped reading.
+WRITE_WAIT_BUCKETS: Final = (
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0,
+)  # fmt: skip
+
+
+class ProducerMetrics:
+    """The metrics of one producer, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.streams = Counter(
+            "replywire_streams",
+            "Streams ended, by final state (outcome) and reason code",
+            ["outcome", "reason"],
+            registry=r,
+        )
+        self.streams_open = Gauge("replywire_streams_open", "Streams open now", registry=r)
+        self.bytes_written = Counter(
+            "replywire_bytes_written", "Chunk bytes written to consumers", registry=r
+        )
+        self.chunks_written = Counter(
+            "replywire_chunks_written", "Chunks written to consumers", registry=r
+        )
+        self.write_wait = Histogram(
+            "replywire_chunk_write_wait_seconds",
+            "Seconds one context.write waited (for the consumer's HTTP/2 window)",
+            buckets=WRITE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.ledger_spend = Counter(
+            "replywire_ledger_spend_usd", "US dollars the Gemini ledger settled", registry=r
+        )
+
+    def stream_ended(self, outcome: str, reason: str) -> None:
+        self.streams.labels(outcome=outcome, reason=reason).inc()
+
+    def chunk_written(self, size: int, waited_s: float) -> None:
+        self.chunks_written.inc()
+        self.bytes_written.inc(size)
+        self.write_wait.observe(waited_s)
+
+    def ledger_settled(self, cost_usd: float) -> None:
+        if cost_usd > 0:
+            self.ledger_spend.inc(cost_usd)
+
+    def serve(self, host: str, port: int) -> MetricsEndpoint:
+        """Serve ``/metrics`` over HTTP on ``host:port`` (0 picks a free port)."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        return MetricsEndpoint(server, thread)
+
+
+class MetricsEndpoint:
+    """A running ``/metrics`` HTTP server (a daemon thread) and its bound port."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+_installed: ProducerMetrics | None = None
+
+
+def install(metrics: ProducerMetrics | None) -> None:
+    """Make ``metrics`` the one ``record_ledger_spend`` adds to (the CLI's producer)."""
+    global _installed  # noqa: PLW0603 - one producer per process; the hook needs no plumbing
+    _installed = metrics
+
+
+def record_ledger_spend(cost_usd: float) -> None:
+    """The ledger hook: a call settled at ``cost_usd``. A no-op when nothing is installed."""
+    if _installed is not None:
+        _installed.ledger_settled(cost_usd)

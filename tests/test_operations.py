@@ -1,0 +1,584 @@
+"""The producer's operations surface: stream limit, health, reflection, metrics, connection
+age, its own trace file, and a hostile HTTP/2 peer.
+
+Real producer processes on ephemeral loopback ports and real gRPC clients; raw TCP
+peers built by hand (tests/http2.py). Only what a test started is signalled, by pid;
+every wait is bounded; no assertion is on elapsed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from producer.cli import build_parser
+from producer.metrics import ProducerMetrics, install, record_ledger_spend
+from producer.server import (
+    DEFAULT_MAX_STREAMS,
+    GRPC_PENDING_REQUESTS,
+    ConnectionAges,
+    server_options,
+)
+from producer.states import FINAL_STATES, StreamInput, StreamState
+from shared.errors import REASONS, Reason, Status
+from shared.logs import FOREIGN_LOG_EVENT, configure_logging, route_stdlib_logging
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.recording import Recording
+from tests import http2
+from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+FINAL_VALUES = {state.value for state in FINAL_STATES}
+FINAL_COUNTERS = (
+    "streams_completed",
+    "streams_refused",
+    "streams_aborted",
+    "streams_cancelled",
+    "streams_failed",
+    "streams_shutdown",
+    "streams_aged_out",
+)
+
+
+def slow_request(
+    recording: Recording, stream_id: str, *, chunk_bytes: int = 1, interval_ms: int = 50
+) -> pb.OpenRequest:
+    """utf8-write in ``chunk_bytes`` chunks ``interval_ms`` apart: with the defaults 2,258
+    chunks, some two minutes: held for as long as a test needs it."""
+    binding = recording.case("utf8-write").binding
+    return pb.OpenRequest(
+        case_id="utf8-write",
+        binding_json=json.dumps(binding, sort_keys=True, separators=(",", ":")).encode(),
+        chunk_sizes=[chunk_bytes],
+        chunk_interval_ms=interval_ms,
+        stream_id=stream_id,
+    )
+
+
+def finals(p: Producer) -> dict[str, dict[str, Any]]:
+    """Each stream's final record, by stream id."""
+    return {
+        r["stream_id"]: r
+        for r in p.trace()
+        if r["event"] == "state_changed" and r["to_state"] in FINAL_VALUES
+    }
+
+
+def stopped_record(p: Producer) -> dict[str, Any]:
+    """Stop the producer; its last record, whose counters add up."""
+    p.process.send_signal(signal.SIGTERM)
+    p.process.wait(timeout=30)
+    assert p.process.returncode == 0
+    stopped = p.trace()[-1]
+    assert stopped["event"] == "producer_stopped"
+    assert stopped["streams_opened"] == sum(stopped[name] for name in FINAL_COUNTERS)
+    return stopped
+
+
+@asynccontextmanager
+async def channel(target: str, *, shared: bool = False) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel of its own TCP connection, as a consumer process has; ``shared``: the
+    process-wide connection that grpc's channels to one target share by default."""
+    options = [] if shared else [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=options) as opened:
+        yield opened
+
+
+async def read_to_end(call: Any) -> tuple[str, str, int]:
+    """Read a call to its end: (status code name, details, chunks read)."""
+    chunks = 0
+    try:
+        while await call.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            chunks += 1
+    except grpc.aio.AioRpcError as error:
+        return error.code().name, error.details() or "", chunks
+    return "OK", "", chunks
+
+
+# --- 1. --max-streams ------------------------------------------------------------------------
+
+
+def test_the_stream_over_the_limit_is_refused_and_a_freed_slot_serves_again(
+    tmp_path: Path, recording: Recording
+) -> None:
+    async def scenario(p: Producer) -> None:
+        async with (
+            channel(p.target) as c1,
+            channel(p.target) as c2,
+            channel(p.target) as c3,
+            channel(p.target) as c4,
+        ):
+            held = [
+                pb_grpc.ReplyStreamStub(c).Open(slow_request(recording, f"held-{i}"), timeout=60)
+                for i, c in enumerate((c1, c2, c3))
+            ]
+            for call in held:  # each is streaming: its first chunk has arrived
+                assert await call.read() is not grpc.aio.EOF  # type: ignore[attr-defined]
+            fourth = pb_grpc.ReplyStreamStub(c4).Open(slow_request(recording, "fourth"))
+            assert await read_to_end(fourth) == ("RESOURCE_EXHAUSTED", "stream_limit", 0)
+
+            held[0].cancel()
+            while "held-0" not in finals(p):
+                await asyncio.sleep(0.02)
+            again = pb_grpc.ReplyStreamStub(c4).Open(
+                slow_request(recording, "again", chunk_bytes=1000, interval_ms=0), timeout=60
+            )
+            assert (await read_to_end(again))[:2] == ("OK", "")
+            for call in held[1:]:
+                call.cancel()
+
+    with producer(tmp_path, "--max-streams", "3") as p:
+        asyncio.run(scenario(p))
+        wait_for(lambda: {"held-1", "held-2"} <= set(finals(p)))
+        ended = finals(p)
+        stopped = stopped_record(p)
+    assert ended["fourth"]["to_state"] == "refused"
+    assert ended["fourth"]["reason"] == "stream_limit"
+    assert ended["again"]["to_state"] == "completed"
+    assert {ended[f"held-{i}"]["to_state"] for i in range(3)} == {"cancelled_by_consumer"}
+    assert (stopped["streams_opened"], stopped["streams_refused"]) == (5, 1)
+    assert (stopped["streams_completed"], stopped["streams_cancelled"]) == (1, 3)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-connections", "one-connection"])
+def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
+    tmp_path: Path, recording: Recording, shared: bool
+) -> None:
+    clients = 40
+
+    async def one(target: str, index: int) -> tuple[str, str]:
+        async with channel(target, shared=shared) as c:
+            call = pb_grpc.ReplyStreamStub(c).Open(
+                slow_request(recording, f"burst-{index}", chunk_bytes=200, interval_ms=20),
+                timeout=60,
+            )
+            code, details, _ = await read_to_end(call)
+            return code, details
+
+    async def burst(target: str) -> list[tuple[str, str]]:
+        return await asyncio.gather(*(one(target, i) for i in range(clients)))
+
+    with producer(tmp_path, "--max-streams", "3") as p:
+        outcomes = Counter(asyncio.run(burst(p.target)))
+        ended = finals(p)
+        stopped = stopped_record(p)
+    # Every client hears one of the two answers; none is cut by gRPC with a bare status.
+    assert set(outcomes) <= {("OK", ""), ("RESOURCE_EXHAUSTED", "stream_limit")}, outcomes
+    assert outcomes["OK", ""] >= 3
+    assert sum(outcomes.values()) == clients
+    by_state = Counter(r["to_state"] for r in ended.values())
+    assert by_state == {
+        "completed": outcomes["OK", ""],
+        "refused": outcomes["RESOURCE_EXHAUSTED", "stream_limit"],
+    }
+    assert stopped["streams_opened"] == clients
+
+
+def test_grpc_options_follow_max_streams() -> None:
+    options = dict(server_options(max_streams=3))
+    assert options["grpc.max_concurrent_streams"] == 4  # the 4th hears the refusal
+    assert options["grpc.server.max_pending_requests"] == GRPC_PENDING_REQUESTS
+    big = dict(server_options(max_streams=5000))
+    assert big["grpc.max_concurrent_streams"] == 5001
+    # Never below max-streams: gRPC must not drop what the servicer would serve.
+    assert big["grpc.server.max_pending_requests"] == 5000
+    assert big["grpc.server.max_pending_requests_hard_limit"] == 15000
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1.5"])
+def test_max_streams_below_one_is_a_usage_error(value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--max-streams", value])
+    assert exit_info.value.code == 2
+
+
+def test_max_streams_bounds_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_parser().parse_args([]).max_streams == DEFAULT_MAX_STREAMS == 1000
+    assert build_parser().parse_args(["--max-streams", "1"]).max_streams == 1
+    monkeypatch.setenv("REPLYWIRE_MAX_STREAMS", "7")
+    assert build_parser().parse_args([]).max_streams == 7
+    assert build_parser().parse_args(["--max-streams", "9"]).max_streams == 9
+
+
+def test_stream_limit_is_a_refusal() -> None:
+    assert REASONS[Reason.STREAM_LIMIT].status is Status.REFUSED
+    assert REASONS[Reason.STREAM_LIMIT].grpc_code == "RESOURCE_EXHAUSTED"
+
+
+# --- 2. health and reflection ----------------------------------------------------------------
+
+
+async def check(c: grpc.aio.Channel, service: str) -> int:
+    response = await health_pb2_grpc.HealthStub(c).Check(
+        health_pb2.HealthCheckRequest(service=service), timeout=10
+    )
+    return int(response.status)
+
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_health_is_serving_once_listening(tmp_path: Path) -> None:
+    async def scenario(target: str) -> None:
+        async with channel(target) as c:
+            assert await check(c, "") == SERVING
+            assert await check(c, "replywire.v1.ReplyStream") == SERVING
+            with pytest.raises(grpc.aio.AioRpcError) as unknown:
+                await check(c, "no.such.Service")
+            assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+    with producer(tmp_path) as p:
+        asyncio.run(scenario(p.target))
+
+
+def test_health_says_not_serving_at_sigterm_while_a_stream_is_in_its_grace(
+    tmp_path: Path, recording: Recording
+) -> None:
+    async def scenario(p: Producer) -> None:
+        async with channel(p.target) as c:
+            held = pb_grpc.ReplyStreamStub(c).Open(slow_request(recording, "held"), timeout=60)
+            assert await held.read() is not grpc.aio.EOF  # type: ignore[attr-defined]
+            watch = health_pb2_grpc.HealthStub(c).Watch(
+                health_pb2.HealthCheckRequest(service="replywire.v1.ReplyStream"), timeout=60
+            )
+            assert (await watch.read()).status == SERVING
+            p.process.send_signal(signal.SIGTERM)
+            assert (await watch.read()).status == NOT_SERVING
+            # Heard while the stream is still open: its grace has not run out.
+            assert "held" not in finals(p)
+            watch.cancel()
+            assert (await read_to_end(held))[:2] == ("UNAVAILABLE", "producer_shutdown")
+
+    with producer(tmp_path, "--shutdown-grace-s", "3") as p:
+        asyncio.run(scenario(p))
+        p.process.wait(timeout=30)
+        assert p.process.returncode == 0
+    assert finals(p)["held"]["to_state"] == "shutdown"
+
+
+def test_reflection_lists_the_services(tmp_path: Path) -> None:
+    async def scenario(target: str) -> tuple[set[str], bool]:
+        async with channel(target) as c:
+            stub = reflection_pb2_grpc.ServerReflectionStub(c)
+            requests = [
+                reflection_pb2.ServerReflectionRequest(list_services=""),
+                reflection_pb2.ServerReflectionRequest(
+                    file_containing_symbol="replywire.v1.ReplyStream"
+                ),
+            ]
+            answers = [answer async for answer in stub.ServerReflectionInfo(iter(requests))]
+        names = {s.name for s in answers[0].list_services_response.service}
+        found = bool(answers[1].file_descriptor_response.file_descriptor_proto)
+        return names, found
+
+    with producer(tmp_path) as p:
+        names, found = asyncio.run(scenario(p.target))
+    assert names == {
+        "replywire.v1.ReplyStream",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    }
+    assert found
+
+
+# --- 3. metrics ------------------------------------------------------------------------------
+
+
+def metrics_port(p: Producer) -> int:
+    wait_for(lambda: any(r["event"] == "metrics_listening" for r in p.trace()))
+    return int(next(r["port"] for r in p.trace() if r["event"] == "metrics_listening"))
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_a_complete_and_a_refused_stream_exactly(tmp_path: Path) -> None:
+    with producer(tmp_path, "--metrics-port", "0") as p:
+        port = metrics_port(p)
+        complete = run_consumer(p.target, "--case", "replace-file")
+        refused = run_consumer(p.target, "--case", "replace-file", "--fault", "omit")
+        values = scrape(port)
+        stopped = stopped_record(p)
+    assert (complete.result["status"], refused.result["reason"]) == (
+        "complete",
+        "faults_not_allowed",
+    )
+    stats = complete.result["stats"]
+    assert values["replywire_streams_total", (("outcome", "completed"), ("reason", ""))] == 1
+    refused_key = (("outcome", "refused"), ("reason", "faults_not_allowed"))
+    assert values["replywire_streams_total", refused_key] == 1
+    assert sum(v for (name, _), v in values.items() if name == "replywire_streams_total") == 2
+    assert values["replywire_streams_open", ()] == 0
+    assert values["replywire_chunks_written_total", ()] == stats["transport_fragments"]
+    assert values["replywire_bytes_written_total", ()] == stats["bytes_received"]
+    assert values["replywire_chunk_write_wait_seconds_count", ()] == stats["transport_fragments"]
+    assert values["replywire_ledger_spend_usd_total", ()] == 0
+    assert (stopped["chunks_written"], stopped["bytes_written"]) == (
+        stats["transport_fragments"],
+        stats["bytes_received"],
+    )
+
+
+def test_metrics_are_off_by_default(tmp_path: Path) -> None:
+    with producer(tmp_path) as p:
+        stopped_record(p)
+    assert not any(r["event"] == "metrics_listening" for r in p.trace())
+    assert build_parser().parse_args([]).metrics_port is None
+
+
+def test_a_taken_metrics_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "producer", "--port", "0", "--metrics-port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"producer: cannot serve metrics on 127.0.0.1:{port}: ")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_each_producer_has_its_own_registry_and_the_ledger_hook() -> None:
+    first, second = ProducerMetrics(), ProducerMetrics()
+    record_ledger_spend(1.0)  # nothing installed: nothing counted, nothing raised
+    install(first)
+    try:
+        record_ledger_spend(0.25)
+        record_ledger_spend(0.5)
+        record_ledger_spend(0.0)
+    finally:
+        install(None)
+    record_ledger_spend(2.0)
+    assert first.registry.get_sample_value("replywire_ledger_spend_usd_total") == 0.75
+    assert second.registry.get_sample_value("replywire_ledger_spend_usd_total") == 0
+
+
+# --- 4. connection aged out ------------------------------------------------------------------
+
+
+def test_a_stream_cut_by_connection_age_ends_connection_aged_out(
+    tmp_path: Path, recording: Recording
+) -> None:
+    async def scenario(target: str) -> tuple[str, str, int]:
+        async with channel(target) as c:
+            call = pb_grpc.ReplyStreamStub(c).Open(slow_request(recording, "aged"), timeout=60)
+            return await read_to_end(call)
+
+    with producer(tmp_path, "--max-connection-age-s", "0.5") as p:
+        code, _, chunks = asyncio.run(scenario(p.target))
+        wait_for(lambda: "aged" in finals(p))
+        final = finals(p)["aged"]
+        stopped = stopped_record(p)
+    assert code == "UNAVAILABLE"
+    assert 0 < chunks < 2258  # cut mid-stream
+    assert (final["from_state"], final["to_state"]) == ("streaming", "connection_aged_out")
+    assert (final["input"], final["reason"]) == ("connection_aged", "connection_aged_out")
+    assert final["chunks_sent"] >= chunks
+    assert (stopped["streams_aged_out"], stopped["streams_cancelled"]) == (1, 0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_connection_ages_at_the_edges() -> None:
+    clock = FakeClock()
+    ages = ConnectionAges(10.0, 10.0, clock=clock)
+    assert (ages.cut_after_s, ages.forget_after_s) == (18.0, 22.0)
+    first = ages.seen("ipv4:127.0.0.1:1000")
+    clock.now += 5
+    assert ages.seen("ipv4:127.0.0.1:1000") == first  # a second stream, same connection
+    assert ages.seen("ipv4:127.0.0.1:2000") == clock.now
+    clock.now = first + 18.0 - 0.001
+    assert not ages.aged_out(first)
+    clock.now = first + 18.0
+    assert ages.aged_out(first)
+    clock.now = first + 22.0  # the first connection is certainly closed: forgotten
+    assert ages.seen("ipv4:127.0.0.1:3000") == clock.now
+    assert len(ages) == 2
+    clock.now += 1000  # all forgotten but the newest: the table stays bounded
+    ages.seen("ipv4:127.0.0.1:4000")
+    assert len(ages) == 1
+
+
+def test_connection_aged_out_is_a_final_state_of_its_own() -> None:
+    assert StreamState.CONNECTION_AGED_OUT in FINAL_STATES
+    assert StreamInput.CONNECTION_AGED.value == "connection_aged"
+    assert REASONS[Reason.CONNECTION_AGED_OUT].grpc_code == "UNAVAILABLE"
+
+
+# --- 5. a trace only replywire writes --------------------------------------------------------
+
+PRODUCER_EVENTS = frozenset(
+    {
+        "producer_listening",
+        "metrics_listening",
+        "state_changed",
+        "chunk_sent",
+        "stream_failed",
+        "producer_stopping",
+        "producer_stopped",
+        FOREIGN_LOG_EVENT,
+    }
+)
+INJECTED = (
+    '{"event":"state_changed","to_state":"completed","side":"producer",'
+    '"stream_id":"forged-by-peer","level":"info"}'
+)
+
+
+@pytest.mark.parametrize("verbosity", ["", "info"], ids=["default", "operator-asked-for-info"])
+def test_a_peer_cannot_write_into_the_trace(tmp_path: Path, verbosity: str) -> None:
+    """A GOAWAY's debug data is the peer's text; gRPC's C core logs it (at INFO). By
+    default those logs are off, so stderr stays empty; an operator who turns them on
+    gets them on stderr, and the trace file still holds only the producer's records."""
+    trace_file = tmp_path / "producer.jsonl"
+    env = {"GRPC_VERBOSITY": verbosity}
+    with producer(tmp_path, "--trace-file", str(trace_file), env=env) as p:
+        for error_code in (http2.NO_ERROR, http2.INTERNAL_ERROR):
+            with socket.create_connection(("127.0.0.1", p.port), timeout=10) as peer:
+                peer.sendall(
+                    http2.PREFACE
+                    + http2.settings()
+                    + http2.goaway(error_code, (INJECTED + "\n").encode())
+                )
+                while http2.read_some(peer):  # until the producer closes the connection
+                    pass
+        assert run_consumer(p.target, "--case", "replace-file").returncode == 0
+        p.process.send_signal(signal.SIGTERM)
+        p.process.wait(timeout=30)
+    assert p.process.returncode == 0
+    stderr = p.trace_path.read_text()
+    if not verbosity:
+        assert stderr == "", stderr  # the human one-liners only: none on a clean run
+    else:  # the C core's own lines, the peer's text in them: never in the trace file
+        assert "forged-by-peer" in stderr
+        assert not any(line.startswith("{") for line in stderr.splitlines())
+    lines = trace_file.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["event"] for r in records][-1] == "producer_stopped"
+    assert all(r["side"] == "producer" for r in records)
+    assert {r["event"] for r in records} <= PRODUCER_EVENTS
+    assert not any("forged-by-peer" in line for line in lines)
+    assert not any(r.get("stream_id") == "forged-by-peer" for r in records)
+
+
+def test_the_trace_file_is_appended_to(tmp_path: Path) -> None:
+    trace_file = tmp_path / "producer.jsonl"
+    trace_file.write_text('{"earlier": true}\n')
+    with producer(tmp_path, "--trace-file", str(trace_file)) as p:
+        stopped_record_from_file(p, trace_file)
+    lines = trace_file.read_text().splitlines()
+    assert lines[0] == '{"earlier": true}'
+    assert json.loads(lines[-1])["event"] == "producer_stopped"
+
+
+def stopped_record_from_file(p: Producer, trace_file: Path) -> None:
+    p.process.send_signal(signal.SIGTERM)
+    p.process.wait(timeout=30)
+    assert p.process.returncode == 0
+    assert p.trace_path.read_text() == ""
+
+
+def test_an_unwritable_trace_file_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--trace-file", str(tmp_path / "no" / "such.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--trace-file" in done.stderr
+
+
+def test_grpc_python_logging_becomes_one_record() -> None:
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out)
+    route_stdlib_logging("grpc")
+    try:
+        logging.getLogger("grpc._cython.cygrpc").error("bad peer said:\n%s", INJECTED)
+        logging.getLogger("grpc.aio").info("below the level: dropped")
+    finally:
+        for name in ("grpc",):
+            logging.getLogger(name).handlers = []
+            logging.getLogger(name).propagate = True
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        structlog.reset_defaults()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert (record["event"], record["logger"], record["side"]) == (
+        FOREIGN_LOG_EVENT,
+        "grpc._cython.cygrpc",
+        "producer",
+    )
+    assert record["message"] == f"bad peer said:\n{INJECTED}"
+    assert INJECTED not in lines[0]  # escaped: data inside a record, never a record
+
+
+# --- 6. a GOAWAY with an error code HTTP/2 does not define -----------------------------------
+
+
+@pytest.mark.parametrize("error_code", [0xFF, 70007, 0xFFFFFFFF])
+def test_an_undefined_goaway_error_code_does_not_crash_the_consumer(error_code: int) -> None:
+    """A GOAWAY whose error code HTTP/2 does not define (RFC 9113 §7: unknown codes "MUST
+    NOT trigger any special behavior"). Reported to abort a grpcio client in its C core
+    (SIGABRT, http2_status.h "UNREACHABLE CODE"); grpc-java crashed on the same frame
+    (grpc/grpc-java#13031, Apache httpd's 70007) and fixed it (grpc/grpc-java#13035).
+    Written as a strict xfail, it passed: grpcio 1.85.3 does not crash, the stream fails
+    UNAVAILABLE and the consumer ends error / transport_io_error (exit 5). A normal test
+    now, so an upgrade that brings the crash back fails here."""
+    reply = http2.settings() + http2.settings(ack=True) + http2.goaway(error_code, b"bye")
+    with http2.OneShotServer(reply) as peer:
+        done = subprocess.run(
+            consumer_command(f"127.0.0.1:{peer.port}", "--case", "replace-file"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert peer.received.startswith(http2.PREFACE)
+    assert done.returncode == 5, (done.returncode, done.stderr[-2000:])
+    result = json.loads(done.stdout)
+    assert (result["status"], result["reason"]) == ("error", "transport_io_error")
+    assert result["transport"]["grpc_code"] == "UNAVAILABLE"
