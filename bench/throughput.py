@@ -25,6 +25,7 @@ import structlog
 
 from consumer.client import StreamOptions, channel_options, stream_reply
 from producer.server import start_server
+from runtime.recording_file import load_recording
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -89,7 +90,7 @@ async def main() -> None:
     parser.add_argument("--case", default="utf8-write")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    recording = Recording.load()
+    recording = load_recording()
     rows = []
     for chunking in ("frame", "64", "1,2,7,3,11"):
         plan = ChunkPlan.parse(chunking)

@@ -29,13 +29,14 @@ from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
+from runtime.logs import LEVELS, LogFormat, configure_logging
+from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
-from shared.logs import LEVELS, LogFormat, configure_logging
 from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
-from shared.recording import DEFAULT_RECORDING_PATH, DEVELOPMENT_CASES, Recording
+from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
@@ -210,7 +211,7 @@ def emit_result(result: StreamResult, path: Path | None, out: TextIO) -> None:
 def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
     """The case id and binding to send: the recording's, a new question's, or (to test
     refusals) a file's."""
-    recording = Recording.load_or_explain(args.recording)
+    recording = load_recording_or_explain(args.recording)
     if (args.question is None) != (args.context is None):
         raise ConfigurationError("--question and --context go together")
     if args.question is not None:
@@ -380,7 +381,7 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
-    recording = Recording.load_or_explain(args.recording)
+    recording = load_recording_or_explain(args.recording)
     fault = fault_from(args)  # a usage error before a refusal, as before
     wire = WireFormat(args.wire)
     stream_id = args.stream_id or new_stream_id()

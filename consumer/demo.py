@@ -20,8 +20,9 @@ from typing import Any, TextIO
 
 from consumer.children import start_producer, stop_producer
 from consumer.client import StreamOptions, stream_reply
+from runtime.logs import configure_logging
+from runtime.recording_file import load_recording_or_explain
 from shared.faults import Fault, FaultKind
-from shared.logs import configure_logging
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
@@ -127,7 +128,7 @@ def render(rows: list[tuple[str, ...]]) -> str:
 
 
 def run_demo(args: argparse.Namespace, out: TextIO) -> int:
-    recording = Recording.load_or_explain(args.recording)
+    recording = load_recording_or_explain(args.recording)
     traces = Path(tempfile.mkdtemp(prefix="replywire-demo-"))
     producer, port = start_producer(traces / "producer.jsonl", args.recording, args.log_level)
     target = f"127.0.0.1:{port}"

@@ -18,8 +18,8 @@ from typing import Final
 
 import grpc
 
+from runtime.logs import register_secret
 from shared.errors import ConfigurationError
-from shared.logs import register_secret
 
 TOKEN_ENV: Final = "REPLYWIRE_AUTH_TOKEN"
 MAX_TOKEN_CHARS: Final = 512

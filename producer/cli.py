@@ -34,9 +34,10 @@ from producer.server import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
+from runtime.logs import LEVELS, configure_logging, register_secret, route_stdlib_logging
+from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
-from shared.logs import LEVELS, configure_logging, register_secret, route_stdlib_logging
-from shared.recording import DEFAULT_RECORDING_PATH, RECORDING_SHA256, Recording
+from shared.recording import RECORDING_SHA256, Recording
 
 ENV_PREFIX: Final = "REPLYWIRE_"
 SHUTDOWN_GRACE_S: Final = 5.0
@@ -416,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
     try:
-        recording = Recording.load_or_explain(args.recording, expected_sha256=args.recording_sha256)
+        recording = load_recording_or_explain(args.recording, expected_sha256=args.recording_sha256)
         return asyncio.run(serve(args, recording))
     except ConfigurationError as error:
         print(f"producer: {error}", file=sys.stderr)

@@ -19,7 +19,6 @@ prints nothing.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,7 +42,7 @@ def _drop(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any
 NULL_LOGGER: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
     structlog.ReturnLogger(),
     processors=[_drop],
-    wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+    wrapper_class=structlog.make_filtering_bound_logger(50),  # logging.CRITICAL
 )
 
 

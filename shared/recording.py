@@ -21,16 +21,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 from shared.digest import digest, strict_json
-from shared.errors import ConfigurationError, Reason, ReplywireError, RequestRefused
+from shared.errors import Reason, RequestRefused
 
 #: SHA-256 of fixtures/recording.json (this project's rebuild; see fixtures/PROVENANCE.md).
 RECORDING_SHA256: Final = "f018294e73fd2e5dcb8d770475ee3d0c8a8c5c1a7ab0bec4bb908ff656a0cf35"
 DEVELOPMENT_CASES: Final = ("utf8-write", "replace-file", "json-result-type", "backup-schedule")
-DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
 CONTEXT_KEYS: Final = ("chunk_id", "source_id", "text", "url")
 
 
@@ -148,22 +146,6 @@ class Recording:
             raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, "no development case recorded")
         cases = {case_id: _bind(case_id, entry) for case_id, entry in entries.items()}
         return cls(cases, actual, entries)
-
-    @classmethod
-    def load(cls, path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
-        return cls.from_bytes(path.read_bytes(), **kwargs)
-
-    @classmethod
-    def load_or_explain(cls, path: Path, *, expected_sha256: str = RECORDING_SHA256) -> Recording:
-        """``load`` for a command line: a file that cannot be used is a ConfigurationError."""
-        try:
-            return cls.load(path, expected_sha256=expected_sha256)
-        except OSError as error:
-            raise ConfigurationError(
-                f"cannot read the recording {path}: {error.strerror}"
-            ) from error
-        except ReplywireError as error:
-            raise ConfigurationError(f"recording {path} refused: {error.code}") from error
 
     @property
     def case_ids(self) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from runtime.recording_file import load_recording
 from shared.recording import Recording
 
 # `make test` runs pytest inside make: a `make` command a test runs (the README's) would
@@ -29,7 +30,7 @@ def _reset_structlog() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def recording() -> Recording:
-    return Recording.load()
+    return load_recording()
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ import pytest
 
 from consumer import cli as consumer_cli
 from consumer.demo import demo_runs
+from runtime.recording_file import load_recording
 from shared.errors import ConfigurationError
 from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.recording import DEVELOPMENT_CASES, Recording
+from shared.recording import DEVELOPMENT_CASES
 from shared.requests import ReplyRequest
 from shared.wire import DEFAULT_WIRES, WireFormat
 from tools.docs import demo_block
@@ -244,7 +245,7 @@ def test_stall_ms_needs_the_stall_fault() -> None:
 
 
 def test_the_demo_streams_the_default_wires_only() -> None:
-    runs = demo_runs(Recording.load())
+    runs = demo_runs(load_recording())
     assert len(runs) == 22
     assert {run.wire for run in runs} == set(DEFAULT_WIRES)
 

@@ -28,8 +28,8 @@ from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
 from producer.gemini.source import GeminiSettings, check_base_url
+from runtime.logs import register_secret
 from shared.errors import ConfigurationError
-from shared.logs import register_secret
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat

@@ -1,9 +1,11 @@
 """The layering, read from the source: what each layer may import directly.
 
-``shared/`` and the pure Gemini protocol modules are sans-IO: they import no
-grpc, asyncio, httpx or socket (``shared.pb``'s generated messages are data; its
-``_grpc`` stubs are not). ``shared/`` imports neither process, and the two
-processes do not import each other. Only direct imports are checked: a library
+``shared/`` and the pure Gemini protocol modules are sans-IO: they import nothing
+that reaches the network, files, processes, threads or the clock (``shared.pb``'s
+generated messages are data; its ``_grpc`` stubs are not, and only the edges
+import them). ``shared/`` imports neither process nor ``runtime/`` (the I/O both
+processes share); ``runtime/`` imports neither process; the two processes do not
+import each other. Only direct imports are checked: a library
 such as structlog may import asyncio itself without making its caller do I/O.
 """
 
@@ -17,7 +19,15 @@ from typing import Final
 import pytest
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-IO_MODULES: Final = frozenset({"grpc", "asyncio", "httpx", "socket"})
+#: Modules that reach the network, files, processes, threads or the clock (and gRPC's).
+IO_MODULES: Final = frozenset(
+    {
+        "grpc", "grpc_health", "grpc_reflection", "asyncio", "httpx", "httpcore", "anyio",
+        "socket", "ssl", "select", "selectors", "subprocess", "threading", "multiprocessing",
+        "signal", "os", "io", "pathlib", "tempfile", "shutil", "fcntl", "time", "datetime",
+        "logging", "sys", "runtime", "prometheus_client",
+    }
+)  # fmt: skip
 PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
 
 
@@ -59,7 +69,8 @@ def test_pure_modules_import_no_io(path: Path) -> None:
 @pytest.mark.parametrize(
     ("folder", "forbidden"),
     [
-        ("shared", ("producer", "consumer")),
+        ("shared", ("producer", "consumer", "runtime")),
+        ("runtime", ("producer", "consumer")),
         ("producer", ("consumer",)),
         ("consumer", ("producer",)),
     ],

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import structlog
 
-from shared.logs import REDACTED, configure_logging, register_secret
+from runtime.logs import REDACTED, configure_logging, register_secret
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:

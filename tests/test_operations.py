@@ -39,8 +39,8 @@ from producer.server import (
     server_options,
 )
 from producer.states import FINAL_STATES, StreamInput, StreamState
+from runtime.logs import FOREIGN_LOG_EVENT, configure_logging, route_stdlib_logging
 from shared.errors import REASONS, Reason, Status
-from shared.logs import FOREIGN_LOG_EVENT, configure_logging, route_stdlib_logging
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording

@@ -28,7 +28,7 @@ from consumer.children import stop_process
 from consumer.demo import demo_runs, stream, stream_id_of
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
-from shared.logs import configure_logging
+from runtime.logs import configure_logging
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording

@@ -20,6 +20,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runtime.recording_file import load_recording
 from shared.errors import ProtocolFailure, Reason, Status
 from shared.faults import (
     EXPECTED_OUTCOMES,
@@ -41,7 +42,6 @@ from shared.frames import (
 )
 from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
 from shared.reply import validate_reply
 from shared.result import LAB_RESULT_KEYS
 from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
@@ -51,7 +51,7 @@ from shared.wire.lp import frame_with_header
 QUIET: Final = structlog.wrap_logger(
     structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
 )
-RECORDING: Final = Recording.load()
+RECORDING: Final = load_recording()
 CASE_IDS: Final = RECORDING.case_ids
 WIRES: Final = tuple(WireFormat)
 FAULTS: Final[tuple[FaultKind | None, ...]] = (None, *FaultKind)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from runtime.recording_file import DEFAULT_RECORDING_PATH
 from shared.digest import digest
 from shared.errors import Reason, RequestRefused
 from shared.recording import (
-    DEFAULT_RECORDING_PATH,
     DEVELOPMENT_CASES,
     RECORDING_SHA256,
     Recording,

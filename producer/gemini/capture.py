@@ -6,7 +6,7 @@ exact bytes of the response body in ``requests/request-NNN.sse``, and a run
 ``manifest.json`` that links, per case, the historic request hash and the fresh
 provider-request hash and records whether the supplied user context is
 identical (as the lab's run manifest does). Files are written atomically, and
-every registered secret (``shared.logs.register_secret``: the API key) is
+every registered secret (``runtime.logs.register_secret``: the API key) is
 replaced by ``[redacted]`` in their bytes first, the raw response body
 included: a provider's error body that echoes the key never reaches the disk.
 """
@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from producer.files import write_atomically
 from producer.gemini.protocol import user_text
+from runtime.logs import scrub_bytes
 from shared.digest import digest, strict_json
-from shared.logs import scrub_bytes
 
 FORMAT: Final = "replywire-gemini-run/1"
 #: The most response bytes one call's capture keeps (the consumer's limit is far below it).

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from producer.gemini.protocol import frames_from_sse
+from runtime.logs import configure_logging
+from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.errors import ReplywireError
-from shared.logs import configure_logging
-from shared.recording import DEFAULT_RECORDING_PATH, Recording
+from shared.recording import Recording
 
 FORMAT = "replywire-recording/1"
 
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"convert_capture: refusing to overwrite {args.out_dir}", file=sys.stderr)
         return 2
     try:
-        summary = convert(args.run_dir, args.out_dir, Recording.load(args.recording))
+        summary = convert(args.run_dir, args.out_dir, load_recording(args.recording))
     except (OSError, ValueError, KeyError, ReplywireError) as error:
         print(f"convert_capture: {error}", file=sys.stderr)
         return 2

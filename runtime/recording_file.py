@@ -1,0 +1,27 @@
+"""Reading the hashed recording from its file (the checks themselves are ``shared.recording``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from shared.errors import ConfigurationError, ReplywireError
+from shared.recording import RECORDING_SHA256, Recording
+
+DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
+
+
+def load_recording(path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
+    """The recording in ``path``, verified (``Recording.from_bytes``'s checks and codes)."""
+    return Recording.from_bytes(path.read_bytes(), **kwargs)
+
+
+def load_recording_or_explain(path: Path, *, expected_sha256: str = RECORDING_SHA256) -> Recording:
+    """``load_recording`` for a command line: a file that cannot be used is a
+    ConfigurationError (one line, exit 2)."""
+    try:
+        return load_recording(path, expected_sha256=expected_sha256)
+    except OSError as error:
+        raise ConfigurationError(f"cannot read the recording {path}: {error.strerror}") from error
+    except ReplywireError as error:
+        raise ConfigurationError(f"recording {path} refused: {error.code}") from error
