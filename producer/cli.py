@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trace-file",
         type=Path,
-        default=Path(env("TRACE_FILE", "")) if env("TRACE_FILE", "") else None,
+        default=env_path("TRACE_FILE"),
         help="append the JSON trace to this file (line-buffered); stderr keeps only "
         "one-line messages",
     )
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ready-file",
         type=Path,
-        default=Path(env("READY_FILE", "")) if env("READY_FILE", "") else None,
+        default=env_path("READY_FILE"),
         help="once listening, write HOST:PORT to this file (atomically): a script waits for it",
     )
     security = parser.add_argument_group(
