@@ -29,6 +29,7 @@ from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
+from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS, LogFormat, configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.digest import bounded_json
@@ -74,7 +75,7 @@ def _chunk_plan(text: str) -> ChunkPlan:
         ) from error
 
 
-HELP_FORMAT: dict[str, Any] = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
+HELP_FORMAT: dict[str, Any] = {"formatter_class": DefaultsHelpFormatter}
 
 
 def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> None:

@@ -34,6 +34,7 @@ from producer.server import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
+from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS, configure_logging, register_secret, route_stdlib_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m producer",
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
         "Each flag may also be set as REPLYWIRE_<FLAG> (e.g. REPLYWIRE_PORT=0).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--host", default=env("HOST", "127.0.0.1"), help="address to listen on")
     parser.add_argument(
