@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from consumer.children import stop_process
-from producer.server import start_server
+from producer.server import ServerSettings, start_server
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
 from shared.digest import canonical_json
 from shared.faults import Fault, FaultKind
@@ -52,7 +52,7 @@ async def open_stream(
     recording: Recording, request: pb.OpenRequest, *, allow_faults: bool = True
 ) -> tuple[grpc.StatusCode, str, int]:
     server, port, _ = await start_server(
-        recording, host="127.0.0.1", port=0, allow_faults=allow_faults
+        recording, ServerSettings(host="127.0.0.1", port=0, allow_faults=allow_faults)
     )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
