@@ -107,7 +107,7 @@ Hostile-provider scripts (ours, not Google behaviour): ``fake-usage-negative``,
 ``fake-usage-huge``, ``fake-usage-non-integer`` and ``fake-usage-missing`` answer
 the good reply with the implausible usage in :data:`BAD_USAGE`; ``fake-echo-key``
 answers 400 with the received API key quoted in the error body;
-``fake-slow-start`` holds the response for ``start_delay`` seconds (2 s) after
+``fake-slow-start`` holds the response for ``Pacing.start_delay`` seconds (2 s) after
 reading the request, then answers the good reply.
 """
 
@@ -355,6 +355,19 @@ class _Conn:
     peer_gone: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How fast the fake writes: seconds between events (``event_delay``), bytes per piece
+    and seconds between pieces for ``fake-slow-drip``, seconds before a scripted reset, and
+    seconds ``fake-slow-start`` holds the response."""
+
+    event_delay: float = 0.0
+    drip_bytes: int = 8
+    drip_delay: float = 0.02
+    reset_delay: float = 0.05
+    start_delay: float = 2.0
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -377,20 +390,16 @@ class FakeGemini:
         record_path: Path = PUBLISHED_RECORD,
         google_auth_errors: bool = False,
         extra_usage: dict[str, int] | None = None,
-        event_delay: float = 0.0,
-        drip_bytes: int = 8,
-        drip_delay: float = 0.02,
-        reset_delay: float = 0.05,
-        start_delay: float = 2.0,
+        pacing: Pacing = Pacing(),
     ) -> None:
         self.api_key = api_key
         self.google_auth_errors = google_auth_errors
         self.extra_usage = dict(extra_usage or {})
-        self.event_delay = event_delay
-        self.drip_bytes = max(1, drip_bytes)
-        self.drip_delay = drip_delay
-        self.reset_delay = reset_delay
-        self.start_delay = start_delay
+        self.event_delay = pacing.event_delay
+        self.drip_bytes = max(1, pacing.drip_bytes)
+        self.drip_delay = pacing.drip_delay
+        self.reset_delay = pacing.reset_delay
+        self.start_delay = pacing.start_delay
         self.cases = load_published_cases(record_path)
         self.log: list[dict[str, Any]] = []
         self._server: asyncio.Server | None = None
