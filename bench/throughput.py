@@ -24,7 +24,7 @@ import grpc
 import structlog
 
 from consumer.client import StreamOptions, channel_options, stream_reply
-from producer.server import start_server
+from producer.server import ServerSettings, start_server
 from runtime.recording_file import load_recording
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
@@ -64,7 +64,9 @@ async def bare(chunks: tuple[bytes, ...], streams: int) -> float:
 
 
 async def replywire(recording: Recording, case_id: str, plan: ChunkPlan, streams: int) -> float:
-    server, port, _ = await start_server(recording, host="127.0.0.1", port=0, allow_faults=False)
+    server, port, _ = await start_server(
+        recording, ServerSettings(host="127.0.0.1", port=0, allow_faults=False)
+    )
     case = recording.case(case_id)
     log = structlog.get_logger()
     started = time.perf_counter()

@@ -142,30 +142,7 @@ class Reader:
 
     async def run(self) -> None:
         try:
-            while True:
-                try:
-                    message = await self._read()
-                except TimeoutError:
-                    self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
-                    await self.queue.put(StreamEnded(idle=True))
-                    return
-                except grpc.aio.AioRpcError as error:
-                    self.machine.fire(ReaderInput.ENDED, why=error.code().name)
-                    # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
-                    pairs: Any = error.trailing_metadata() or ()
-                    trailing = tuple((str(key), str(value)) for key, value in pairs)
-                    await self.queue.put(
-                        StreamEnded(error.code(), error.details() or "", metadata=trailing)
-                    )
-                    return
-                if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
-                    self.machine.fire(ReaderInput.ENDED, why="eof")
-                    await self.queue.put(StreamEnded())
-                    return
-                if not isinstance(message, pb.Chunk):
-                    # grpc.aio hands over None for a message that does not parse as a Chunk.
-                    await self._broken(Reason.INVALID_TRANSPORT_MESSAGE, type(message).__name__)
-                    return
+            while (message := await self._receive()) is not None:
                 self.chunks_read += 1
                 if self.state is ReaderState.CONNECTING:
                     self.machine.fire(ReaderInput.FIRST_MESSAGE)
@@ -178,6 +155,33 @@ class Reader:
             self._log.exception("reader_failed")
             if not self.machine.finished:
                 await self._broken(Reason.READER_FAILED, type(error).__name__)
+
+    async def _receive(self) -> pb.Chunk | None:
+        """The next chunk, or None once the call has ended (its end is already queued)."""
+        try:
+            message = await self._read()
+        except TimeoutError:
+            self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
+            await self.queue.put(StreamEnded(idle=True))
+            return None
+        except grpc.aio.AioRpcError as error:
+            self.machine.fire(ReaderInput.ENDED, why=error.code().name)
+            # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+            pairs: Any = error.trailing_metadata() or ()
+            trailing = tuple((str(key), str(value)) for key, value in pairs)
+            await self.queue.put(
+                StreamEnded(error.code(), error.details() or "", metadata=trailing)
+            )
+            return None
+        if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
+            self.machine.fire(ReaderInput.ENDED, why="eof")
+            await self.queue.put(StreamEnded())
+            return None
+        if not isinstance(message, pb.Chunk):
+            # grpc.aio hands over None for a message that does not parse as a Chunk.
+            await self._broken(Reason.INVALID_TRANSPORT_MESSAGE, type(message).__name__)
+            return None
+        return message
 
     async def _broken(self, reason: Reason, what: str) -> None:
         self.machine.fire(ReaderInput.ENDED, why=reason.value, message=what)

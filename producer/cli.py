@@ -29,6 +29,7 @@ from producer.server import (
     DEFAULT_MAX_CONNECTION_AGE_S,
     DEFAULT_MAX_STREAMS,
     Exposure,
+    ServerSettings,
     start_server,
     stop_server,
 )
@@ -333,8 +334,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     source = make_source(args, recording)
     metrics = ProducerMetrics()
     install(metrics)  # the ledger's spend goes to this producer's metrics
-    server, port, servicer = await start_server(
-        source,
+    settings = ServerSettings(
         host=args.host,
         port=args.port,
         allow_faults=args.allow_faults,
@@ -343,6 +343,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         max_streams=args.max_streams,
         metrics=metrics,
     )
+    server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (
         exposure.credentials is None or exposure.authenticator is None
     ):

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import aclosing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 import grpc
@@ -526,30 +526,37 @@ class Exposure:
     authenticator: TokenAuthenticator | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """How a server listens and what it allows: one value, built by the CLI (or a test)."""
+
+    host: str
+    port: int
+    allow_faults: bool
+    max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S
+    exposure: Exposure = field(default_factory=Exposure)
+    max_streams: int = DEFAULT_MAX_STREAMS
+    metrics: ProducerMetrics | None = None
+
+
 async def start_server(
-    source: Source | Recording,
-    *,
-    host: str,
-    port: int,
-    allow_faults: bool,
-    max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
-    exposure: Exposure = Exposure(),
-    max_streams: int = DEFAULT_MAX_STREAMS,
-    metrics: ProducerMetrics | None = None,
+    source: Source | Recording, settings: ServerSettings
 ) -> tuple[grpc.aio.Server, int, ReplyStreamServicer]:
     """Start a server; returns it with the bound port (``port=0`` picks a free one).
     Its health service says SERVING for "" and ``replywire.v1.ReplyStream`` once it
     listens; reflection lists ReplyStream, Health and itself."""
+    exposure = settings.exposure
+    max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
     server = grpc.aio.server(options=server_options(max_connection_age_s, max_streams))
     if isinstance(source, Recording):
         source = RecordingSource(source)
     servicer = ReplyStreamServicer(
         source,
-        allow_faults=allow_faults,
+        allow_faults=settings.allow_faults,
         authenticator=exposure.authenticator,
         max_streams=max_streams,
         max_connection_age_s=max_connection_age_s,
-        metrics=metrics,
+        metrics=settings.metrics,
     )
     add_servicer(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(servicer.health, server)
@@ -559,7 +566,7 @@ async def start_server(
         server,
     )  # fmt: skip
     await servicer.set_serving(False)
-    address = f"{host}:{port}"
+    address = f"{settings.host}:{settings.port}"
     try:
         if exposure.credentials is not None:
             bound = server.add_secure_port(address, exposure.credentials)

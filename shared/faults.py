@@ -200,15 +200,10 @@ def _stall(encoded: list[bytes], chunks: list[bytes], fault: Fault) -> Stall:
     return Stall(len(chunks), fault.stall_ms or DEFAULT_STALL_MS)
 
 
-def transmit(
-    case: BoundCase,
-    *,
-    wire: WireFormat,
-    plan: ChunkPlan,
-    fault: Fault | None = None,
-    foreign_binding_sha256: str | None = None,
-) -> Transmission:
-    codec: WireCodec = codec_for(wire)
+def _frames(
+    case: BoundCase, fault: Fault | None, foreign_binding_sha256: str | None
+) -> list[Frame]:
+    """The case's frames, ended by the fault's terminal, with any frame-level fault applied."""
     terminal = FrameKind.DONE
     if fault is not None and fault.kind is FaultKind.CANCEL:
         terminal = FrameKind.CANCEL
@@ -223,12 +218,31 @@ def transmit(
         if fault.kind is FaultKind.FOREIGN_BINDING and not foreign_binding_sha256:
             raise RequestRefused(Reason.INVALID_REQUEST, "foreign-binding needs another binding")
         frames = _frame_fault(frames, fault, foreign_binding_sha256 or "")
+    return frames
+
+
+def _encode(codec: WireCodec, frames: list[Frame], fault: Fault | None) -> list[bytes]:
+    """Each frame on the wire, with any byte-level fault (corrupt, truncate-tail) applied."""
     encoded = [codec.encode_frame(frame) for frame in frames]
     if fault is not None and fault.kind is FaultKind.CORRUPT:
         index = target_index(frames, fault)
         encoded[index] = codec.corrupt_frame(encoded[index])
     if fault is not None and fault.kind is FaultKind.TRUNCATE_TAIL:
         encoded = truncate_tail(encoded, fault.byte_count or DEFAULT_TRUNCATE_BYTES)
+    return encoded
+
+
+def transmit(
+    case: BoundCase,
+    *,
+    wire: WireFormat,
+    plan: ChunkPlan,
+    fault: Fault | None = None,
+    foreign_binding_sha256: str | None = None,
+) -> Transmission:
+    codec: WireCodec = codec_for(wire)
+    frames = _frames(case, fault, foreign_binding_sha256)
+    encoded = _encode(codec, frames, fault)
     if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
         # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.
         return Transmission(tuple(frames), (b"".join(encoded[:2]),), Ending.TRANSPORT_ERROR)

@@ -134,37 +134,6 @@ WIRE_CODES: Final = {
 }
 
 
-def build_request(
-    *,
-    case_id: str,
-    binding: Any,
-    wire: WireFormat,
-    plan: ChunkPlan,
-    fault: Fault | None,
-    stream_id: str,
-    chunk_interval_ms: int = 0,
-) -> pb.OpenRequest:
-    request = pb.OpenRequest(
-        case_id=case_id,
-        binding_json=canonical_json(binding),
-        wire_format=WIRE_CODES[wire],
-        stream_id=stream_id,
-        chunk_interval_ms=chunk_interval_ms,
-        whole_body=plan.mode is ChunkMode.WHOLE,
-        chunk_sizes=list(plan.sizes),
-    )
-    if fault is not None:
-        request.fault.CopyFrom(
-            pb.Fault(
-                kind=FAULT_CODES[fault.kind],
-                target_frame=fault.target_frame or 0,
-                byte_count=fault.byte_count or 0,
-                stall_ms=fault.stall_ms or 0,
-            )
-        )
-    return request
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplyRequest:
     """Everything that describes one request for a bound reply, checked when it is made.
@@ -200,15 +169,26 @@ class ReplyRequest:
 
     def open_request(self) -> pb.OpenRequest:
         """The gRPC request that asks a producer for this reply."""
-        return build_request(
+        request = pb.OpenRequest(
             case_id=self.case_id,
-            binding=self.binding,
-            wire=self.wire,
-            plan=self.plan,
-            fault=self.fault,
+            binding_json=canonical_json(self.binding),
+            wire_format=WIRE_CODES[self.wire],
             stream_id=self.stream_id,
             chunk_interval_ms=self.chunk_interval_ms,
+            whole_body=self.plan.mode is ChunkMode.WHOLE,
+            chunk_sizes=list(self.plan.sizes),
         )
+        fault = self.fault
+        if fault is not None:
+            request.fault.CopyFrom(
+                pb.Fault(
+                    kind=FAULT_CODES[fault.kind],
+                    target_frame=fault.target_frame or 0,
+                    byte_count=fault.byte_count or 0,
+                    stall_ms=fault.stall_ms or 0,
+                )
+            )
+        return request
 
     def consumer(
         self, logger: structlog.typing.FilteringBoundLogger | None = None

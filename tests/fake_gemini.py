@@ -107,7 +107,7 @@ Hostile-provider scripts (ours, not Google behaviour): ``fake-usage-negative``,
 ``fake-usage-huge``, ``fake-usage-non-integer`` and ``fake-usage-missing`` answer
 the good reply with the implausible usage in :data:`BAD_USAGE`; ``fake-echo-key``
 answers 400 with the received API key quoted in the error body;
-``fake-slow-start`` holds the response for ``start_delay`` seconds (2 s) after
+``fake-slow-start`` holds the response for ``Pacing.start_delay`` seconds (2 s) after
 reading the request, then answers the good reply.
 """
 
@@ -355,6 +355,19 @@ class _Conn:
     peer_gone: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How fast the fake writes: seconds between events (``event_delay``), bytes per piece
+    and seconds between pieces for ``fake-slow-drip``, seconds before a scripted reset, and
+    seconds ``fake-slow-start`` holds the response."""
+
+    event_delay: float = 0.0
+    drip_bytes: int = 8
+    drip_delay: float = 0.02
+    reset_delay: float = 0.05
+    start_delay: float = 2.0
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -377,20 +390,16 @@ class FakeGemini:
         record_path: Path = PUBLISHED_RECORD,
         google_auth_errors: bool = False,
         extra_usage: dict[str, int] | None = None,
-        event_delay: float = 0.0,
-        drip_bytes: int = 8,
-        drip_delay: float = 0.02,
-        reset_delay: float = 0.05,
-        start_delay: float = 2.0,
+        pacing: Pacing = Pacing(),
     ) -> None:
         self.api_key = api_key
         self.google_auth_errors = google_auth_errors
         self.extra_usage = dict(extra_usage or {})
-        self.event_delay = event_delay
-        self.drip_bytes = max(1, drip_bytes)
-        self.drip_delay = drip_delay
-        self.reset_delay = reset_delay
-        self.start_delay = start_delay
+        self.event_delay = pacing.event_delay
+        self.drip_bytes = max(1, pacing.drip_bytes)
+        self.drip_delay = pacing.drip_delay
+        self.reset_delay = pacing.reset_delay
+        self.start_delay = pacing.start_delay
         self.cases = load_published_cases(record_path)
         self.log: list[dict[str, Any]] = []
         self._server: asyncio.Server | None = None
@@ -472,16 +481,8 @@ class FakeGemini:
         conn: _Conn | None = None
         watcher: asyncio.Task[None] | None = None
         try:
-            try:
-                request = await self._read_request(reader)
-            except _HttpError as exc:  # malformed HTTP: answer, log nothing
-                await self._write_plain(writer, exc.code, exc.message)
-                return
+            request = await self._accept(reader, writer)
             if request is None:
-                return
-            split = urlsplit(request.target)
-            if split.path.startswith("/_fake/"):
-                await self._serve_control(writer, request.method, split.path)
                 return
             entry = self._new_entry(request)
             self.log.append(entry)
@@ -502,15 +503,42 @@ class FakeGemini:
                 conn.entry["cancelled_by_server"] = True
             raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(BaseException):
-                    await watcher
-            if conn is not None:
-                conn.entry["finished"] = True
-            await self._close(writer)
+            await self._end(writer, conn, watcher)
             if task is not None:
                 self._tasks.discard(task)
+
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> _Request | None:
+        """The request to serve, or None: none came, or it was answered here (malformed
+        HTTP, logging nothing; or a ``/_fake/*`` control request)."""
+        try:
+            request = await self._read_request(reader)
+        except _HttpError as exc:  # malformed HTTP: answer, log nothing
+            await self._write_plain(writer, exc.code, exc.message)
+            return None
+        if request is None:
+            return None
+        split = urlsplit(request.target)
+        if split.path.startswith("/_fake/"):
+            await self._serve_control(writer, request.method, split.path)
+            return None
+        return request
+
+    async def _end(
+        self,
+        writer: asyncio.StreamWriter,
+        conn: _Conn | None,
+        watcher: asyncio.Task[None] | None,
+    ) -> None:
+        """Stop watching the peer, mark the log entry finished, close the connection."""
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await watcher
+        if conn is not None:
+            conn.entry["finished"] = True
+        await self._close(writer)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> _Request | None:
         try:
@@ -959,41 +987,51 @@ class FakeGemini:
 # --------------------------------------------------------------------------- helpers
 
 
+def _bad(message: str) -> _HttpError:
+    return _HttpError(400, "INVALID_ARGUMENT", message)
+
+
 def _validate(model: str, body: Any) -> _Turn:
     """The request shape the adapter must send; 400 INVALID_ARGUMENT otherwise."""
-
-    def bad(message: str) -> _HttpError:
-        return _HttpError(400, "INVALID_ARGUMENT", message)
-
     if not isinstance(body, dict):
-        raise bad("Invalid JSON payload received: the body must be a JSON object.")
-    contents = body.get("contents")
-    if not isinstance(contents, list) or len(contents) != 1 or not isinstance(contents[0], dict):
-        raise bad("contents must be a list holding exactly one user turn.")
-    turn = contents[0]
-    if turn.get("role", "user") != "user":
-        raise bad("contents[0].role must be 'user'.")
-    user_text = _first_text(turn)
-    if user_text is None:
-        raise bad("contents[0].parts[0].text must be a string.")
+        raise _bad("Invalid JSON payload received: the body must be a JSON object.")
+    user_text = _user_text(body.get("contents"))
     system = body.get("systemInstruction")
     system_text = _first_text(system) if isinstance(system, dict) else None
     if system_text is None:
-        raise bad("systemInstruction.parts[0].text must be a string.")
-    config = body.get("generationConfig")
+        raise _bad("systemInstruction.parts[0].text must be a string.")
+    schema, max_tokens = _generation_config(body.get("generationConfig"))
+    return _Turn(model, system_text, user_text, schema, max_tokens)
+
+
+def _user_text(contents: Any) -> str:
+    """The one user turn's text."""
+    if not isinstance(contents, list) or len(contents) != 1 or not isinstance(contents[0], dict):
+        raise _bad("contents must be a list holding exactly one user turn.")
+    turn = contents[0]
+    if turn.get("role", "user") != "user":
+        raise _bad("contents[0].role must be 'user'.")
+    user_text = _first_text(turn)
+    if user_text is None:
+        raise _bad("contents[0].parts[0].text must be a string.")
+    return user_text
+
+
+def _generation_config(config: Any) -> tuple[dict[str, Any], int]:
+    """The response schema and maxOutputTokens of a JSON-only generationConfig."""
     if not isinstance(config, dict):
-        raise bad("generationConfig must be an object.")
+        raise _bad("generationConfig must be an object.")
     if config.get("responseMimeType") != "application/json":
-        raise bad("generationConfig.responseMimeType must be 'application/json'.")
+        raise _bad("generationConfig.responseMimeType must be 'application/json'.")
     schema = config.get("responseJsonSchema")
     if not isinstance(schema, dict):
-        raise bad("generationConfig.responseJsonSchema must be a JSON Schema object.")
+        raise _bad("generationConfig.responseJsonSchema must be a JSON Schema object.")
     if "responseSchema" in config:
-        raise bad("responseSchema must be omitted when responseJsonSchema is set.")
+        raise _bad("responseSchema must be omitted when responseJsonSchema is set.")
     max_tokens = config.get("maxOutputTokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
-        raise bad("generationConfig.maxOutputTokens must be a positive integer.")
-    return _Turn(model, system_text, user_text, schema, max_tokens)
+        raise _bad("generationConfig.maxOutputTokens must be a positive integer.")
+    return schema, max_tokens
 
 
 def _first_text(content: dict[str, Any]) -> str | None:

@@ -28,6 +28,7 @@ from tests.fake_gemini import (
     RATE_LIMITED_BODY,
     SCRIPTS,
     FakeGemini,
+    Pacing,
     PublishedCase,
     load_published_cases,
 )
@@ -429,7 +430,7 @@ def test_slow_drip_read_to_the_end_arrives_in_many_small_pieces() -> None:
         await fake.wait_idle()
         return reply, only_entry(fake)
 
-    reply, entry = run(scenario, drip_delay=0.002)
+    reply, entry = run(scenario, pacing=Pacing(drip_delay=0.002))
     events, tail = split_events(reply.raw)
     assert tail == b""
     assert [text_of(e) for e in events] == list(FIRST.texts)

@@ -15,14 +15,14 @@ import grpc
 import pytest
 
 from consumer.children import stop_process
-from producer.server import start_server
+from producer.server import ServerSettings, start_server
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
 from shared.digest import canonical_json
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import build_request, check_request
+from shared.requests import ReplyRequest, check_request
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, producer, read_trace, wait_for
@@ -32,14 +32,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def good_request(recording: Recording, **changes: object) -> pb.OpenRequest:
     case = recording.case("replace-file")
-    request = build_request(
+    request = ReplyRequest(
         case_id=case.case_id,
         binding=case.binding,
         wire=WireFormat.LENGTH_PREFIXED,
         plan=ChunkPlan.parse("frame"),
         fault=None,
         stream_id="t",
-    )
+    ).open_request()
     for name, value in changes.items():
         if isinstance(value, list):
             getattr(request, name).extend(value)
@@ -52,7 +52,7 @@ async def open_stream(
     recording: Recording, request: pb.OpenRequest, *, allow_faults: bool = True
 ) -> tuple[grpc.StatusCode, str, int]:
     server, port, _ = await start_server(
-        recording, host="127.0.0.1", port=0, allow_faults=allow_faults
+        recording, ServerSettings(host="127.0.0.1", port=0, allow_faults=allow_faults)
     )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -142,28 +142,28 @@ def test_fault_permission_is_checked_before_the_binding(recording: Recording) ->
 )
 def test_chunking_is_as_requested(recording: Recording, plan: str, chunks: int) -> None:
     case = recording.case("replace-file")
-    request = build_request(
+    request = ReplyRequest(
         case_id=case.case_id,
         binding=case.binding,
         wire=WireFormat.LENGTH_PREFIXED,
         plan=ChunkPlan.parse(plan),
         fault=None,
         stream_id="chunking",
-    )
+    ).open_request()
     assert asyncio.run(open_stream(recording, request))[::2] == (grpc.StatusCode.OK, chunks)
 
 
 @pytest.mark.parametrize("wire", list(WireFormat), ids=str)
 def test_every_wire_round_trips_through_the_request(recording: Recording, wire: WireFormat) -> None:
     case = recording.case("replace-file")
-    request = build_request(
+    request = ReplyRequest(
         case_id=case.case_id,
         binding=case.binding,
         wire=wire,
         plan=ChunkPlan.parse("frame"),
         fault=None,
         stream_id="x",
-    )
+    ).open_request()
     assert check_request(request, allow_faults=False).wire is wire
     assert (
         request.wire_format
@@ -180,7 +180,7 @@ def test_every_fault_round_trips_through_the_request(recording: Recording) -> No
     case = recording.case("replace-file")
     for kind in FaultKind:
         sent = Fault(kind=kind, target_frame=4, byte_count=2, stall_ms=10)
-        request = build_request(
+        request = ReplyRequest(
             case_id=case.case_id,
             binding=case.binding,
             wire=WireFormat.NDJSON,
@@ -188,7 +188,7 @@ def test_every_fault_round_trips_through_the_request(recording: Recording) -> No
             fault=sent,
             stream_id="x",
             chunk_interval_ms=5,
-        )
+        ).open_request()
         checked = check_request(request, allow_faults=True)
         assert checked.fault == sent
         assert checked.wire is WireFormat.NDJSON

@@ -581,31 +581,60 @@ def _tampered(claim: DoneDigest) -> st.SearchStrategy[DoneDigest]:
 PERTURBATIONS: Final = ("sequence", "nudge", "binding", "replay", "replay-later", "empty", "digest")
 
 
+def _with_terminal(draw: st.DrawFn, binding: str, deltas: list[str]) -> list[Frame]:
+    """The content frames with a terminal: last, sometimes anywhere (then frames follow it)."""
+    frames = content_frames(binding, deltas)
+    at_end = draw(st.sampled_from([True, True, False]), label="terminal last")
+    position = len(deltas) if at_end else draw(st.integers(0, len(deltas)))
+    kind = draw(
+        st.sampled_from([FrameKind.DONE, FrameKind.CANCEL, FrameKind.ERROR]),
+        label="terminal kind",
+    )
+    if kind is FrameKind.DONE:
+        terminal = terminal_frame(binding, position + 1, kind, deltas[:position])
+    else:
+        # Any reason, including an empty or an over-long one (both wires must refuse those).
+        reason = draw(st.one_of(st.just(f"controlled_local_{kind}"), st.text(max_size=300)))
+        terminal = Frame(sequence=position + 1, kind=kind, binding_sha256=binding, reason=reason)
+    frames.insert(position, terminal)
+    return [replace(frame, sequence=index) for index, frame in enumerate(frames, start=1)]
+
+
+def _perturb(draw: st.DrawFn, frames: list[Frame]) -> bool:
+    """Perturb one frame of ``frames`` in place; True if that tampered with done's digest."""
+    index = draw(st.integers(0, len(frames) - 1))
+    frame = frames[index]
+    how = draw(st.sampled_from(PERTURBATIONS))
+    if how == "sequence":
+        frames[index] = replace(frame, sequence=draw(SEQUENCES))
+    elif how == "nudge":
+        assert isinstance(frame.sequence, int)
+        nudged = max(0, frame.sequence + draw(st.sampled_from([-2, -1, 1, 2])))
+        frames[index] = replace(frame, sequence=nudged)
+    elif how == "binding":
+        frames[index] = replace(frame, binding_sha256=draw(BINDINGS))
+    elif how == "replay":
+        frames.insert(index + 1, frame)
+    elif how == "replay-later":
+        frames.insert(draw(st.integers(index + 1, len(frames))), frame)
+    elif how == "empty" and frame.kind is FrameKind.CONTENT_DELTA:
+        frames[index] = replace(frame, text="")
+    elif how == "digest" and frame.done_digest is not None:
+        frames[index] = replace(frame, done_digest=draw(_tampered(frame.done_digest)))
+        return True
+    return False
+
+
 @st.composite
 def scripts(draw: st.DrawFn) -> Script:
     """Frames as a producer might send them: usually well-formed, sometimes perturbed."""
     case_id = draw(st.sampled_from(CASE_IDS), label="case")
     binding = RECORDING.case(case_id).binding_sha256
     deltas = _deltas(draw, case_id)
-    frames = content_frames(binding, deltas)
-    if draw(st.sampled_from([True, True, True, False]), label="terminal"):  # usually ...
-        # ... last, sometimes anywhere (then frames follow the terminal).
-        at_end = draw(st.sampled_from([True, True, False]), label="terminal last")
-        position = len(deltas) if at_end else draw(st.integers(0, len(deltas)))
-        kind = draw(
-            st.sampled_from([FrameKind.DONE, FrameKind.CANCEL, FrameKind.ERROR]),
-            label="terminal kind",
-        )
-        if kind is FrameKind.DONE:
-            terminal = terminal_frame(binding, position + 1, kind, deltas[:position])
-        else:
-            # Any reason, including an empty or an over-long one (both wires must refuse those).
-            reason = draw(st.one_of(st.just(f"controlled_local_{kind}"), st.text(max_size=300)))
-            terminal = Frame(
-                sequence=position + 1, kind=kind, binding_sha256=binding, reason=reason
-            )
-        frames.insert(position, terminal)
-        frames = [replace(frame, sequence=index) for index, frame in enumerate(frames, start=1)]
+    if draw(st.sampled_from([True, True, True, False]), label="terminal"):  # usually
+        frames = _with_terminal(draw, binding, deltas)
+    else:
+        frames = content_frames(binding, deltas)
     tampered = False
     if (
         frames[-1:]
@@ -617,26 +646,7 @@ def scripts(draw: st.DrawFn) -> Script:
         tampered = True
     perturbations = draw(st.integers(1, 3)) if draw(st.booleans(), label="perturb") else 0
     for _ in range(perturbations if frames else 0):
-        index = draw(st.integers(0, len(frames) - 1))
-        frame = frames[index]
-        how = draw(st.sampled_from(PERTURBATIONS))
-        if how == "sequence":
-            frames[index] = replace(frame, sequence=draw(SEQUENCES))
-        elif how == "nudge":
-            assert isinstance(frame.sequence, int)
-            nudged = max(0, frame.sequence + draw(st.sampled_from([-2, -1, 1, 2])))
-            frames[index] = replace(frame, sequence=nudged)
-        elif how == "binding":
-            frames[index] = replace(frame, binding_sha256=draw(BINDINGS))
-        elif how == "replay":
-            frames.insert(index + 1, frame)
-        elif how == "replay-later":
-            frames.insert(draw(st.integers(index + 1, len(frames))), frame)
-        elif how == "empty" and frame.kind is FrameKind.CONTENT_DELTA:
-            frames[index] = replace(frame, text="")
-        elif how == "digest" and frame.done_digest is not None:
-            frames[index] = replace(frame, done_digest=draw(_tampered(frame.done_digest)))
-            tampered = True
+        tampered = _perturb(draw, frames) or tampered
     return Script(
         binding_sha256=binding,
         frames=tuple(frames),

@@ -21,7 +21,7 @@ from shared.errors import Reason
 from shared.frames import derive_frames
 from shared.machine import ReplyConsumer
 from shared.recording import Recording
-from shared.requests import build_request
+from shared.requests import ReplyRequest
 from shared.result import Flow
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
@@ -55,14 +55,14 @@ def test_an_abort_gives_the_pinned_document(recording: Recording) -> None:
 
 def session(recording: Recording, wire: WireFormat) -> StreamSession:
     case = recording.case("replace-file")
-    request = build_request(
+    request = ReplyRequest(
         case_id=case.case_id,
         binding=case.binding,
         wire=WireFormat.NDJSON,
         plan=ChunkPlan.parse("frame"),
         fault=None,
         stream_id="s-1",
-    )
+    ).open_request()
     consumer = ReplyConsumer(case.binding, wire=wire)
     return StreamSession(request, consumer, StreamOptions(target="x"), structlog.get_logger())
 

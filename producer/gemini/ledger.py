@@ -88,6 +88,16 @@ def shown(value: object) -> object:
     return repr(value)[:MAX_SHOWN_CHARS]
 
 
+def _first_malformed_count(usage: Mapping[str, object]) -> str | None:
+    """The first of ``USAGE_KEYS`` present but not a JSON integer >= 0, or None."""
+    for key in USAGE_KEYS:
+        if key in usage:
+            value = usage[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return key
+    return None
+
+
 def check_usage(
     usage: Mapping[str, object], *, prompt_estimate: int, max_output_tokens: int
 ) -> str | None:
@@ -101,11 +111,9 @@ def check_usage(
     prompt, are at most ``maxOutputTokens``. So a settled cost is never more
     than the reservation.
     """
-    for key in USAGE_KEYS:
-        if key in usage:
-            value = usage[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                return f"{key} is not a non-negative integer"
+    malformed = _first_malformed_count(usage)
+    if malformed is not None:
+        return f"{malformed} is not a non-negative integer"
     if "promptTokenCount" not in usage:
         return "promptTokenCount is missing"
     prompt = _count(usage, "promptTokenCount")

@@ -261,10 +261,38 @@ class GeminiSource:
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         binding = self.bind(request, checked)
-        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
-        body = request_body(binding, max_output_tokens=max_output_tokens)
+        body = request_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex
-        log = self._log.bind(call_id=call_id, model=model, identity=identity)
+        log = self._log.bind(call_id=call_id, model=self.settings.model, identity=identity)
+        await self._reserve(call_id, body, identity=identity, case_id=checked.case_id, log=log)
+        capture = (
+            self.capture.start(binding=binding, body=body, call_id=call_id, identity=identity)
+            if self.capture
+            else None
+        )
+        call = Call(call_id, capture, log)
+        response = await self._send(call, body)
+        await self._check_status(call, response)
+        log.info("provider_stream_opened", http_status=response.status_code)
+        return GeminiPlan(
+            self,
+            response,
+            checked=checked,
+            binding=binding,
+            call=call,
+        )
+
+    async def _reserve(
+        self,
+        call_id: str,
+        body: Mapping[str, Any],
+        *,
+        identity: str,
+        case_id: str,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        """Reserve the call's worst case in the ledger, or raise with nothing held."""
+        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
         reserving, cancelled = await run_to_the_end(
             asyncio.to_thread(
                 self.ledger.reserve,
@@ -272,7 +300,7 @@ class GeminiSource:
                 body=body,
                 max_output_tokens=max_output_tokens,
                 identity=identity,
-                case_id=checked.case_id,
+                case_id=case_id,
                 model=model,
             )
         )
@@ -293,12 +321,10 @@ class GeminiSource:
                 Call(call_id, None, log), usage=None, outcome="cancelled_by_consumer", sent=False
             )
             raise asyncio.CancelledError
-        capture = (
-            self.capture.start(binding=binding, body=body, call_id=call_id, identity=identity)
-            if self.capture
-            else None
-        )
-        call = Call(call_id, capture, log)
+
+    async def _send(self, call: Call, body: Mapping[str, Any]) -> httpx.Response:
+        """POST the request; if that fails, record the call (kept if it may have been sent)."""
+        log = call.log
         sent = False
 
         async def on_trace(name: str, info: Mapping[str, Any]) -> None:
@@ -308,7 +334,7 @@ class GeminiSource:
                 sent = True
 
         try:
-            response = await self._client.send(
+            return await self._client.send(
                 self._client.build_request(
                     "POST",
                     self.url,
@@ -331,13 +357,16 @@ class GeminiSource:
             if isinstance(error, httpx.HTTPError):
                 raise RequestRefused(Reason.PROVIDER_UNAVAILABLE, type(error).__name__) from error
             raise
+
+    async def _check_status(self, call: Call, response: httpx.Response) -> None:
+        """Refuse (and record the call) unless the provider answered 200."""
         try:
             if response.status_code != 200:
                 body_bytes = await self._read_error(response)
-                if capture is not None:
-                    capture.received(body_bytes)
+                if call.capture is not None:
+                    call.capture.received(body_bytes)
                 refusal = provider_error(response.status_code, body_bytes)
-                log.warning(
+                call.log.warning(
                     "provider_refused", http_status=response.status_code, reason=refusal.code
                 )
                 await self.settle(call, usage=None, outcome=refusal.code)
@@ -349,14 +378,6 @@ class GeminiSource:
                 outcome = "cancelled_by_consumer" if cancelled_now else "internal_error"
                 await self.settle(call, usage=None, outcome=outcome)
             raise
-        log.info("provider_stream_opened", http_status=response.status_code)
-        return GeminiPlan(
-            self,
-            response,
-            checked=checked,
-            binding=binding,
-            call=call,
-        )
 
     @staticmethod
     async def _read_error(response: httpx.Response) -> bytes:

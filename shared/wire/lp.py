@@ -110,20 +110,27 @@ def _varint(data: bytes, offset: int, end: int) -> tuple[int, int]:
     raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, "varint longer than 10 bytes")
 
 
+def _admit(tag: int, schema: _Schema, seen: set[int], top: bool) -> tuple[int, int]:
+    """The tag's field number and wire type, once the schema allows the field here
+    (known, not seen before, at most one kind at the top); adds it to ``seen``."""
+    number, wire_type = tag >> 3, tag & 7
+    if number == 0 or wire_type in (6, 7):
+        raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"invalid tag {tag}")
+    if number not in schema:
+        raise ProtocolFailure(Reason.UNKNOWN_FRAME_FIELD, f"field {number}")
+    if number in seen:
+        raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, f"field {number} repeated")
+    if top and number in _KIND_FIELDS and seen & _KIND_FIELDS:
+        raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "more than one kind")
+    seen.add(number)
+    return number, wire_type
+
+
 def _scan(data: bytes, offset: int, end: int, schema: _Schema, top: bool) -> None:
     seen: set[int] = set()
     while offset < end:
         tag, offset = _varint(data, offset, end)
-        number, wire_type = tag >> 3, tag & 7
-        if number == 0 or wire_type in (6, 7):
-            raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, f"invalid tag {tag}")
-        if number not in schema:
-            raise ProtocolFailure(Reason.UNKNOWN_FRAME_FIELD, f"field {number}")
-        if number in seen:
-            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, f"field {number} repeated")
-        if top and number in _KIND_FIELDS and seen & _KIND_FIELDS:
-            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "more than one kind")
-        seen.add(number)
+        number, wire_type = _admit(tag, schema, seen, top)
         field, nested = schema[number]
         if field is _Field.VARINT:
             if wire_type != _WIRE_VARINT:
