@@ -65,10 +65,12 @@ def free_port() -> int:
 class RedisServer:
     process: subprocess.Popen[bytes]
     port: int
+    password: str | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        secret = f":{self.password}@" if self.password else ""
+        return f"redis://{secret}127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
         stop_process(self.process)
@@ -80,22 +82,24 @@ class RedisServer:
 
 
 @contextmanager
-def redis_server() -> Iterator[RedisServer]:
+def redis_server(password: str | None = None) -> Iterator[RedisServer]:
     binary = require_binary()
+    secret = ["--requirepass", password] if password else []
     with tempfile.TemporaryDirectory(prefix="replywire-redis-") as folder:
         for _attempt in range(3):  # a free port can be taken between the probe and the bind
             port = free_port()
             process = subprocess.Popen(
                 [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", folder, "--logfile", str(Path(folder) / "log")],
+                 "--appendonly", "no", "--dir", folder, "--logfile", str(Path(folder) / "log"),
+                 *secret],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            if _answers(process, port):
+            if _answers(process, port, password):
                 break
             stop_process(process)
         else:
             raise RuntimeError(f"{binary} did not start")
-        server = RedisServer(process, port)
+        server = RedisServer(process, port, password)
         try:
             yield server
         finally:
@@ -103,8 +107,8 @@ def redis_server() -> Iterator[RedisServer]:
                 server.stop()
 
 
-def _answers(process: subprocess.Popen[bytes], port: int) -> bool:
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+def _answers(process: subprocess.Popen[bytes], port: int, password: str | None) -> bool:
+    client = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=1)
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while time.monotonic() < deadline and process.poll() is None:
