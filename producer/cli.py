@@ -15,13 +15,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 import structlog
 
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
-from producer.gemini.ledger import BudgetLedger, Rates
+from producer.gemini.ledger import Ledger, Rates
+from producer.gemini.ledgers import is_redis_url, open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
+from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, safe_location
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.metrics import MetricsEndpoint, ProducerMetrics, install
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
@@ -127,8 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="sent as maxOutputTokens; the worst case the ledger reserves",
     )
     gemini.add_argument(
-        "--ledger", type=Path, default=Path(env("LEDGER", "runs/gemini-ledger.json")),
-        help="budget ledger shared by every producer that spends on this key",
+        "--ledger", default=env("LEDGER", "runs/gemini-ledger.json"),
+        help="budget ledger shared by every producer that spends on this key: a file,"
+        " or redis://HOST:PORT/DB for producers on several hosts",
+    )  # fmt: skip
+    gemini.add_argument(
+        "--ledger-prefix", default=env("LEDGER_PREFIX", DEFAULT_PREFIX),
+        help="the Redis ledger's key prefix",
+    )  # fmt: skip
+    gemini.add_argument(
+        "--ledger-ttl-s", type=int, default=env("LEDGER_TTL_S", str(DEFAULT_TTL_S)),
+        help="a settled or released call stays in the Redis ledger this long (the sums stay)",
     )  # fmt: skip
     gemini.add_argument(
         "--budget-usd",
@@ -293,6 +305,34 @@ def announce_ready(path: Path | None, address: str) -> None:
         write_atomically(path, address.encode())
 
 
+def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
+    """The ledger ``--ledger`` names, checked once: a broken one stops the producer. A Redis
+    URL's password is a secret (scrubbed from the trace; never in a message)."""
+    shown_ledger = args.ledger
+    if is_redis_url(args.ledger):
+        password = urlsplit(args.ledger).password
+        if password:
+            register_secret(password)
+        shown_ledger = safe_location(args.ledger)
+    try:
+        ledger = open_ledger(
+            args.ledger,
+            budget_usd=args.budget_usd,
+            budget_per_identity_usd=per_identity,
+            rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
+            prefix=args.ledger_prefix,
+            ttl_s=args.ledger_ttl_s,
+        )
+        ledger.check()
+    except OSError as error:
+        raise ConfigurationError(f"cannot use --ledger {shown_ledger}: {error.strerror}") from error
+    except ValueError as error:  # a Redis URL or a Redis ledger setting it cannot take
+        raise ConfigurationError(f"--ledger {shown_ledger}: {error}") from error
+    except RequestRefused as error:
+        raise ConfigurationError(f"--ledger {shown_ledger}: {error.detail}") from error
+    return ledger
+
+
 def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     if args.source == "recording":
         return RecordingSource(recording)
@@ -304,18 +344,7 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     budgets = (args.budget_usd, args.budget_usd if per_identity is None else per_identity)
     if args.max_output_tokens < 1 or not all(budget > 0 for budget in budgets):
         raise ConfigurationError("--max-output-tokens and the budgets must be positive")
-    try:
-        ledger = BudgetLedger(
-            args.ledger,
-            budget_usd=args.budget_usd,
-            budget_per_identity_usd=per_identity,
-            rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
-        )
-        ledger.check()
-    except OSError as error:
-        raise ConfigurationError(f"cannot use --ledger {args.ledger}: {error.strerror}") from error
-    except RequestRefused as error:
-        raise ConfigurationError(f"--ledger {args.ledger}: {error.detail}") from error
+    ledger = make_ledger(args, per_identity)
     try:
         capture = RunCapture(args.record, model=args.model) if args.record else None
     except FileExistsError as error:

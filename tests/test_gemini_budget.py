@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from consumer.client import StreamOptions, stream_reply
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
+from producer.gemini.redis_ledger import RedisLedger
 from producer.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
@@ -35,7 +37,16 @@ from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.fake_gemini import BAD_USAGE
-from tests.processes import ROOT, FakeGeminiProcess, fake_gemini, producer, run_consumer, wait_for
+from tests.processes import (
+    ROOT,
+    FakeGeminiProcess,
+    fake_gemini,
+    producer,
+    read_trace,
+    run_consumer,
+    wait_for,
+)
+from tests.redis_server import free_port, redis_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -445,3 +456,108 @@ def test_a_broken_ledger_stops_the_producer_at_start(
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("producer: ") and "ledger" in line
     assert "Traceback" not in done.stderr
+
+
+def test_redis_killed_at_run_time_refuses_with_a_reason_code_and_no_password(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    password = "redis-password-0123456789"
+    with redis_server(password=password) as server, producer(
+        tmp_path, "--source", "gemini", "--gemini-base-url", fake.base_url,
+        "--ledger", server.url, env={"GEMINI_API_KEY": API_KEY},
+    ) as running:  # fmt: skip
+        first = run_consumer(running.target, "--case", CASE)
+        server.kill()
+        second = run_consumer(running.target, "--case", CASE)
+        third = run_consumer(running.target, "--case", CASE)
+        alive = running.process.poll() is None
+        trace_text = running.trace_path.read_text()
+    assert first.result["status"] == "complete"
+    for run in (second, third):
+        assert (run.result["status"], run.result["reason"]) == ("error", "ledger_unavailable")
+        assert run.result["transport"]["grpc_details"] == "ledger_unavailable"
+    assert alive  # never a crash
+    refused = [r for r in read_trace(running.trace_path) if r.get("to_state") == "refused"]
+    assert [r["reason"] for r in refused] == ["ledger_unavailable"] * 2
+    assert f"redis://127.0.0.1:{server.port}/0" in refused[0]["detail"]
+    assert password not in trace_text
+
+
+def test_an_unreachable_redis_ledger_stops_the_producer_at_start(
+    fake: FakeGeminiProcess,
+) -> None:
+    port = free_port()
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "producer", "--port", "0", "--source", "gemini",
+            "--gemini-base-url", fake.base_url,
+            "--ledger", f"redis://:redis-password-0123456789@127.0.0.1:{port}/0",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "GEMINI_API_KEY": API_KEY},
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"producer: --ledger redis://127.0.0.1:{port}/0: cannot read")
+    assert "redis-password" not in done.stderr
+
+
+# --- one Redis ledger shared by two producers ----------------------------------------------
+
+
+def concurrent_consumers(targets: list[str], recording: Recording, count: int) -> list[Any]:
+    """``count`` consumers at once in this process, spread over ``targets``."""
+    log = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+    )
+    case = recording.case(CASE)
+
+    async def one(index: int) -> dict[str, Any]:
+        request = ReplyRequest(
+            case_id=case.case_id,
+            binding=case.binding,
+            wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("frame"),
+            stream_id=f"shared-{index}",
+        )
+        options = StreamOptions(target=targets[index % len(targets)], deadline_s=60)
+        result = await stream_reply(request, options, logger=log)
+        return result.to_dict()
+
+    async def all_of_them() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(one(index) for index in range(count))))
+
+    return asyncio.run(all_of_them())
+
+
+def test_two_producers_sharing_a_redis_ledger_never_exceed_the_budget(
+    tmp_path: Path, fake: FakeGeminiProcess, recording: Recording
+) -> None:
+    """20 consumers at once over two producers that share one Redis ledger, with room for 5
+    worst cases: each call is charged its whole reservation (``fake-usage-huge``), so exactly
+    5 are served and 15 refused ``budget_exhausted``; the committed total stays within."""
+    budget = worst_case(recording) * 5.5
+    with redis_server() as server, ExitStack() as stack:
+        args = ["--source", "gemini", "--gemini-base-url", fake.base_url,
+                "--model", "fake-usage-huge", "--ledger", server.url,
+                "--ledger-prefix", "shared:", "--budget-usd", str(budget)]  # fmt: skip
+        env = {"GEMINI_API_KEY": API_KEY}
+        producers = [
+            stack.enter_context(producer(tmp_path, *args, name=f"producer-{index}", env=env))
+            for index in range(2)
+        ]
+        results = concurrent_consumers([p.target for p in producers], recording, 20)
+        ledger = RedisLedger(server.url, budget_usd=budget, prefix="shared:")
+        wait_for(lambda: all(e["state"] != "reserved" for e in ledger.entries()))
+        rows, totals = ledger.entries(), ledger.totals()
+        traces = [p.trace() for p in producers]
+    statuses = sorted((r["status"], r.get("reason")) for r in results)
+    assert statuses.count(("complete", None)) == 5, statuses
+    assert {s for s in statuses if s[0] != "complete"} == {("refused", "budget_exhausted")}
+    assert totals["committed_usd"] <= budget
+    assert totals["committed_usd"] == pytest.approx(5 * worst_case(recording))
+    assert [e["state"] for e in rows] == ["settled"] * 5
+    assert totals["entries"] == 5
+    # Both producers reserved against the one ledger (each served at least one call).
+    reserved = [sum(r["event"] == "budget_reserved" for r in trace) for trace in traces]
+    assert sum(reserved) == 5

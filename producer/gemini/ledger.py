@@ -19,6 +19,10 @@ Every entry leaves ``reserved`` exactly once:
 * ``failed`` (the reservation is kept) once the request may have reached the
   provider but no usage came back: nobody knows what it cost, the worst case stands;
 * ``released`` (not counted) when the request never started to be sent.
+
+``Ledger`` is the interface the Gemini source uses; ``BudgetLedger`` (this file)
+and ``redis_ledger.RedisLedger`` (``--ledger redis://HOST:PORT/DB``) implement
+it with the same rules; ``ledgers.open_ledger`` picks one from the ``--ledger`` value.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from producer.files import write_atomically
 from producer.gemini.protocol import USAGE_KEYS
@@ -69,8 +73,9 @@ def _count(usage: Mapping[str, object], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def usage_cost(usage: Mapping[str, object], rates: Rates) -> float:
-    """Reported usage at our rates (cached and thinking tokens charged, never discounted).
+def charged_tokens(usage: Mapping[str, object]) -> tuple[int, int]:
+    """The input and output tokens reported usage is charged for (cached and thinking tokens
+    in full, never discounted).
 
     Output is what the total counts beyond the prompt, if that is more than the
     candidates and thoughts reported (a count left out is still paid for).
@@ -78,7 +83,12 @@ def usage_cost(usage: Mapping[str, object], rates: Rates) -> float:
     prompt = _count(usage, "promptTokenCount")
     output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
     beyond_prompt = _count(usage, "totalTokenCount") - prompt
-    return rates.cost(prompt, max(output, beyond_prompt))
+    return prompt, max(output, beyond_prompt)
+
+
+def usage_cost(usage: Mapping[str, object], rates: Rates) -> float:
+    """Reported usage at our rates (``charged_tokens``)."""
+    return rates.cost(*charged_tokens(usage))
 
 
 def shown(value: object) -> object:
@@ -141,6 +151,48 @@ class Settlement:
     reserved_usd: float
     #: Why the reported usage was not believed (the reservation was charged), or None.
     usage_rejected: str | None = None
+
+
+class Ledger(Protocol):
+    """What the Gemini source needs of a budget ledger. Every method is synchronous (the
+    source runs it in a thread) and fails closed with ``ledger_unavailable``."""
+
+    budget_usd: float
+    budget_per_identity_usd: float
+
+    def check(self) -> None:
+        """Reach the ledger once (at start): a broken one stops the producer, not a call."""
+
+    def reserve(
+        self,
+        call_id: str,
+        *,
+        body: Mapping[str, Any],
+        max_output_tokens: int,
+        identity: str = ANONYMOUS,
+        **meta: Any,
+    ) -> float:
+        """Reserve the worst case of one call (its cost in USD), or refuse with
+        ``budget_exhausted``."""
+        ...
+
+    def settle(self, call_id: str, usage: Mapping[str, object]) -> Settlement:
+        """Charge the reported usage if it is plausible (``check_usage``), else the reservation."""
+        ...
+
+    def keep_reservation(self, call_id: str, why: str) -> None:
+        """The request may have reached the provider but no usage came back."""
+
+    def release(self, call_id: str, why: str) -> None:
+        """The request never started to be sent: the reservation goes."""
+
+    def totals(self, identity: str | None = None) -> dict[str, Any]:
+        """``committed_usd`` (of one identity, or of all), the budgets, ``entries``."""
+        ...
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every entry still held, oldest first (for operators and tests)."""
+        ...
 
 
 class BudgetLedger:

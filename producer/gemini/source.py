@@ -40,7 +40,7 @@ import httpx
 import structlog
 
 from producer.gemini.capture import CallCapture, RunCapture
-from producer.gemini.ledger import ANONYMOUS, BudgetLedger, estimate_prompt_tokens, shown
+from producer.gemini.ledger import ANONYMOUS, Ledger, estimate_prompt_tokens, shown
 from producer.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -225,7 +225,7 @@ class GeminiSource:
         settings: GeminiSettings,
         *,
         api_key: str,
-        ledger: BudgetLedger,
+        ledger: Ledger,
         capture: RunCapture | None = None,
     ) -> None:
         self.recording = recording
