@@ -28,7 +28,7 @@ from consumer.client import StreamOptions, stream_reply
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
-from producer.gemini.redis_ledger import RedisLedger
+from producer.gemini.redis_ledger import RedisLedger, RedisOptions
 from producer.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
@@ -547,7 +547,7 @@ def test_two_producers_sharing_a_redis_ledger_never_exceed_the_budget(
             for index in range(2)
         ]
         results = concurrent_consumers([p.target for p in producers], recording, 20)
-        ledger = RedisLedger(server.url, budget_usd=budget, prefix="shared:")
+        ledger = RedisLedger(server.url, budget_usd=budget, options=RedisOptions(prefix="shared:"))
         wait_for(lambda: all(e["state"] != "reserved" for e in ledger.entries()))
         rows, totals = ledger.entries(), ledger.totals()
         traces = [p.trace() for p in producers]

@@ -26,7 +26,7 @@ from producer.gemini.ledger import (
     usage_cost,
 )
 from producer.gemini.ledgers import open_ledger
-from producer.gemini.redis_ledger import RedisLedger
+from producer.gemini.redis_ledger import RedisLedger, RedisOptions
 from shared.errors import Reason, RequestRefused
 from tests.redis_server import RedisServer, free_port, redis_server
 
@@ -336,7 +336,7 @@ def test_reservations_from_two_processes_never_exceed_the_budget(
 
 
 def test_settled_and_released_calls_expire_and_the_sums_do_not(redis: RedisServer) -> None:
-    ledger = RedisLedger(redis.url, budget_usd=1.0, prefix="ttl:", ttl_s=600)
+    ledger = RedisLedger(redis.url, budget_usd=1.0, options=RedisOptions(prefix="ttl:", ttl_s=600))
     for call_id in ("settled", "failed", "released", "reserved"):
         ledger.reserve(call_id, body=BODY, max_output_tokens=1000)
     ledger.settle("settled", GOOD_USAGE)
@@ -353,7 +353,7 @@ def test_settled_and_released_calls_expire_and_the_sums_do_not(redis: RedisServe
 
 def test_redis_sums_are_exact_integers(redis: RedisServer) -> None:
     """1,000 settlements of one prompt token each: no float drift (pico-dollars)."""
-    ledger = RedisLedger(redis.url, budget_usd=10.0, prefix="exact:")
+    ledger = RedisLedger(redis.url, budget_usd=10.0, options=RedisOptions(prefix="exact:"))
     for index in range(1000):
         ledger.reserve(f"c{index}", body=BODY, max_output_tokens=1000, identity="one")
         ledger.settle(f"c{index}", {"promptTokenCount": 1})
@@ -381,7 +381,7 @@ def test_redis_killed_mid_run_is_ledger_unavailable() -> None:
 
 
 def test_redis_that_answers_garbage_is_ledger_unavailable(redis: RedisServer) -> None:
-    ledger = RedisLedger(redis.url, budget_usd=1.0, prefix="garbage:")
+    ledger = RedisLedger(redis.url, budget_usd=1.0, options=RedisOptions(prefix="garbage:"))
     ledger.client.rpush("garbage:committed", "not a hash")
     for operation in (
         ledger.check,
@@ -416,7 +416,7 @@ def test_a_server_that_is_not_redis_is_ledger_unavailable() -> None:
         thread = threading.Thread(target=answer_garbage, daemon=True)
         thread.start()
         url = f"redis://:sekrit-password@127.0.0.1:{port}/0"
-        ledger = RedisLedger(url, budget_usd=1.0, timeout_s=2)
+        ledger = RedisLedger(url, budget_usd=1.0, options=RedisOptions(timeout_s=2))
         with pytest.raises(RequestRefused) as refused:
             ledger.reserve("a", body=BODY, max_output_tokens=1000)
     assert refused.value.reason is Reason.LEDGER_UNAVAILABLE

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from producer.gemini.ledger import BudgetLedger, Ledger, Rates
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, RedisLedger
+from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, RedisLedger, RedisOptions
 
 
 def is_redis_url(spec: str) -> bool:
@@ -29,8 +29,10 @@ def open_ledger(
             budget_usd=budget_usd,
             budget_per_identity_usd=budget_per_identity_usd,
             rates=rates,
-            prefix=DEFAULT_PREFIX if prefix is None else prefix,
-            ttl_s=DEFAULT_TTL_S if ttl_s is None else ttl_s,
+            options=RedisOptions(
+                prefix=DEFAULT_PREFIX if prefix is None else prefix,
+                ttl_s=DEFAULT_TTL_S if ttl_s is None else ttl_s,
+            ),
         )
     return BudgetLedger(
         Path(spec),

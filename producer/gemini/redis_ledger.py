@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
@@ -133,6 +134,15 @@ def safe_location(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """Where the ledger's keys live, how long finished calls are kept, how long to wait."""
+
+    prefix: str = DEFAULT_PREFIX
+    ttl_s: int = DEFAULT_TTL_S
+    timeout_s: float = TIMEOUT_S
+
+
 class RedisLedger:
     def __init__(
         self,
@@ -141,10 +151,10 @@ class RedisLedger:
         budget_usd: float,
         budget_per_identity_usd: float | None = None,
         rates: Rates | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        ttl_s: int = DEFAULT_TTL_S,
-        timeout_s: float = TIMEOUT_S,
+        options: RedisOptions | None = None,
     ) -> None:
+        options = options or RedisOptions()
+        prefix, ttl_s, timeout_s = options.prefix, options.ttl_s, options.timeout_s
         per_identity = budget_usd if budget_per_identity_usd is None else budget_per_identity_usd
         if not budget_usd > 0 or not per_identity > 0:
             raise ValueError("the budget (and the per-identity budget) must be > 0")
