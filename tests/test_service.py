@@ -19,7 +19,7 @@ import pytest
 from consumer.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
-from shared.result import LAB_RESULT_KEYS
+from shared.result import lab_view
 from tests.processes import (
     Producer,
     consumer_process,
@@ -53,10 +53,6 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
     """One producer with faults allowed, shared by the tests that do not kill it."""
     with producer(tmp_path_factory.mktemp("faulty"), "--allow-faults", "--log-level", "debug") as p:
         yield p
-
-
-def lab_view(result: dict[str, Any]) -> dict[str, Any]:
-    return {key: result[key] for key in LAB_RESULT_KEYS}
 
 
 def without_pauses(states: list[tuple[str, str]]) -> list[tuple[str, str]]:
