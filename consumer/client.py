@@ -101,6 +101,9 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         ("grpc.max_send_message_length", options.max_message_bytes),
         # A paid or partial stream is never retried behind our back.
         ("grpc.enable_retries", 0),
+        # Each channel its own connection: a resume's new channel must not share the broken
+        # connection's subchannel (gRPC's global pool), which is in reconnect backoff.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 

@@ -77,13 +77,24 @@ def test_published_controlled_failure_across_processes(
     faulty: Producer, published: dict[str, Any]
 ) -> None:
     fault = SCENARIO_FAULTS[published["scenario"]]
-    run = run_consumer(faulty.target, "--case", "replace-file", *LAB, "--fault", fault)
+    # No resume: the lab's outcome of a broken transport (tests/test_resume.py resumes it).
+    run = run_consumer(
+        faulty.target, "--case", "replace-file", *LAB, "--fault", fault, "--resume-attempts", "0"
+    )
     assert lab_view(run.result) == published["result"]
     assert run.returncode == {"cancelled": 4, "error": 5, "incomplete": 3}[run.result["status"]]
 
 
 def test_transport_abort_reports_the_grpc_status(faulty: Producer) -> None:
-    run = run_consumer(faulty.target, "--case", "replace-file", "--fault", "transport-abort")
+    run = run_consumer(
+        faulty.target,
+        "--case",
+        "replace-file",
+        "--fault",
+        "transport-abort",
+        "--resume-attempts",
+        "0",
+    )
     assert run.returncode == 5
     assert run.result["transport"] == {
         "grpc_code": "UNAVAILABLE",
@@ -210,7 +221,15 @@ def test_consumer_killed_mid_stream_then_the_next_stream_is_served(
 @pytest.mark.parametrize("wire", ["lp", "ndjson"])
 def test_abort_after_done_is_not_accepted(faulty: Producer, wire: str) -> None:
     run = run_consumer(
-        faulty.target, "--case", "utf8-write", "--wire", wire, "--fault", "abort-after-done"
+        faulty.target,
+        "--case",
+        "utf8-write",
+        "--wire",
+        wire,
+        "--fault",
+        "abort-after-done",
+        "--resume-attempts",
+        "0",
     )
     assert run.returncode == 5
     assert (run.result["status"], run.result["reason"]) == ("error", "transport_io_error")
