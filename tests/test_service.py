@@ -148,6 +148,8 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
             "stall",
             "--stream-id",
             stream_id,
+            "--resume-attempts",
+            "0",  # no producer to resume from (tests/test_resume.py restarts one)
             "--result",
             str(tmp_path / "result.json"),
         ) as consumer:
