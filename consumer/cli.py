@@ -20,6 +20,9 @@ from consumer.client import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_QUEUE_SIZE,
+    DEFAULT_RESUME_ATTEMPTS,
+    DEFAULT_RESUME_BACKOFF_MAX_S,
+    DEFAULT_RESUME_BACKOFF_S,
     DEFAULT_WINDOW_BYTES,
     StreamOptions,
     install_interrupt,
@@ -264,6 +267,9 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
             window_bytes=args.window_bytes,
             deadline_s=args.deadline_s,
             idle_timeout_s=args.idle_timeout_s,
+            resume_attempts=args.resume_attempts,
+            resume_backoff_s=args.resume_backoff_s,
+            resume_backoff_max_s=max(args.resume_backoff_s, DEFAULT_RESUME_BACKOFF_MAX_S),
             security=load_security(
                 tls_ca=args.tls_ca,
                 tls_cert=args.tls_cert,
@@ -338,6 +344,18 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="longest wait for one chunk",
+    )
+    parser.add_argument(
+        "--resume-attempts",
+        type=_non_negative,
+        default=DEFAULT_RESUME_ATTEMPTS,
+        help="resumes after a transport failure mid-stream (0: none)",
+    )
+    parser.add_argument(
+        "--resume-backoff-s",
+        type=_seconds,
+        default=DEFAULT_RESUME_BACKOFF_S,
+        help="the first wait before a resume; doubled per attempt up to 2 s, with jitter",
     )
     parser.add_argument(
         "--chunk-interval-ms",

@@ -21,6 +21,7 @@ call is ``error`` / ``transport_io_error`` with the gRPC code and details.
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import time
 from collections.abc import Callable
@@ -45,6 +46,12 @@ DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
 DEFAULT_DEADLINE_S: Final = 300.0
 DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
+DEFAULT_RESUME_BACKOFF_S: Final = 0.25
+DEFAULT_RESUME_BACKOFF_MAX_S: Final = 2.0
+#: Resumes of `consumer stream` (the StreamOptions default, 0, is today's behaviour: none).
+DEFAULT_RESUME_ATTEMPTS: Final = 3
+#: Named endings of the producer that are a broken transport, not a verdict: resumable.
+RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 #: Trailing metadata the producer sends with such an answer that the result keeps.
@@ -63,8 +70,17 @@ class StreamOptions:
     idle_timeout_s: float | None = None
     #: TLS material and the bearer token (none: plaintext, no token).
     security: Security = field(default_factory=Security)
+    #: Resumes after a transport failure (0: none, the stream ends transport_io_error).
+    resume_attempts: int = 0
+    #: The first backoff before a resume; it doubles per attempt up to the cap, with jitter.
+    resume_backoff_s: float = DEFAULT_RESUME_BACKOFF_S
+    resume_backoff_max_s: float = DEFAULT_RESUME_BACKOFF_MAX_S
 
     def __post_init__(self) -> None:
+        if self.resume_attempts < 0:
+            raise ValueError("resume attempts must be >= 0")
+        if not 0 <= self.resume_backoff_s <= self.resume_backoff_max_s:
+            raise ValueError("resume backoff must be >= 0 and at most its cap")
         if self.queue_size < 1:
             raise ValueError("queue size must be >= 1")
         if self.window_bytes < 1024:
@@ -85,6 +101,9 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         ("grpc.max_send_message_length", options.max_message_bytes),
         # A paid or partial stream is never retried behind our back.
         ("grpc.enable_retries", 0),
+        # Each channel its own connection: a resume's new channel must not share the broken
+        # connection's subchannel (gRPC's global pool), which is in reconnect backoff.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 
@@ -108,8 +127,23 @@ class StreamEnded:
     metadata: tuple[tuple[str, str], ...] = ()
     broken: Reason | None = None
 
+    @property
+    def resumable(self) -> bool:
+        """A transport failure a resume may repair: UNAVAILABLE, unless the producer named a
+        reason other than its own shutdown or a connection's age (a refusal, a verdict)."""
+        if self.code is not grpc.StatusCode.UNAVAILABLE or self.broken is not None:
+            return False
+        return self.details not in KNOWN_REASONS or Reason(self.details) in RESUMABLE_REASONS
+
 
 QueueItem = bytes | StreamEnded
+
+
+def backoff_s(options: StreamOptions, attempt: int) -> float:
+    """Capped exponential backoff with jitter (half to all of it) before resume ``attempt``."""
+    capped = min(options.resume_backoff_max_s, options.resume_backoff_s * 2.0 ** (attempt - 1))
+    jitter: float = random.uniform(0.5, 1.0)
+    return capped * jitter
 
 
 class Reader:
@@ -204,7 +238,8 @@ class Reader:
 
 
 class StreamSession:
-    """One consumer stream over gRPC: request, reader, processor, verdict."""
+    """One consumer stream over gRPC: request, reader, processor, verdict; after a transport
+    failure, up to ``resume_attempts`` resumes on a new connection under the same stream id."""
 
     def __init__(
         self,
@@ -219,6 +254,9 @@ class StreamSession:
         self._log = logger
         self.reader: Reader | None = None
         self._call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk] | None = None
+        self.attempt = 0
+        self._pauses = 0
+        self._paused_s = 0.0
 
     def cancel(self) -> None:
         if self._call is not None:
@@ -233,59 +271,106 @@ class StreamSession:
             queue_size=options.queue_size,
             window_bytes=options.window_bytes,
             mode=options.mode,
+            resume_attempts=options.resume_attempts,
         )
+        stop = interrupted or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + options.deadline_s if options.deadline_s else None
+        while True:
+            remaining = None if ends_at is None else max(ends_at - loop.time(), 0.0)
+            outcome = await self._deliver(stop, remaining)
+            if isinstance(outcome, StreamResult):
+                result = outcome
+                break
+            if self.attempt >= options.resume_attempts or self.consumer.finished:
+                result = self._ended(outcome)
+                break
+            self.attempt += 1
+            resume_after = self.consumer.resume(self.attempt)
+            wait = backoff_s(options, self.attempt)
+            self._log.info(
+                "stream_resuming",
+                attempt=self.attempt,
+                resume_after=resume_after,
+                backoff_ms=round(wait * 1000, 3),
+                grpc_code=outcome.code.name if outcome.code else None,
+                grpc_details=outcome.details,
+            )
+            self.request = _resumed(self.request, resume_after)
+            if ends_at is not None and loop.time() + wait >= ends_at:
+                result = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+                break
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({stopped}, timeout=wait)
+            stopped.cancel()
+            if stop.is_set():
+                result = self.consumer.abort(Reason.CONSUMER_CANCELLED)
+                break
+        flow = Flow(
+            mode=options.mode,
+            queue_size=options.queue_size,
+            window_bytes=options.window_bytes,
+            reads_paused=self._pauses,
+            paused_ms=round(self._paused_s * 1000, 3),
+        )
+        return result.with_stream(self.request.stream_id, flow)
+
+    async def _deliver(
+        self, stop: asyncio.Event, remaining_s: float | None
+    ) -> StreamResult | StreamEnded:
+        """One connection, one call: the result, or how a resumable failure ended it."""
+        options = self.options
         async with open_channel(options) as channel:
             stub = pb_grpc.ReplyStreamStub(channel)
             # A gRPC deadline backs up our own (ours fires first and says why).
-            backstop = options.deadline_s + 5 if options.deadline_s else None
+            backstop = remaining_s + 5 if remaining_s is not None else None
             self._call = stub.Open(
                 self.request, timeout=backstop, metadata=options.security.call_metadata()
             )
             size = 0 if options.mode == "buffered" else options.queue_size
             queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
-            self.reader = Reader(self._call, queue, options, self._log)
+            log = self._log.bind(attempt=self.attempt) if self.attempt else self._log
+            self.reader = Reader(self._call, queue, options, log)
             reader_task = asyncio.create_task(self.reader.run(), name="reader")
             processing = asyncio.create_task(self._process(queue), name="processor")
-            stop_waiter = asyncio.create_task((interrupted or asyncio.Event()).wait())
+            stop_waiter = asyncio.create_task(stop.wait())
             try:
                 done, _ = await asyncio.wait(
                     {processing, stop_waiter},
-                    timeout=options.deadline_s,
+                    timeout=remaining_s,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
+                outcome: StreamResult | StreamEnded
                 if processing in done:
-                    result = processing.result()
+                    outcome = processing.result()
                 elif stop_waiter in done:
-                    result = self.consumer.abort(Reason.CONSUMER_CANCELLED)
+                    outcome = self.consumer.abort(Reason.CONSUMER_CANCELLED)
                 else:
-                    result = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+                    outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
             finally:
                 for task in (processing, stop_waiter, reader_task):
                     task.cancel()
                 self._call.cancel()
                 await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
-        flow = Flow(
-            mode=options.mode,
-            queue_size=options.queue_size,
-            window_bytes=options.window_bytes,
-            reads_paused=self.reader.pauses,
-            paused_ms=round(self.reader.paused_s * 1000, 3),
-        )
-        return result.with_stream(self.request.stream_id, flow)
+                self._pauses += self.reader.pauses
+                self._paused_s += self.reader.paused_s
+        return outcome
 
-    async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
+    async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult | StreamEnded:
         if self.options.mode == "buffered":
             return await self._process_buffered(queue)
         while True:
             item = await queue.get()
             if isinstance(item, StreamEnded):
-                return self._ended(item)
+                return item if item.resumable else self._ended(item)
             if not self._apply(item):
                 return self.consumer.result()
             if self.options.process_delay_s:
                 await asyncio.sleep(self.options.process_delay_s)
 
-    async def _process_buffered(self, queue: asyncio.Queue[QueueItem]) -> StreamResult:
+    async def _process_buffered(
+        self, queue: asyncio.Queue[QueueItem]
+    ) -> StreamResult | StreamEnded:
         """Read the whole body first (bounded by the stream byte limit), then decode."""
         body: list[bytes] = []
         size = 0
@@ -303,7 +388,7 @@ class StreamSession:
         for chunk in body:
             if not self._apply(chunk):
                 return self.consumer.result()
-        return self._ended(item)
+        return item if item.resumable else self._ended(item)
 
     def _apply(self, data: bytes) -> bool:
         try:
@@ -333,7 +418,7 @@ class StreamSession:
         transport: dict[str, Any] = {"grpc_code": end.code.name, "grpc_details": end.details}
         transport.update({key: value for key, value in end.metadata if key in PASSED_METADATA})
         nothing_received = self.consumer.stats.transport_fragments == 0
-        if nothing_received and end.details in KNOWN_REASONS:
+        if nothing_received and not self.attempt and end.details in KNOWN_REASONS:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
             reason = Reason(end.details)
@@ -371,6 +456,14 @@ async def stream_reply(
         **result.stats.to_dict(),
     )
     return result
+
+
+def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:
+    """The same request, resuming after ``resume_after`` (the stream id is the same)."""
+    resumed = pb.OpenRequest()
+    resumed.CopyFrom(request)
+    resumed.resume_after = resume_after
+    return resumed
 
 
 def install_interrupt(event: asyncio.Event) -> Callable[[], None]:

@@ -24,9 +24,18 @@ from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Ledger, Rates
 from producer.gemini.ledgers import is_redis_url, open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, safe_location
+from producer.gemini.redis_ledger import DEFAULT_PREFIX, safe_location
+from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.metrics import MetricsEndpoint, ProducerMetrics, install
+from producer.replylog import (
+    DEFAULT_DETACH_GRACE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_REPLIES,
+    LogLimits,
+)
+from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
 from producer.server import (
     DEFAULT_MAX_CONNECTION_AGE_S,
@@ -139,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Redis ledger's key prefix",
     )  # fmt: skip
     gemini.add_argument(
-        "--ledger-ttl-s", type=int, default=env("LEDGER_TTL_S", str(DEFAULT_TTL_S)),
+        "--ledger-ttl-s", type=int, default=env("LEDGER_TTL_S", str(DEFAULT_LEDGER_TTL_S)),
         help="a settled or released call stays in the Redis ledger this long (the sums stay)",
     )  # fmt: skip
     gemini.add_argument(
@@ -187,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
         help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
     )
+    for flag, name, default, kind, meaning in (
+        ("--reply-log-max-frames", "REPLY_LOG_MAX_FRAMES", DEFAULT_MAX_FRAMES, stream_count,
+         "frames logged per reply (over it the reply ends internal_error)"),
+        ("--reply-log-max-bytes", "REPLY_LOG_MAX_BYTES", DEFAULT_MAX_BYTES, stream_count,
+         "wire bytes logged per reply (over it the reply ends internal_error)"),
+        ("--reply-log-max-replies", "REPLY_LOG_MAX_REPLIES", DEFAULT_MAX_REPLIES, stream_count,
+         "replies kept for resumes (the oldest ended one goes first)"),
+        ("--reply-log-ttl-s", "REPLY_LOG_TTL_S", DEFAULT_REPLY_TTL_S, positive_seconds,
+         "how long an ended reply is kept for resumes"),
+        ("--detach-grace-s", "DETACH_GRACE_S", DEFAULT_DETACH_GRACE_S, positive_seconds,
+         "how long a reply is still generated after its consumer disconnected"),
+    ):  # fmt: skip
+        parser.add_argument(flag, type=kind, default=env(name, str(default)), help=meaning)
     parser.add_argument(
         "--shutdown-grace-s",
         type=positive_seconds,
@@ -371,6 +393,13 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         exposure=exposure,
         max_streams=args.max_streams,
         metrics=metrics,
+        log_limits=LogLimits(
+            max_frames=args.reply_log_max_frames,
+            max_bytes=args.reply_log_max_bytes,
+            max_replies=args.reply_log_max_replies,
+            ttl_s=args.reply_log_ttl_s,
+            detach_grace_s=args.detach_grace_s,
+        ),
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
@@ -39,16 +39,26 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from producer.metrics import ProducerMetrics
+from producer.replylog import Entry, Generation, LogEnded, LoggedReply, LogLimits, MemoryReplyLog
 from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
+from shared.digest import digest
 from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from shared.requests import MAX_REQUEST_BYTES, CheckedRequest, check_envelope, check_request
-from shared.wire.chunking import MAX_CHUNK_BYTES
+from shared.requests import (
+    MAX_REQUEST_BYTES,
+    CheckedRequest,
+    check_envelope,
+    check_request,
+    parse_binding,
+)
+from shared.wire import WireCodec, codec_for
+from shared.wire.chunking import MAX_CHUNK_BYTES, Chunker
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
 DEFAULT_MAX_STREAMS: Final = 1000
@@ -135,6 +145,25 @@ def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None
     server.add_generic_rpc_handlers((handler,))
 
 
+@dataclass(slots=True)
+class _Delivery:
+    """What one Open() delivers: a first delivery (the plan's own chunks, with its fault)
+    or a resume from the reply log."""
+
+    reply: LoggedReply | None = None
+    generation: Generation | None = None
+    attempt: int = 1
+    first: bool = True
+    resume_after: int = 0
+    plan: StreamPlan | None = None
+
+
+async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator[Entry]:
+    for frame in frames:
+        assert isinstance(frame.sequence, int)
+        yield Entry(frame.sequence, codec.encode_frame(frame))
+
+
 class _ConsumerGone(Exception):
     """A write failed because the stream is gone on the consumer's side."""
 
@@ -197,22 +226,17 @@ class ConnectionAges:
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
     """One ``Open()`` per stream; every exit path ends the stream's state and its plan once."""
 
-    def __init__(
-        self,
-        source: Source,
-        *,
-        allow_faults: bool,
-        authenticator: TokenAuthenticator | None = None,
-        max_streams: int = DEFAULT_MAX_STREAMS,
-        max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
-        metrics: ProducerMetrics | None = None,
-    ) -> None:
+    def __init__(self, source: Source, settings: ServerSettings) -> None:
         self.source = source
-        self.allow_faults = allow_faults
-        self.authenticator = authenticator
-        self.max_streams = max_streams
+        #: Replies by stream id, and the generation that fills each (see producer.replylog).
+        self.replies = MemoryReplyLog(settings.log_limits)
+        self._generations: dict[str, Generation] = {}
+        self.allow_faults = settings.allow_faults
+        self.authenticator = settings.exposure.authenticator
+        self.max_streams = settings.max_streams
+        max_connection_age_s = settings.max_connection_age_s
         self.counters = ProducerCounters()
-        self.metrics = metrics or ProducerMetrics()
+        self.metrics = settings.metrics or ProducerMetrics()
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
         self.health: Any = grpc_health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
@@ -269,10 +293,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         assert task is not None
         self._active[task] = stream
         self._idle.clear()
-        plan: StreamPlan | None = None
+        delivery = _Delivery()
         try:
-            checked, plan = await self._prepare(request, context, stream, task)
-            await self._deliver(checked, context, stream, plan)
+            await self._serve(request, context, stream, task, delivery)
         except asyncio.CancelledError:
             # grpc.aio cancels the handler when the consumer cancels or its connection drops
             # (also when --max-connection-age-s closes it: ConnectionAges tells which); the
@@ -292,18 +315,43 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
-            if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
-                stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
-            try:
-                if plan is not None:
-                    await _close_even_if_cancelled(plan, stream.state.value)
-            finally:
-                del self._active[task]
-                self._admitted.discard(task)
-                self._shutting_down.discard(task)
-                self.metrics.streams_open.dec()
-                if not self._active:
-                    self._idle.set()
+            await self._finish(task, stream, delivery)
+
+    async def _serve(
+        self,
+        request: pb.OpenRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        task: asyncio.Task[Any],
+        delivery: _Delivery,
+    ) -> None:
+        """Prepare, then deliver: the plan's own chunks (a first delivery) or the log's."""
+        checked, delivery.plan = await self._prepare(request, context, stream, task, delivery)
+        if delivery.reply is not None and not delivery.first:
+            await self._deliver_logged(checked, context, stream, delivery)
+        else:
+            assert delivery.plan is not None
+            await self._deliver(checked, context, stream, delivery.plan)
+
+    async def _finish(
+        self, task: asyncio.Task[Any], stream: ProducerStream, delivery: _Delivery
+    ) -> None:
+        """Every exit: a final state (if nothing else gave one), the plan closed once, the
+        stream forgotten."""
+        if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
+            stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
+        try:
+            if delivery.generation is not None:
+                delivery.generation.detach()
+            if delivery.plan is not None:
+                await _close_even_if_cancelled(delivery.plan, stream.state.value)
+        finally:
+            del self._active[task]
+            self._admitted.discard(task)
+            self._shutting_down.discard(task)
+            self.metrics.streams_open.dec()
+            if not self._active:
+                self._idle.set()
 
     async def _authenticate(
         self, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
@@ -368,7 +416,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
         stream: ProducerStream,
         task: asyncio.Task[Any],
-    ) -> tuple[CheckedRequest, StreamPlan]:
+        delivery: _Delivery,
+    ) -> tuple[CheckedRequest, StreamPlan | None]:
         try:
             # The limit first: a refused stream costs no check, no source, no upstream call.
             if len(self._admitted) >= self.max_streams:
@@ -377,14 +426,83 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 )
             self._admitted.add(task)
             checked = check_request(request, allow_faults=self.allow_faults)
+            delivery.resume_after = request.resume_after
+            if self._attach(request, checked, delivery):
+                stream.fire(
+                    StreamInput.ATTACH,
+                    resume_after=request.resume_after,
+                    attempt=delivery.attempt,
+                    wire=checked.wire.value,
+                    chunks=checked.plan.describe(),
+                )
+                return checked, None
+            if request.resume_after and not self.source.regenerates:
+                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
             plan = await self.source.prepare(request, checked, identity=stream.caller)
+            if request.resume_after and plan.reply_frames is None:
+                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
+            self._generate(request, checked, plan, delivery)
         except ReplywireError as error:
             stream.fire(StreamInput.REFUSE, reason=error.code, detail=error.detail)
             if error.metadata:
                 context.set_trailing_metadata(tuple(error.metadata.items()))
             await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
-        stream.fire(StreamInput.VERIFY, source=self.source.name, **plan.description)
+        stream.fire(
+            StreamInput.VERIFY,
+            source=self.source.name,
+            resume_after=request.resume_after,
+            attempt=delivery.attempt,
+            **plan.description,
+        )
         return checked, plan
+
+    def _attach(
+        self, request: pb.OpenRequest, checked: CheckedRequest, delivery: _Delivery
+    ) -> bool:
+        """Attach to the logged reply of this stream id, if there is one: never a second
+        generation. Refuses a binding other than the logged one, and a reply that ended
+        without its terminal (nothing more will come)."""
+        reply = self.replies.find(request.stream_id) if request.stream_id else None
+        generation = self._generations.get(request.stream_id)
+        if reply is None or generation is None:
+            return False
+        if digest(parse_binding(request.binding_json)) != reply.binding_sha256:
+            raise RequestRefused(Reason.RESUME_BINDING_MISMATCH, "not the logged binding")
+        if checked.wire.value != reply.wire:
+            raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
+        if reply.error is not None:
+            raise RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {reply.error}")
+        delivery.reply, delivery.generation = reply, generation
+        delivery.attempt = generation.attach()
+        delivery.first = False
+        return True
+
+    def _generate(
+        self,
+        request: pb.OpenRequest,
+        checked: CheckedRequest,
+        plan: StreamPlan,
+        delivery: _Delivery,
+    ) -> None:
+        """Start logging the plan's reply under its stream id (when it has one to log)."""
+        if plan.reply_frames is None or not request.stream_id:
+            return
+        for stream_id in [key for key in self._generations if not self.replies.find(key)]:
+            del self._generations[stream_id]  # expired from the log
+        reply = self.replies.create(
+            request.stream_id, digest(parse_binding(request.binding_json)), checked.wire.value
+        )
+        generation = Generation(
+            reply,
+            _entries(plan.reply_frames, codec_for(checked.wire)),
+            grace_s=self.replies.limits.detach_grace_s,
+        )
+        self._generations[request.stream_id] = generation
+        delivery.reply, delivery.generation = reply, generation
+        delivery.attempt = generation.attach()
+        # A resume the producer has no log of (it restarted): the regenerated reply is
+        # delivered from the log, from resume_after + 1, and without the fault.
+        delivery.first = request.resume_after == 0
 
     async def _deliver(
         self,
@@ -403,30 +521,63 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                     await asyncio.sleep(data.milliseconds / 1000)
                     stream.fire(StreamInput.RESUME)
                     continue
-                if stream.chunks_sent and checked.interval_s:
-                    await asyncio.sleep(checked.interval_s)
-                started = time.monotonic()
-                try:
-                    # The write waits for the consumer's HTTP/2 window, so a paused consumer
-                    # pauses this loop; it fails once the stream is gone on the consumer's side.
-                    await context.write(pb.Chunk(data=data))
-                except grpc.aio.InternalError as error:
-                    raise _ConsumerGone(type(error).__name__) from error
-                stream.bytes_sent += len(data)
-                stream.chunks_sent += 1
-                self.counters.chunks_written += 1
-                self.counters.bytes_written += len(data)
-                self.metrics.chunk_written(len(data), time.monotonic() - started)
-                self._log.debug(
-                    "chunk_sent",
-                    index=stream.chunks_sent - 1,
-                    size=len(data),
-                    bytes_sent=stream.bytes_sent,
-                )
+                await self._write(checked, context, stream, data)
         if plan.abort_details is not None:
             stream.fire(StreamInput.ABORT, reason=plan.abort_details, **stream.sent)
             await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
         stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+    async def _deliver_logged(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        delivery: _Delivery,
+    ) -> None:
+        """A resumed delivery: the logged frames from ``resume_after + 1`` on, cut afresh
+        by this request's chunking, never with a fault."""
+        assert delivery.reply is not None
+        stream.fire(StreamInput.START)
+        chunker = Chunker(checked.plan)
+        try:
+            async for entry in delivery.reply.read(delivery.resume_after):
+                for data in chunker.feed(entry.data):
+                    await self._write(checked, context, stream, data)
+        except LogEnded as ended:
+            reason = Reason(ended.reason)
+            stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
+            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        for data in chunker.flush():
+            await self._write(checked, context, stream, data)
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+    async def _write(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        data: bytes,
+    ) -> None:
+        if stream.chunks_sent and checked.interval_s:
+            await asyncio.sleep(checked.interval_s)
+        started = time.monotonic()
+        try:
+            # The write waits for the consumer's HTTP/2 window, so a paused consumer
+            # pauses this loop; it fails once the stream is gone on the consumer's side.
+            await context.write(pb.Chunk(data=data))
+        except grpc.aio.InternalError as error:
+            raise _ConsumerGone(type(error).__name__) from error
+        stream.bytes_sent += len(data)
+        stream.chunks_sent += 1
+        self.counters.chunks_written += 1
+        self.counters.bytes_written += len(data)
+        self.metrics.chunk_written(len(data), time.monotonic() - started)
+        self._log.debug(
+            "chunk_sent",
+            index=stream.chunks_sent - 1,
+            size=len(data),
+            bytes_sent=stream.bytes_sent,
+        )
 
     async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
         """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the
@@ -537,6 +688,8 @@ class ServerSettings:
     exposure: Exposure = field(default_factory=Exposure)
     max_streams: int = DEFAULT_MAX_STREAMS
     metrics: ProducerMetrics | None = None
+    #: The reply log's bounds (entries, bytes, replies kept, TTL, detach grace).
+    log_limits: LogLimits | None = None
 
 
 async def start_server(
@@ -550,14 +703,7 @@ async def start_server(
     server = grpc.aio.server(options=server_options(max_connection_age_s, max_streams))
     if isinstance(source, Recording):
         source = RecordingSource(source)
-    servicer = ReplyStreamServicer(
-        source,
-        allow_faults=settings.allow_faults,
-        authenticator=exposure.authenticator,
-        max_streams=max_streams,
-        max_connection_age_s=max_connection_age_s,
-        metrics=settings.metrics,
-    )
+    servicer = ReplyStreamServicer(source, settings)
     add_servicer(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(servicer.health, server)
     reflection.enable_server_reflection(

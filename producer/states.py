@@ -2,6 +2,7 @@
 
 received -> refused                    refuse: the request failed a check; the RPC is aborted
 received -> verified -> streaming      verify, start: the binding equals the source's
+received -> verified                   attach: a resume; the binding equals the logged reply's
 streaming <-> stalled                  stall, resume: the stall fault
 streaming -> completed                 complete: every chunk written, RPC ended OK
 streaming -> aborted                   abort: a transport fault ended the RPC with UNAVAILABLE
@@ -44,6 +45,7 @@ class StreamState(StrEnum):
 class StreamInput(StrEnum):
     REFUSE = "refuse"
     VERIFY = "verify"
+    ATTACH = "attach"
     START = "start"
     STALL = "stall"
     RESUME = "resume"
@@ -69,6 +71,7 @@ _ANY_OPEN: Final = {
 TRANSITIONS: Final[dict[tuple[StreamState, StreamInput], StreamState]] = {
     (P.RECEIVED, In.REFUSE): P.REFUSED,
     (P.RECEIVED, In.VERIFY): P.VERIFIED,
+    (P.RECEIVED, In.ATTACH): P.VERIFIED,
     (P.VERIFIED, In.START): P.STREAMING,
     (P.STREAMING, In.STALL): P.STALLED,
     (P.STALLED, In.RESUME): P.STREAMING,

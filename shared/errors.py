@@ -64,6 +64,8 @@ class Reason(StrEnum):
     INVALID_TOKEN = "invalid_token"
     STREAM_LIMIT = "stream_limit"
     CONNECTION_AGED_OUT = "connection_aged_out"
+    RESUME_UNAVAILABLE = "resume_unavailable"
+    RESUME_BINDING_MISMATCH = "resume_binding_mismatch"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -176,6 +178,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.CONNECTION_AGED_OUT: _info(
         _E, "UNAVAILABLE", "the stream's connection outlived --max-connection-age-s and its grace"
+    ),
+    Reason.RESUME_UNAVAILABLE: _info(
+        _R, "NOT_FOUND", "a resume of a reply this producer neither logged nor can regenerate"
+    ),
+    Reason.RESUME_BINDING_MISMATCH: _info(
+        _R, "FAILED_PRECONDITION", "a resume whose binding differs from the logged reply's"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"

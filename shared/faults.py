@@ -123,6 +123,16 @@ FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
 }
 
 
+#: Faults of the transport, not of the reply: they leave the frames as they are, so the
+#: reply can be logged whole and resumed; they apply to a stream's first delivery only.
+TRANSPORT_FAULTS: Final = frozenset(
+    {
+        FaultKind.TRANSPORT_ABORT,
+        FaultKind.TRUNCATE_TAIL,
+        FaultKind.ABORT_AFTER_DONE,
+        FaultKind.STALL,
+    }
+)
 #: Faults that need a clock: in one process they change nothing.
 TIMING_FAULTS: Final = frozenset({FaultKind.STALL})
 

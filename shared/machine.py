@@ -283,6 +283,8 @@ class ReplyConsumer:
         self._input_ended = False
         self._bytes = 0
         self._fragments = 0
+        self._reconnects = 0
+        self._discarded = 0
         self._terminal: FrameKind | None = None
         self._terminal_reason: str | None = None
         self._accepted: dict[str, Any] | None = None
@@ -390,6 +392,30 @@ class ReplyConsumer:
         self._events.append(TerminalReceived(frame.kind.value, sequence))
         self._transition(In.TERMINAL_FRAME)
 
+    def resume(self, attempt: int = 0) -> int:
+        """The transport broke and input will resume at a frame boundary, on a new
+        connection: drop the bytes of the frame begun on the broken one (counted in
+        ``discarded_bytes``) and return the last sequence applied, from which the producer
+        resumes. The sequence check goes on unchanged: the next frame must be the next
+        number. Only before the input ended, and while no verdict is in. The state does not
+        change (streaming, or terminal_received when the break came after the terminal):
+        the resume is logged as ``transport_resumed``, and the connections as the reader's
+        own machines."""
+        if self._input_ended or self.verdict.finished:
+            raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED, "resume after the end")
+        discarded = self._decoder.pending
+        self._discarded += discarded
+        self._reconnects += 1
+        self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
+        self._log.info(
+            "transport_resumed",
+            state=self.state.value,
+            sequence=self.checks.frames,
+            attempt=attempt,
+            discarded_bytes=discarded,
+        )
+        return self.checks.frames
+
     # --- how the input ended --------------------------------------------------------
 
     def _begin_finish(self) -> bool:
@@ -453,7 +479,9 @@ class ReplyConsumer:
 
     @property
     def stats(self) -> Stats:
-        return Stats(self._bytes, self._fragments, self.checks.frames)
+        return Stats(
+            self._bytes, self._fragments, self.checks.frames, self._reconnects, self._discarded
+        )
 
     def result(self) -> StreamResult:
         return StreamResult(

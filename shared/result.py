@@ -34,6 +34,17 @@ LAB_RESULT_KEYS: Final = (
     "events",
 )
 
+#: The lab's keys of ``stats``; ours (``reconnects``, ``discarded_bytes``) follow them.
+LAB_STATS_KEYS: Final = ("bytes_received", "transport_fragments", "application_frames")
+
+
+def lab_view(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A result document's lab keys only (and the lab's keys of its stats): what compares
+    with the lab's published documents."""
+    view = {key: document[key] for key in LAB_RESULT_KEYS}
+    view["stats"] = {key: document["stats"][key] for key in LAB_STATS_KEYS}
+    return view
+
 
 # --- events, in the order they happened ---------------------------------------------------
 
@@ -132,17 +143,22 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """What arrived, as the lab counts it."""
+    """What arrived, as the lab counts it (its three keys first), then how often the
+    transport was resumed and the bytes of unfinished frames dropped at each resume."""
 
     bytes_received: int = 0
     transport_fragments: int = 0
     application_frames: int = 0
+    reconnects: int = 0
+    discarded_bytes: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return {
             "bytes_received": self.bytes_received,
             "transport_fragments": self.transport_fragments,
             "application_frames": self.application_frames,
+            "reconnects": self.reconnects,
+            "discarded_bytes": self.discarded_bytes,
         }
 
 

@@ -54,6 +54,8 @@ def test_replay_complete_prints_the_result_and_exits_0() -> None:
         "bytes_received": 1427,
         "transport_fragments": 299,
         "application_frames": 10,
+        "reconnects": 0,
+        "discarded_bytes": 0,
     }
     assert result["accepted_answer"]["source_ids"] == ["path-write"]
     assert (result["wire_format"], result["integrity"]) == ("ndjson-lab", "none")

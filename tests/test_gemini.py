@@ -25,7 +25,7 @@ from consumer.client import StreamOptions, stream_reply
 from producer.gemini.ledger import BudgetLedger
 from shared.recording import Recording
 from shared.requests import ReplyRequest
-from shared.result import LAB_RESULT_KEYS
+from shared.result import lab_view
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.processes import (
@@ -76,10 +76,6 @@ def live_run(
     run_dir = directory / "run"
     with gemini_producer(directory, fake, "--record", str(run_dir)) as running:
         yield running, run_dir
-
-
-def lab_view(result: dict[str, Any]) -> dict[str, Any]:
-    return {key: result[key] for key in LAB_RESULT_KEYS}
 
 
 # --- the published run --------------------------------------------------------------------

@@ -136,4 +136,6 @@ def test_one_large_multibyte_frame_in_one_byte_chunks(
         "bytes_received": len(data),
         "transport_fragments": len(data),
         "application_frames": 2,
+        "reconnects": 0,
+        "discarded_bytes": 0,
     }

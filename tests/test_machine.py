@@ -344,6 +344,8 @@ def test_nothing_at_all_is_incomplete(case: BoundCase) -> None:
         "bytes_received": 0,
         "transport_fragments": 1,
         "application_frames": 0,
+        "reconnects": 0,
+        "discarded_bytes": 0,
     }
 
 

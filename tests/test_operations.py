@@ -570,7 +570,9 @@ def test_an_undefined_goaway_error_code_does_not_crash_the_consumer(error_code: 
     reply = http2.settings() + http2.settings(ack=True) + http2.goaway(error_code, b"bye")
     with http2.OneShotServer(reply) as peer:
         done = subprocess.run(
-            consumer_command(f"127.0.0.1:{peer.port}", "--case", "replace-file"),
+            consumer_command(
+                f"127.0.0.1:{peer.port}", "--case", "replace-file", "--resume-attempts", "0"
+            ),
             cwd=ROOT,
             capture_output=True,
             text=True,

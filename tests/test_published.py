@@ -18,7 +18,7 @@ from shared.faults import Fault, FaultKind
 from shared.recording import RECORDING_SHA256, Recording
 from shared.replay import replay
 from shared.requests import ReplyRequest
-from shared.result import LAB_RESULT_KEYS
+from shared.result import lab_view
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -39,10 +39,6 @@ SUMMARY = {
     "json-result-type": ("complete", "answered", 1, 11, 328),
     "backup-schedule": ("complete", "not_in_docs", 0, 15, 449),
 }
-
-
-def lab_view(result: dict[str, Any]) -> dict[str, Any]:
-    return {key: result[key] for key in LAB_RESULT_KEYS}
 
 
 def test_expected_values_are_the_published_block() -> None:

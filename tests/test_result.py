@@ -107,7 +107,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 1530,\n'
         '    "transport_fragments": 1,\n'
-        '    "application_frames": 10\n'
+        '    "application_frames": 10,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"
@@ -200,7 +202,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 270,\n'
         '    "transport_fragments": 3,\n'
-        '    "application_frames": 2\n'
+        '    "application_frames": 2,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"
@@ -232,7 +236,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 297,\n'
         '    "transport_fragments": 1,\n'
-        '    "application_frames": 2\n'
+        '    "application_frames": 2,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"
@@ -271,7 +277,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 538,\n'
         '    "transport_fragments": 6,\n'
-        '    "application_frames": 6\n'
+        '    "application_frames": 6,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"
@@ -323,7 +331,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 0,\n'
         '    "transport_fragments": 0,\n'
-        '    "application_frames": 0\n'
+        '    "application_frames": 0,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [],\n'
         '  "case_id": "held-out-case",\n'
@@ -344,7 +354,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 180,\n'
         '    "transport_fragments": 1,\n'
-        '    "application_frames": 2\n'
+        '    "application_frames": 2,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"
@@ -380,7 +392,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 0,\n'
         '    "transport_fragments": 0,\n'
-        '    "application_frames": 0\n'
+        '    "application_frames": 0,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [],\n'
         '  "case_id": "replace-file",\n'
@@ -406,7 +420,9 @@ PINNED = {
         '  "stats": {\n'
         '    "bytes_received": 0,\n'
         '    "transport_fragments": 0,\n'
-        '    "application_frames": 0\n'
+        '    "application_frames": 0,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
         "  },\n"
         '  "events": [\n'
         "    {\n"

@@ -19,7 +19,7 @@ import pytest
 from consumer.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
-from shared.result import LAB_RESULT_KEYS
+from shared.result import lab_view
 from tests.processes import (
     Producer,
     consumer_process,
@@ -55,10 +55,6 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
         yield p
 
 
-def lab_view(result: dict[str, Any]) -> dict[str, Any]:
-    return {key: result[key] for key in LAB_RESULT_KEYS}
-
-
 def without_pauses(states: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [pair for pair in states if "paused" not in pair]
 
@@ -81,13 +77,24 @@ def test_published_controlled_failure_across_processes(
     faulty: Producer, published: dict[str, Any]
 ) -> None:
     fault = SCENARIO_FAULTS[published["scenario"]]
-    run = run_consumer(faulty.target, "--case", "replace-file", *LAB, "--fault", fault)
+    # No resume: the lab's outcome of a broken transport (tests/test_resume.py resumes it).
+    run = run_consumer(
+        faulty.target, "--case", "replace-file", *LAB, "--fault", fault, "--resume-attempts", "0"
+    )
     assert lab_view(run.result) == published["result"]
     assert run.returncode == {"cancelled": 4, "error": 5, "incomplete": 3}[run.result["status"]]
 
 
 def test_transport_abort_reports_the_grpc_status(faulty: Producer) -> None:
-    run = run_consumer(faulty.target, "--case", "replace-file", "--fault", "transport-abort")
+    run = run_consumer(
+        faulty.target,
+        "--case",
+        "replace-file",
+        "--fault",
+        "transport-abort",
+        "--resume-attempts",
+        "0",
+    )
     assert run.returncode == 5
     assert run.result["transport"] == {
         "grpc_code": "UNAVAILABLE",
@@ -141,6 +148,8 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
             "stall",
             "--stream-id",
             stream_id,
+            "--resume-attempts",
+            "0",  # no producer to resume from (tests/test_resume.py restarts one)
             "--result",
             str(tmp_path / "result.json"),
         ) as consumer:
@@ -214,7 +223,15 @@ def test_consumer_killed_mid_stream_then_the_next_stream_is_served(
 @pytest.mark.parametrize("wire", ["lp", "ndjson"])
 def test_abort_after_done_is_not_accepted(faulty: Producer, wire: str) -> None:
     run = run_consumer(
-        faulty.target, "--case", "utf8-write", "--wire", wire, "--fault", "abort-after-done"
+        faulty.target,
+        "--case",
+        "utf8-write",
+        "--wire",
+        wire,
+        "--fault",
+        "abort-after-done",
+        "--resume-attempts",
+        "0",
     )
     assert run.returncode == 5
     assert (run.result["status"], run.result["reason"]) == ("error", "transport_io_error")

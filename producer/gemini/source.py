@@ -151,6 +151,8 @@ class GeminiPlan:
         self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
         self.abort_details: str | None = None
+        #: Not logged in this slice: a live reply cannot be resumed yet.
+        self.reply_frames: tuple[Frame, ...] | None = None
         self.body_ended = False
         self._log = call.log
         self._closed = False
@@ -217,6 +219,7 @@ class GeminiPlan:
 
 
 class GeminiSource:
+    regenerates = False
     name = "gemini"
 
     def __init__(

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest
 
@@ -28,6 +29,9 @@ class StreamPlan(Protocol):
     description: dict[str, Any]
     #: Set when the RPC must end UNAVAILABLE with this detail after the chunks.
     abort_details: str | None
+    #: The reply's frames without any transport fault, for the reply log (None: this
+    #: plan's reply is not logged, so it cannot be resumed).
+    reply_frames: tuple[Frame, ...] | None
 
     def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
 
@@ -38,6 +42,9 @@ class StreamPlan(Protocol):
 
 class Source(Protocol):
     name: str
+    #: Whether the source can make the same reply again for a resume it has no log of
+    #: (the recording can: it is deterministic; a live model cannot).
+    regenerates: bool
 
     async def prepare(
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str

@@ -6,7 +6,8 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from producer.sources import Stall
-from shared.faults import Ending, Transmission, transmit
+from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
+from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
@@ -16,6 +17,12 @@ class RecordingPlan:
     def __init__(self, transmission: Transmission, checked: CheckedRequest) -> None:
         self.transmission = transmission
         self.abort_details: str | None = None
+        fault = checked.fault.kind if checked.fault else None
+        # Transport faults leave the frames as they are: the log holds the whole reply,
+        # and the fault applies to the first delivery only. Frame faults are not logged.
+        self.reply_frames: tuple[Frame, ...] | None = (
+            transmission.frames if fault is None or fault in TRANSPORT_FAULTS else None
+        )
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
@@ -38,6 +45,7 @@ class RecordingPlan:
 
 class RecordingSource:
     name = "recording"
+    regenerates = True
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording

@@ -59,6 +59,11 @@ class FrameDecoder(Protocol):
     @property
     def buffered(self) -> int: ...
 
+    @property
+    def pending(self) -> int:
+        """The bytes of the frame begun but not complete (its header included)."""
+        ...
+
 
 class WireCodec(Protocol):
     wire: WireFormat

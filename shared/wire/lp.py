@@ -197,6 +197,10 @@ class LengthPrefixedDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def pending(self) -> int:
+        return len(self._buffer) + (HEADER_BYTES if self._declared is not None else 0)
+
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
@@ -219,8 +223,7 @@ class LengthPrefixedDecoder:
         return payload
 
     def end_of_input(self) -> None:
-        if self._declared is not None or self._buffer:
-            pending = len(self._buffer) + (HEADER_BYTES if self._declared is not None else 0)
+        if pending := self.pending:
             raise ProtocolFailure(Reason.TRUNCATED_FRAME, f"{pending} bytes of an unfinished frame")
 
 

@@ -122,6 +122,10 @@ class NdjsonDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
     def receive_data(self, data: bytes) -> None:
         try:
             self._utf8.decode(data, final=False)

@@ -1,0 +1,267 @@
+"""The reply log: a reply is generated once, and every delivery of it reads the log.
+
+A logged reply is keyed by its stream id and holds the binding hash, the wire format,
+each application frame's encoded wire bytes with its sequence number, and how it ended
+(``done`` / ``error`` / ``cancel`` when its terminal frame was logged, or an error ending
+when generation stopped without one). A delivery reads it from ``resume_after + 1`` and
+follows it until the end; chunking (transport fragments) and transport faults belong to
+the delivery, never to the log.
+
+The interface (``ReplyLog``, ``LoggedReply``) is small on purpose, so that a Redis
+Streams backend can follow the in-process one (``MemoryReplyLog``). Everything is
+bounded (``LogLimits``): frames and bytes per reply, replies kept, and how long an ended
+reply is kept (its TTL). A reply over its frame or byte bound ends with the error ending
+``internal_error``. ``Generation`` runs a reply's frames into the log as a task of its
+own, so that generation goes on after its consumer disconnects, for ``detach_grace_s``:
+if no delivery attaches again by then, the generation is cancelled (its upstream
+closed) and the log ends with the error ending ``producer_shutdown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from shared.errors import Reason, RequestRefused
+
+DEFAULT_MAX_FRAMES: Final = 10_000
+DEFAULT_MAX_BYTES: Final = 4 << 20
+DEFAULT_MAX_REPLIES: Final = 1000
+DEFAULT_TTL_S: Final = 300.0
+DEFAULT_DETACH_GRACE_S: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogLimits:
+    max_frames: int = DEFAULT_MAX_FRAMES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_replies: int = DEFAULT_MAX_REPLIES
+    ttl_s: float = DEFAULT_TTL_S
+    detach_grace_s: float = DEFAULT_DETACH_GRACE_S
+
+    def __post_init__(self) -> None:
+        for name in ("max_frames", "max_bytes", "max_replies"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("ttl_s", "detach_grace_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One application frame as it goes on the wire."""
+
+    sequence: int
+    data: bytes
+
+
+class LogEnded(Exception):
+    """Raised by a read when the reply ended without its terminal frame (``reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LoggedReply(Protocol):
+    stream_id: str
+    binding_sha256: str
+    wire: str
+    #: The error ending (a reason code), once the reply ended without its terminal.
+    error: str | None
+
+    async def append(self, entry: Entry) -> None:
+        """Log the next frame (sequence = last + 1). Over a bound the reply ends in error."""
+        ...
+
+    async def end(self, error: str | None = None) -> None:
+        """The reply is complete (``None``: its terminal frame was the last entry) or ended
+        without it (``error``: a reason code). Idempotent: the first call wins."""
+        ...
+
+    def read(self, after: int) -> AsyncIterator[Entry]:
+        """Entries with sequence > ``after``, following the log until it ends; raises
+        ``LogEnded`` after the last entry when the reply ended with an error."""
+        ...
+
+
+class ReplyLog(Protocol):
+    limits: LogLimits
+
+    def find(self, stream_id: str) -> LoggedReply | None: ...
+
+    def create(self, stream_id: str, binding_sha256: str, wire: str) -> LoggedReply:
+        """A new, empty reply; refuses ``stream_limit`` when max replies are kept and none
+        has ended (an ended one is dropped to make room, the oldest first)."""
+        ...
+
+
+class MemoryReply:
+    """A reply in this process's memory; readers wait on a condition for new entries."""
+
+    def __init__(
+        self,
+        stream_id: str,
+        binding_sha256: str,
+        wire: str,
+        limits: LogLimits,
+        clock: Callable[[], float],
+    ) -> None:
+        self.stream_id = stream_id
+        self.binding_sha256 = binding_sha256
+        self.wire = wire
+        self._limits = limits
+        self._clock = clock
+        self.entries: list[Entry] = []
+        self.size = 0
+        self.ended_at: float | None = None
+        self.error: str | None = None
+        self._changed = asyncio.Condition()
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    async def append(self, entry: Entry) -> None:
+        if self.ended:
+            raise RuntimeError(f"reply {self.stream_id} already ended")
+        if entry.sequence != len(self.entries) + 1:
+            raise ValueError(f"sequence {entry.sequence}, expected {len(self.entries) + 1}")
+        if (
+            len(self.entries) + 1 > self._limits.max_frames
+            or self.size + len(entry.data) > self._limits.max_bytes
+        ):
+            await self.end(Reason.INTERNAL_ERROR.value)
+            return
+        async with self._changed:
+            self.entries.append(entry)
+            self.size += len(entry.data)
+            self._changed.notify_all()
+
+    async def end(self, error: str | None = None) -> None:
+        if self.ended:
+            return
+        async with self._changed:
+            self.error = error
+            self.ended_at = self._clock()
+            self._changed.notify_all()
+
+    async def read(self, after: int) -> AsyncIterator[Entry]:
+        index = max(after, 0)
+        while True:
+            async with self._changed:
+                while index >= len(self.entries) and not self.ended:
+                    await self._changed.wait()
+                batch = self.entries[index:]
+                ended, error = self.ended, self.error
+            for entry in batch:
+                yield entry
+            index += len(batch)
+            if ended and index >= len(self.entries):
+                if error is not None:
+                    raise LogEnded(error)
+                return
+
+
+class MemoryReplyLog:
+    """The in-process backend: replies by stream id, oldest first."""
+
+    def __init__(
+        self, limits: LogLimits | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits or LogLimits()
+        self._clock = clock
+        self._replies: OrderedDict[str, MemoryReply] = OrderedDict()
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._replies)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for stream_id, reply in list(self._replies.items()):
+            if reply.ended_at is not None and now - reply.ended_at >= self.limits.ttl_s:
+                del self._replies[stream_id]
+
+    def find(self, stream_id: str) -> MemoryReply | None:
+        self._expire()
+        return self._replies.get(stream_id)
+
+    def create(self, stream_id: str, binding_sha256: str, wire: str) -> MemoryReply:
+        self._expire()
+        if stream_id in self._replies:
+            raise ValueError(f"reply {stream_id} is already logged")
+        while len(self._replies) >= self.limits.max_replies:
+            oldest = next((key for key, r in self._replies.items() if r.ended), None)
+            if oldest is None:
+                raise RequestRefused(
+                    Reason.STREAM_LIMIT, f"{len(self._replies)} replies being generated"
+                )
+            del self._replies[oldest]
+        reply = MemoryReply(stream_id, binding_sha256, wire, self.limits, self._clock)
+        self._replies[stream_id] = reply
+        return reply
+
+
+class Generation:
+    """One reply's generation as a task of its own: ``frames`` are logged as they come.
+
+    Deliveries ``attach()`` and ``detach()``; when the last one detaches before the reply
+    ended, generation goes on for ``grace_s``; if none attaches by then it is cancelled,
+    ``on_abandoned`` runs (it closes the upstream), and the log ends ``producer_shutdown``.
+    """
+
+    def __init__(
+        self,
+        reply: LoggedReply,
+        frames: AsyncIterator[Entry],
+        *,
+        grace_s: float,
+        on_abandoned: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.reply = reply
+        self.grace_s = grace_s
+        self.attempts = 0
+        self._attached = 0
+        self._on_abandoned = on_abandoned
+        self._grace: asyncio.TimerHandle | None = None
+        self._frames = frames
+        self.task = asyncio.create_task(self._run(), name=f"generation-{reply.stream_id}")
+
+    async def _run(self) -> None:
+        try:
+            async for entry in self._frames:
+                await self.reply.append(entry)
+            await self.reply.end()
+        except asyncio.CancelledError:
+            await self.reply.end(Reason.PRODUCER_SHUTDOWN.value)
+            if self._on_abandoned is not None:
+                await self._on_abandoned()
+            raise
+        except Exception:  # the log says so; a delivery reading it ends internal_error
+            await self.reply.end(Reason.INTERNAL_ERROR.value)
+
+    def attach(self) -> int:
+        """A delivery starts; returns its attempt number (1 for the first)."""
+        self.attempts += 1
+        self._attached += 1
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+        return self.attempts
+
+    def detach(self) -> None:
+        self._attached -= 1
+        if self._attached == 0 and not self.task.done():
+            loop = asyncio.get_running_loop()
+            self._grace = loop.call_later(self.grace_s, self._abandon)
+
+    def _abandon(self) -> None:
+        self._grace = None
+        if self._attached == 0:
+            self.task.cancel()
