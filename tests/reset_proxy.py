@@ -30,6 +30,8 @@ class ResetProxy:
         #: Bytes the upstream sent on the first connection, and where each read ended.
         self.first_bytes = 0
         self.first_read_ends: list[int] = []
+        #: The bytes the producer sent on the first connection (a reply is small).
+        self.first_downlink = bytearray()
         self.reset_done = False
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -124,6 +126,7 @@ class ResetProxy:
                 if first:
                     self.first_bytes = sent
                     self.first_read_ends.append(sent)
+                    self.first_downlink += data
         except (ConnectionError, OSError):
             return
 

@@ -81,7 +81,8 @@ def cuts(
 ) -> tuple[list[int], int, dict[str, Any]]:
     """Every place to cut the first connection: each end of an upstream read (the frame
     boundaries: one gRPC message per frame) and one byte either side, and points inside
-    each read; with where the HTTP/2 handshake ends and the unbroken result."""
+    each read; with where the call is committed (its response headers end) and the
+    unbroken result."""
     with ResetProxy(proxy_upstream, None) as proxy:
         unbroken = stream_once(
             recording, proxy.target, f"whole-{chunks}", attempts=0, chunks=chunks
@@ -94,14 +95,34 @@ def cuts(
     for end in ends:
         points |= {end - 1, end, end + 1, (start + end) // 2, start + (end - start) // 4}
         start = end
-    return sorted(p for p in points if 0 <= p < ends[-1]), ends[1], unbroken
+    return (
+        sorted(p for p in points if 0 <= p < ends[-1]),
+        response_headers_end(bytes(proxy.first_downlink)),
+        unbroken,
+    )
+
+
+def response_headers_end(downlink: bytes) -> int:
+    """The offset just past the call's response HEADERS frame (HTTP/2 frames: a 9-byte
+    header, 3-byte length, type 0x1 for HEADERS, a non-zero stream id). A cut before it may
+    come before the call was committed, which gRPC then retries on a new connection itself
+    (no resume needed, none counted); a cut after it is one the consumer must resume."""
+    offset = 0  # a server sends no preface of its own: its bytes are frames from byte 0
+    while offset + 9 <= len(downlink):
+        length = int.from_bytes(downlink[offset : offset + 3], "big")
+        kind = downlink[offset + 3]
+        stream = int.from_bytes(downlink[offset + 5 : offset + 9], "big") & 0x7FFFFFFF
+        offset += 9 + length
+        if kind == 0x1 and stream != 0:
+            return offset
+    raise AssertionError("no response HEADERS in the producer's bytes")
 
 
 @pytest.mark.parametrize("chunks", ["frame", "1,2,7,3,11"])
 def test_a_reset_anywhere_in_the_stream_resumes_to_the_unbroken_result(
     served: Any, recording: Recording, chunks: str
 ) -> None:
-    points, handshake, unbroken = cuts(served.port, recording, chunks)
+    points, committed, unbroken = cuts(served.port, recording, chunks)
     assert unbroken["status"] == "complete"
     assert len(points) > 20
     if chunks != "frame":  # 1-11 byte chunks: hundreds of reads, so every 5th cut
@@ -114,9 +135,9 @@ def test_a_reset_anywhere_in_the_stream_resumes_to_the_unbroken_result(
             )
             assert proxy.reset_done, n
         assert essence(result) == essence(unbroken), n
-        # A cut inside the HTTP/2 handshake may come before the call was on the wire, which
+        # A cut before the response headers may come before the call was committed, which
         # gRPC then sends on the next connection itself (no resume needed, none counted).
-        assert result["stats"]["reconnects"] >= (1 if n >= handshake else 0), n
+        assert result["stats"]["reconnects"] >= (1 if n >= committed else 0), n
         discarded += result["stats"]["discarded_bytes"]
     if chunks != "frame":  # a frame cut across chunks: its first part is dropped
         assert discarded > 0
@@ -125,8 +146,8 @@ def test_a_reset_anywhere_in_the_stream_resumes_to_the_unbroken_result(
 def test_without_resume_a_reset_anywhere_is_a_transport_error(
     served: Any, recording: Recording
 ) -> None:
-    points, handshake, _ = cuts(served.port, recording, "frame")
-    for n in (point for point in points if point >= handshake):
+    points, committed, _ = cuts(served.port, recording, "frame")
+    for n in (point for point in points if point >= committed):
         with ResetProxy(served.port, n) as proxy:
             result = stream_once(recording, proxy.target, f"noresume-{n}", attempts=0)
         assert (result["status"], result["reason"]) == ("error", "transport_io_error"), n
