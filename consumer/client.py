@@ -104,6 +104,9 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         # Each channel its own connection: a resume's new channel must not share the broken
         # connection's subchannel (gRPC's global pool), which is in reconnect backoff.
         ("grpc.use_local_subchannel_pool", 1),
+        # A target of several producers (``ipv4:A,B``, ``dns:///name:port``): gRPC's own
+        # round_robin picks among the connected ones, so a resume goes to a live producer.
+        ("grpc.lb_policy_name", "round_robin"),
     ]
 
 
