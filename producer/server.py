@@ -130,8 +130,19 @@ def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
         return MalformedRequest("not an OpenRequest")
 
 
+def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
+    """``Cancel``'s request deserializer, bounded and never raising like ``Open``'s."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.CancelRequest.FromString(data)
+    except DecodeError:
+        return MalformedRequest("not a CancelRequest")
+
+
 def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
-    """Register ``Open`` with the bounded deserializer (the generated helper's is not)."""
+    """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
+    are not)."""
     handler = grpc.method_handlers_generic_handler(
         "replywire.v1.ReplyStream",
         {
@@ -139,7 +150,12 @@ def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None
                 servicer.Open,
                 request_deserializer=parse_open_request,
                 response_serializer=pb.Chunk.SerializeToString,
-            )
+            ),
+            "Cancel": grpc.unary_unary_rpc_method_handler(
+                servicer.Cancel,
+                request_deserializer=parse_cancel_request,
+                response_serializer=pb.CancelReply.SerializeToString,
+            ),
         },
     )
     server.add_generic_rpc_handlers((handler,))
@@ -156,6 +172,8 @@ class _Delivery:
     first: bool = True
     resume_after: int = 0
     plan: StreamPlan | None = None
+    #: The authenticated caller: only it may Cancel the generation this delivery starts.
+    caller: str = ANONYMOUS
 
 
 async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator[Entry]:
@@ -231,6 +249,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         #: Replies by stream id, and the generation that fills each (see producer.replylog).
         self.replies = MemoryReplyLog(settings.log_limits)
         self._generations: dict[str, Generation] = {}
+        #: The caller that started each generation (only it may cancel it).
+        self._owners: dict[str, str] = {}
         self.allow_faults = settings.allow_faults
         self.authenticator = settings.exposure.authenticator
         self.max_streams = settings.max_streams
@@ -293,7 +313,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         assert task is not None
         self._active[task] = stream
         self._idle.clear()
-        delivery = _Delivery()
+        delivery = _Delivery(caller=caller)
         try:
             await self._serve(request, context, stream, task, delivery)
         except asyncio.CancelledError:
@@ -316,6 +336,50 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
             await self._finish(task, stream, delivery)
+
+    async def Cancel(  # noqa: N802 - the RPC's name in the .proto
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+    ) -> pb.CancelReply:
+        """A deliberate stop: the generation of this stream id's reply is cancelled at once
+        (its upstream closed, its log ended), not after the detach grace. Authenticated like
+        ``Open``; only the caller that started the generation may stop it."""
+        structlog.contextvars.clear_contextvars()
+        caller = await self._authenticate(context)
+        stream_id = await self._check_cancel(request, context, caller)
+        structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
+        generation = self._generations.get(stream_id)
+        cancelled = (
+            generation is not None
+            and not generation.task.done()
+            and self._owners.get(stream_id) == caller
+        )
+        if cancelled:
+            assert generation is not None
+            generation.task.cancel()
+        self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+                       cancelled=cancelled)  # fmt: skip
+        return pb.CancelReply(cancelled=cancelled)
+
+    async def _check_cancel(
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+        caller: str,
+    ) -> str:
+        """The stream id of a well-formed ``CancelRequest`` (short and plain, as ``Open``'s)."""
+        try:
+            if isinstance(request, MalformedRequest):
+                raise RequestRefused(Reason.INVALID_REQUEST, request.why)
+            check_envelope(pb.OpenRequest(stream_id=request.stream_id))
+        except RequestRefused as refused:
+            self.counters.requests_malformed += 1
+            self._log.warning(
+                "request_malformed", peer=context.peer(), caller=caller, detail=refused.detail
+            )
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
+        return request.stream_id
 
     async def _serve(
         self,
@@ -353,9 +417,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             if not self._active:
                 self._idle.set()
 
-    async def _authenticate(
-        self, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
-    ) -> str:
+    async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """The caller's name from its bearer token, before any work; refuses without one.
         Nothing of the request is logged for a caller that is not known: the peer only."""
         if self.authenticator is None:
@@ -489,6 +551,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             return
         for stream_id in [key for key in self._generations if not self.replies.find(key)]:
             del self._generations[stream_id]  # expired from the log
+            self._owners.pop(stream_id, None)
         reply = self.replies.create(
             request.stream_id, digest(parse_binding(request.binding_json)), checked.wire.value
         )
@@ -498,6 +561,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             grace_s=self.replies.limits.detach_grace_s,
         )
         self._generations[request.stream_id] = generation
+        self._owners[request.stream_id] = delivery.caller
         delivery.reply, delivery.generation = reply, generation
         delivery.attempt = generation.attach()
         # A resume the producer has no log of (it restarted): the regenerated reply is
