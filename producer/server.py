@@ -182,6 +182,26 @@ async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator
         yield Entry(frame.sequence, codec.encode_frame(frame))
 
 
+async def _live_entries(
+    plan: StreamPlan, frames: AsyncIterator[Frame], codec: WireCodec
+) -> AsyncIterator[Entry]:
+    """A live reply's frames as log entries; the plan is closed once they end."""
+    outcome = StreamState.FAILED.value
+    try:
+        async for frame in frames:
+            assert isinstance(frame.sequence, int)
+            yield Entry(frame.sequence, codec.encode_frame(frame))
+        outcome = StreamState.COMPLETED.value
+    except LogEnded as ended:
+        outcome = ended.reason
+        raise
+    except asyncio.CancelledError:
+        outcome = StreamState.CANCELLED_BY_CONSUMER.value
+        raise
+    finally:
+        await _close_even_if_cancelled(plan, outcome)
+
+
 class _ConsumerGone(Exception):
     """A write failed because the stream is gone on the consumer's side."""
 
@@ -390,12 +410,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         delivery: _Delivery,
     ) -> None:
         """Prepare, then deliver: the plan's own chunks (a first delivery) or the log's."""
-        checked, delivery.plan = await self._prepare(request, context, stream, task, delivery)
+        checked, plan = await self._prepare(request, context, stream, task, delivery)
         if delivery.reply is not None and not delivery.first:
             await self._deliver_logged(checked, context, stream, delivery)
         else:
-            assert delivery.plan is not None
-            await self._deliver(checked, context, stream, delivery.plan)
+            assert plan is not None
+            await self._deliver(checked, context, stream, plan)
 
     async def _finish(
         self, task: asyncio.Task[Any], stream: ProducerStream, delivery: _Delivery
@@ -501,6 +521,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             if request.resume_after and not self.source.regenerates:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
             plan = await self.source.prepare(request, checked, identity=stream.caller)
+            delivery.plan = plan  # closed when this delivery ends, unless a generation owns it
             if request.resume_after and plan.reply_frames is None:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
             self._generate(request, checked, plan, delivery)
@@ -547,7 +568,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         delivery: _Delivery,
     ) -> None:
         """Start logging the plan's reply under its stream id (when it has one to log)."""
-        if plan.reply_frames is None or not request.stream_id:
+        live = plan.live_frames()
+        if (plan.reply_frames is None and live is None) or not request.stream_id:
             return
         for stream_id in [key for key in self._generations if not self.replies.find(key)]:
             del self._generations[stream_id]  # expired from the log
@@ -555,18 +577,41 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         reply = self.replies.create(
             request.stream_id, digest(parse_binding(request.binding_json)), checked.wire.value
         )
-        generation = Generation(
-            reply,
-            _entries(plan.reply_frames, codec_for(checked.wire)),
-            grace_s=self.replies.limits.detach_grace_s,
-        )
+        codec = codec_for(checked.wire)
+        if live is not None:
+            generation = self._live_generation(reply, plan, live, codec)
+            delivery.plan = None  # the generation closes it
+        else:
+            assert plan.reply_frames is not None
+            generation = Generation(
+                reply,
+                _entries(plan.reply_frames, codec),
+                grace_s=self.replies.limits.detach_grace_s,
+            )
         self._generations[request.stream_id] = generation
         self._owners[request.stream_id] = delivery.caller
         delivery.reply, delivery.generation = reply, generation
         delivery.attempt = generation.attach()
         # A resume the producer has no log of (it restarted): the regenerated reply is
-        # delivered from the log, from resume_after + 1, and without the fault.
-        delivery.first = request.resume_after == 0
+        # delivered from the log, from resume_after + 1, and without the fault. A live
+        # reply is delivered from the log from the start.
+        delivery.first = request.resume_after == 0 and live is None
+
+    def _live_generation(
+        self, reply: LoggedReply, plan: StreamPlan, live: AsyncIterator[Frame], codec: WireCodec
+    ) -> Generation:
+        """A live reply's generation owns its plan: closed when the reply is made, or at once
+        when nobody attached within the detach grace or its consumer cancelled it."""
+
+        async def abandoned() -> None:
+            await _close_even_if_cancelled(plan, StreamState.CANCELLED_BY_CONSUMER.value)
+
+        return Generation(
+            reply,
+            _live_entries(plan, live, codec),
+            grace_s=self.replies.limits.detach_grace_s,
+            on_abandoned=abandoned,
+        )
 
     async def _deliver(
         self,

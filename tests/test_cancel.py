@@ -80,7 +80,8 @@ def test_ctrl_c_cancels_the_generation_and_the_provider_call_at_once(
     assert (result["status"], result["reason"]) == ("incomplete", "consumer_cancelled")
     assert fake.log()[-1]["body_completed"] is False
     assert len(fake.log()) == before + 1
-    assert any(r["event"] == "stream_cancel_requested" for r in records)
+    requested = [r for r in records if r["event"] == "stream_cancel_requested"]
+    assert [r["cancelled"] for r in requested] == [True]
     consumer_trace = read_trace(tmp_path / "consumer.trace.jsonl")
     assert any(r["event"] in {"cancel_sent", "cancel_unconfirmed"} for r in consumer_trace)
     entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
