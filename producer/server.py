@@ -703,6 +703,13 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             task.cancel()
         if remaining:
             await asyncio.wait(remaining, timeout=SHUTDOWN_ABORT_S)
+        # Replies still generating for a consumer that left (its detach grace) end now: a
+        # live one's upstream is closed and its ledger entry leaves reserved before exit.
+        generating = [g.task for g in self._generations.values() if not g.task.done()]
+        for task in generating:
+            task.cancel()
+        if generating:
+            await asyncio.wait(generating, timeout=SHUTDOWN_ABORT_S)
 
 
 async def _abort_unless_gone(

@@ -3,6 +3,7 @@ breaks resumes on the same producer and completes, and the provider is called on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,3 +48,22 @@ def test_a_reset_mid_stream_resumes_a_live_reply_without_a_second_call(
     attach = [r for r in records if r.get("input") == "attach"]
     assert attach and attach[0]["attempt"] == 2
     assert records[-1]["to_state"] == "completed"
+
+
+def test_a_producer_that_stops_ends_the_replies_still_generating(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    """A consumer left (its deadline) and the reply generates for the detach grace; the
+    producer stops meanwhile: the upstream is closed and the ledger entry leaves reserved."""
+    before = len(fake.log())
+    with gemini_producer(
+        tmp_path, fake, "--detach-grace-s", "120", model="fake-slow-drip"
+    ) as running:
+        run = run_consumer(running.target, "--case", CASE, "--deadline-s", "0.3")
+        assert run.result["reason"] == "deadline_exceeded"
+    assert running.process.returncode == 0
+    closed = [r for r in running.trace() if r["event"] == "provider_stream_closed"]
+    assert len(closed) == 1
+    assert len(fake.log()) == before + 1
+    entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
+    assert len(entries) == 1 and entries[0]["state"] != "reserved"
