@@ -32,6 +32,11 @@ class Firehose(pb_grpc.ReplyStreamServicer):
         self.chunk = b"x" * chunk
         self.written = 0
 
+    async def Cancel(  # noqa: N802
+        self, request: pb.CancelRequest, context: Any
+    ) -> pb.CancelReply:
+        return pb.CancelReply()
+
     async def Open(  # noqa: N802
         self, request: pb.OpenRequest, context: Any
     ) -> AsyncIterator[pb.Chunk]:

@@ -39,6 +39,11 @@ class Bare(pb_grpc.ReplyStreamServicer):
     def __init__(self, chunks: tuple[bytes, ...]) -> None:
         self.chunks = chunks
 
+    async def Cancel(  # noqa: N802
+        self, request: pb.CancelRequest, context: Any
+    ) -> pb.CancelReply:
+        return pb.CancelReply()
+
     async def Open(  # noqa: N802
         self, request: pb.OpenRequest, context: Any
     ) -> AsyncIterator[pb.Chunk]:

@@ -317,7 +317,12 @@ def _seconds(text: str) -> float:
 
 
 def add_network_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="127.0.0.1:50051", help="producer HOST:PORT")
+    parser.add_argument(
+        "--target",
+        default="127.0.0.1:50051",
+        help="the producer HOST:PORT, or several in gRPC's target syntax "
+        "(ipv4:HOST:PORT,HOST:PORT or dns:///NAME:PORT), balanced round_robin",
+    )
     parser.add_argument(
         "--queue-size", type=_positive, default=DEFAULT_QUEUE_SIZE, help="bounded chunk queue"
     )

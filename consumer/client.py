@@ -50,6 +50,8 @@ DEFAULT_RESUME_BACKOFF_S: Final = 0.25
 DEFAULT_RESUME_BACKOFF_MAX_S: Final = 2.0
 #: Resumes of `consumer stream` (the StreamOptions default, 0, is today's behaviour: none).
 DEFAULT_RESUME_ATTEMPTS: Final = 3
+#: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
+CANCEL_TIMEOUT_S: Final = 2.0
 #: Named endings of the producer that are a broken transport, not a verdict: resumable.
 RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
 #: A producer that does not stream says why in the status details: one of these codes.
@@ -104,6 +106,9 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         # Each channel its own connection: a resume's new channel must not share the broken
         # connection's subchannel (gRPC's global pool), which is in reconnect backoff.
         ("grpc.use_local_subchannel_pool", 1),
+        # A target of several producers (``ipv4:A,B``, ``dns:///name:port``): gRPC's own
+        # round_robin picks among the connected ones, so a resume goes to a live producer.
+        ("grpc.lb_policy_name", "round_robin"),
     ]
 
 
@@ -304,6 +309,7 @@ class StreamSession:
             await asyncio.wait({stopped}, timeout=wait)
             stopped.cancel()
             if stop.is_set():
+                await self._cancel_on_new_channel()
                 result = self.consumer.abort(Reason.CONSUMER_CANCELLED)
                 break
         flow = Flow(
@@ -344,6 +350,7 @@ class StreamSession:
                 if processing in done:
                     outcome = processing.result()
                 elif stop_waiter in done:
+                    await self._cancel_generation(stub)
                     outcome = self.consumer.abort(Reason.CONSUMER_CANCELLED)
                 else:
                     outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
@@ -355,6 +362,27 @@ class StreamSession:
                 self._pauses += self.reader.pauses
                 self._paused_s += self.reader.paused_s
         return outcome
+
+    async def _cancel_generation(self, stub: pb_grpc.ReplyStreamStub) -> None:
+        """A deliberate stop: ask the producer to stop generating this reply at once (a
+        broken connection alone leaves it generating for the detach grace). Bounded; a
+        producer that does not answer in time, or at all, changes nothing here."""
+        request = pb.CancelRequest(stream_id=self.request.stream_id)
+        try:
+            # The stub of an aio channel answers with a call to await; grpc-stubs says not.
+            call: Any = stub.Cancel(
+                request, timeout=CANCEL_TIMEOUT_S, metadata=self.options.security.call_metadata()
+            )
+            reply: pb.CancelReply = await call
+        except grpc.aio.AioRpcError as error:
+            self._log.info("cancel_unconfirmed", grpc_code=error.code().name)
+            return
+        self._log.info("cancel_sent", cancelled=reply.cancelled)
+
+    async def _cancel_on_new_channel(self) -> None:
+        """``Cancel`` between attempts (no channel is open then)."""
+        async with open_channel(self.options) as channel:
+            await self._cancel_generation(pb_grpc.ReplyStreamStub(channel))
 
     async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult | StreamEnded:
         if self.options.mode == "buffered":

@@ -238,6 +238,8 @@ class Generation:
             async for entry in self._frames:
                 await self.reply.append(entry)
             await self.reply.end()
+        except LogEnded as ended:  # the frames said the reply ends in error
+            await self.reply.end(ended.reason)
         except asyncio.CancelledError:
             await self.reply.end(Reason.PRODUCER_SHUTDOWN.value)
             if self._on_abandoned is not None:

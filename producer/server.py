@@ -130,8 +130,19 @@ def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
         return MalformedRequest("not an OpenRequest")
 
 
+def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
+    """``Cancel``'s request deserializer, bounded and never raising like ``Open``'s."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.CancelRequest.FromString(data)
+    except DecodeError:
+        return MalformedRequest("not a CancelRequest")
+
+
 def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
-    """Register ``Open`` with the bounded deserializer (the generated helper's is not)."""
+    """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
+    are not)."""
     handler = grpc.method_handlers_generic_handler(
         "replywire.v1.ReplyStream",
         {
@@ -139,7 +150,12 @@ def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None
                 servicer.Open,
                 request_deserializer=parse_open_request,
                 response_serializer=pb.Chunk.SerializeToString,
-            )
+            ),
+            "Cancel": grpc.unary_unary_rpc_method_handler(
+                servicer.Cancel,
+                request_deserializer=parse_cancel_request,
+                response_serializer=pb.CancelReply.SerializeToString,
+            ),
         },
     )
     server.add_generic_rpc_handlers((handler,))
@@ -156,12 +172,34 @@ class _Delivery:
     first: bool = True
     resume_after: int = 0
     plan: StreamPlan | None = None
+    #: The authenticated caller: only it may Cancel the generation this delivery starts.
+    caller: str = ANONYMOUS
 
 
 async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator[Entry]:
     for frame in frames:
         assert isinstance(frame.sequence, int)
         yield Entry(frame.sequence, codec.encode_frame(frame))
+
+
+async def _live_entries(
+    plan: StreamPlan, frames: AsyncIterator[Frame], codec: WireCodec
+) -> AsyncIterator[Entry]:
+    """A live reply's frames as log entries; the plan is closed once they end."""
+    outcome = StreamState.FAILED.value
+    try:
+        async for frame in frames:
+            assert isinstance(frame.sequence, int)
+            yield Entry(frame.sequence, codec.encode_frame(frame))
+        outcome = StreamState.COMPLETED.value
+    except LogEnded as ended:
+        outcome = ended.reason
+        raise
+    except asyncio.CancelledError:
+        outcome = StreamState.CANCELLED_BY_CONSUMER.value
+        raise
+    finally:
+        await _close_even_if_cancelled(plan, outcome)
 
 
 class _ConsumerGone(Exception):
@@ -231,6 +269,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         #: Replies by stream id, and the generation that fills each (see producer.replylog).
         self.replies = MemoryReplyLog(settings.log_limits)
         self._generations: dict[str, Generation] = {}
+        #: The caller that started each generation (only it may cancel it).
+        self._owners: dict[str, str] = {}
         self.allow_faults = settings.allow_faults
         self.authenticator = settings.exposure.authenticator
         self.max_streams = settings.max_streams
@@ -293,7 +333,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         assert task is not None
         self._active[task] = stream
         self._idle.clear()
-        delivery = _Delivery()
+        delivery = _Delivery(caller=caller)
         try:
             await self._serve(request, context, stream, task, delivery)
         except asyncio.CancelledError:
@@ -317,6 +357,50 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         finally:
             await self._finish(task, stream, delivery)
 
+    async def Cancel(  # noqa: N802 - the RPC's name in the .proto
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+    ) -> pb.CancelReply:
+        """A deliberate stop: the generation of this stream id's reply is cancelled at once
+        (its upstream closed, its log ended), not after the detach grace. Authenticated like
+        ``Open``; only the caller that started the generation may stop it."""
+        structlog.contextvars.clear_contextvars()
+        caller = await self._authenticate(context)
+        stream_id = await self._check_cancel(request, context, caller)
+        structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
+        generation = self._generations.get(stream_id)
+        cancelled = (
+            generation is not None
+            and not generation.task.done()
+            and self._owners.get(stream_id) == caller
+        )
+        if cancelled:
+            assert generation is not None
+            generation.task.cancel()
+        self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+                       cancelled=cancelled)  # fmt: skip
+        return pb.CancelReply(cancelled=cancelled)
+
+    async def _check_cancel(
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+        caller: str,
+    ) -> str:
+        """The stream id of a well-formed ``CancelRequest`` (short and plain, as ``Open``'s)."""
+        try:
+            if isinstance(request, MalformedRequest):
+                raise RequestRefused(Reason.INVALID_REQUEST, request.why)
+            check_envelope(pb.OpenRequest(stream_id=request.stream_id))
+        except RequestRefused as refused:
+            self.counters.requests_malformed += 1
+            self._log.warning(
+                "request_malformed", peer=context.peer(), caller=caller, detail=refused.detail
+            )
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
+        return request.stream_id
+
     async def _serve(
         self,
         request: pb.OpenRequest,
@@ -326,12 +410,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         delivery: _Delivery,
     ) -> None:
         """Prepare, then deliver: the plan's own chunks (a first delivery) or the log's."""
-        checked, delivery.plan = await self._prepare(request, context, stream, task, delivery)
+        checked, plan = await self._prepare(request, context, stream, task, delivery)
         if delivery.reply is not None and not delivery.first:
             await self._deliver_logged(checked, context, stream, delivery)
         else:
-            assert delivery.plan is not None
-            await self._deliver(checked, context, stream, delivery.plan)
+            assert plan is not None
+            await self._deliver(checked, context, stream, plan)
 
     async def _finish(
         self, task: asyncio.Task[Any], stream: ProducerStream, delivery: _Delivery
@@ -353,9 +437,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             if not self._active:
                 self._idle.set()
 
-    async def _authenticate(
-        self, context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
-    ) -> str:
+    async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """The caller's name from its bearer token, before any work; refuses without one.
         Nothing of the request is logged for a caller that is not known: the peer only."""
         if self.authenticator is None:
@@ -439,6 +521,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             if request.resume_after and not self.source.regenerates:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
             plan = await self.source.prepare(request, checked, identity=stream.caller)
+            delivery.plan = plan  # closed when this delivery ends, unless a generation owns it
             if request.resume_after and plan.reply_frames is None:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
             self._generate(request, checked, plan, delivery)
@@ -485,24 +568,50 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         delivery: _Delivery,
     ) -> None:
         """Start logging the plan's reply under its stream id (when it has one to log)."""
-        if plan.reply_frames is None or not request.stream_id:
+        live = plan.live_frames()
+        if (plan.reply_frames is None and live is None) or not request.stream_id:
             return
         for stream_id in [key for key in self._generations if not self.replies.find(key)]:
             del self._generations[stream_id]  # expired from the log
+            self._owners.pop(stream_id, None)
         reply = self.replies.create(
             request.stream_id, digest(parse_binding(request.binding_json)), checked.wire.value
         )
-        generation = Generation(
-            reply,
-            _entries(plan.reply_frames, codec_for(checked.wire)),
-            grace_s=self.replies.limits.detach_grace_s,
-        )
+        codec = codec_for(checked.wire)
+        if live is not None:
+            generation = self._live_generation(reply, plan, live, codec)
+            delivery.plan = None  # the generation closes it
+        else:
+            assert plan.reply_frames is not None
+            generation = Generation(
+                reply,
+                _entries(plan.reply_frames, codec),
+                grace_s=self.replies.limits.detach_grace_s,
+            )
         self._generations[request.stream_id] = generation
+        self._owners[request.stream_id] = delivery.caller
         delivery.reply, delivery.generation = reply, generation
         delivery.attempt = generation.attach()
         # A resume the producer has no log of (it restarted): the regenerated reply is
-        # delivered from the log, from resume_after + 1, and without the fault.
-        delivery.first = request.resume_after == 0
+        # delivered from the log, from resume_after + 1, and without the fault. A live
+        # reply is delivered from the log from the start.
+        delivery.first = request.resume_after == 0 and live is None
+
+    def _live_generation(
+        self, reply: LoggedReply, plan: StreamPlan, live: AsyncIterator[Frame], codec: WireCodec
+    ) -> Generation:
+        """A live reply's generation owns its plan: closed when the reply is made, or at once
+        when nobody attached within the detach grace or its consumer cancelled it."""
+
+        async def abandoned() -> None:
+            await _close_even_if_cancelled(plan, StreamState.CANCELLED_BY_CONSUMER.value)
+
+        return Generation(
+            reply,
+            _live_entries(plan, live, codec),
+            grace_s=self.replies.limits.detach_grace_s,
+            on_abandoned=abandoned,
+        )
 
     async def _deliver(
         self,
@@ -594,6 +703,13 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             task.cancel()
         if remaining:
             await asyncio.wait(remaining, timeout=SHUTDOWN_ABORT_S)
+        # Replies still generating for a consumer that left (its detach grace) end now: a
+        # live one's upstream is closed and its ledger entry leaves reserved before exit.
+        generating = [g.task for g in self._generations.values() if not g.task.done()]
+        for task in generating:
+            task.cancel()
+        if generating:
+            await asyncio.wait(generating, timeout=SHUTDOWN_ABORT_S)
 
 
 async def _abort_unless_gone(

@@ -260,8 +260,12 @@ async def concurrent_streams(target: str, recording: Recording, count: int) -> l
 def test_consumer_cancellation_closes_the_upstream_response(
     tmp_path: Path, fake: FakeGeminiProcess
 ) -> None:
+    """A consumer that leaves without Cancel (here: its deadline) and does not come back
+    within the detach grace (0 s here): the generation is abandoned, the upstream closed."""
     before = len(fake.log())
-    with gemini_producer(tmp_path, fake, model="fake-slow-drip") as running:
+    with gemini_producer(
+        tmp_path, fake, "--detach-grace-s", "0", model="fake-slow-drip"
+    ) as running:
         run = run_consumer(
             running.target, "--case", "backup-schedule", "--deadline-s", "0.3",
             "--stream-id", "cancelled-upstream",
@@ -285,7 +289,8 @@ def test_a_consumer_that_leaves_while_a_write_waits_still_closes_the_call(
     consumer cancels (Ctrl-C) or vanishes (SIGKILL). The plan is closed exactly once: the
     provider stream's close is logged, the ledger entry leaves ``reserved`` (settled from
     the usage, or its reservation kept when the provider had not finished), the call is
-    captured."""
+    captured. The reply is generated into the reply log apart from the blocked write, so
+    the provider stream may well have completed by then (closed ``completed``)."""
     run_dir = tmp_path / "run"
     stream_id = f"left-while-blocked-{how}"
     with gemini_producer(tmp_path, fake, "--record", str(run_dir)) as running:
@@ -306,7 +311,7 @@ def test_a_consumer_that_leaves_while_a_write_waits_still_closes_the_call(
     closed = next(
         r for r in running.stream_trace(stream_id) if r["event"] == "provider_stream_closed"
     )
-    assert closed["outcome"] == "cancelled_by_consumer"
+    assert closed["outcome"] in {"cancelled_by_consumer", "completed"}
     entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
     assert len(entries) == 1
     assert entries[0]["state"] in {"settled", "failed"}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -50,6 +50,7 @@ from producer.gemini.protocol import (
     request_body,
 )
 from producer.metrics import record_ledger_spend
+from producer.replylog import LogEnded
 from producer.sources import Stall
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
@@ -151,7 +152,7 @@ class GeminiPlan:
         self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
         self.abort_details: str | None = None
-        #: Not logged in this slice: a live reply cannot be resumed yet.
+        #: Not known in advance: the reply is logged as it is made (live_frames).
         self.reply_frames: tuple[Frame, ...] | None = None
         self.body_ended = False
         self._log = call.log
@@ -177,6 +178,20 @@ class GeminiPlan:
         for chunk in chunker.flush():
             yield chunk
         if not self.adapter.finished and self.abort_details is None:
+            self._log.warning("provider_stream_ended_without_finish")
+
+    def live_frames(self) -> AsyncIterator[Frame]:
+        return self._live()
+
+    async def _live(self) -> AsyncGenerator[Frame, None]:
+        """The reply's frames for the reply log, as the provider's events complete them."""
+        async with aclosing(self._frames()) as batches:
+            async for frames in batches:
+                for frame in frames:
+                    yield frame
+        if self.provider.abort is not None:  # an event after the finish: end in error
+            raise LogEnded(self.provider.abort)
+        if not self.adapter.finished:
             self._log.warning("provider_stream_ended_without_finish")
 
     async def _frames(self) -> AsyncGenerator[list[Frame], None]:

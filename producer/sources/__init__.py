@@ -8,7 +8,7 @@ transport error instead of OK.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +34,14 @@ class StreamPlan(Protocol):
     reply_frames: tuple[Frame, ...] | None
 
     def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
+
+    def live_frames(self) -> AsyncIterator[Frame] | None:
+        """A live reply's frames as they are made, for the reply log (None: not live). A
+        live reply is generated into the log and every delivery, the first too, reads it;
+        the plan then belongs to its generation, which closes it. Raises
+        ``producer.replylog.LogEnded`` after the last frame when the reply must end in
+        error instead of cleanly."""
+        ...
 
     async def close(self, outcome: str) -> None:
         """Release what the stream holds (an upstream response, a reservation)."""

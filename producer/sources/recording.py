@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from producer.sources import Stall
@@ -38,6 +38,9 @@ class RecordingPlan:
                 yield Stall(stall.milliseconds)
         if self.transmission.ending is Ending.TRANSPORT_ERROR:
             self.abort_details = "controlled_transport_abort"
+
+    def live_frames(self) -> AsyncIterator[Frame] | None:
+        return None  # known in advance: reply_frames
 
     async def close(self, outcome: str) -> None:
         return None
