@@ -7,8 +7,9 @@ when generation stopped without one). A delivery reads it from ``resume_after + 
 follows it until the end; chunking (transport fragments) and transport faults belong to
 the delivery, never to the log.
 
-The interface (``ReplyLog``, ``LoggedReply``) is small on purpose, so that a Redis
-Streams backend can follow the in-process one (``MemoryReplyLog``). Everything is
+The interface (``ReplyLog``, ``LoggedReply``) is small on purpose: the in-process
+backend (``MemoryReplyLog``) and the Redis Streams one that replicas share
+(``producer.redis_replylog``) are behind it. Everything is
 bounded (``LogLimits``): frames and bytes per reply, replies kept, and how long an ended
 reply is kept (its TTL). A reply over its frame or byte bound ends with the error ending
 ``internal_error``. ``Generation`` runs a reply's frames into the log as a task of its

@@ -447,7 +447,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                     wire=checked.wire.value,
                     chunks=checked.plan.describe(),
                 )
-                return checked, None
+                return checked, delivery.plan
             if request.resume_after and not self.source.regenerates:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
             plan = await self.source.prepare(request, checked, identity=stream.caller)
