@@ -33,6 +33,7 @@ from producer.replylog import Entry, LogLimits
 from producer.server import ServerSettings, start_server, stop_server
 from producer.sources.recording import RecordingSource
 from shared.digest import digest
+from shared.errors import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
@@ -92,7 +93,9 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
 ) -> None:
     """Replica A logged 3 frames and went silent (as if killed: its lease refresher stops);
     replica B, serving a consumer of that stream, reads them, sees the lease lapse, and,
-    the recording being deterministic, generates the reply itself and goes on reading."""
+    the recording being deterministic, generates the reply itself and goes on reading. A
+    consumer that comes once the lease lapsed finds it ``generator_lost``: it is generated
+    again from the start."""
 
     async def scenario(url: str) -> tuple[dict[str, Any], dict[str, Any], float]:
         limits = LogLimits(lease_s=0.5)
@@ -104,20 +107,9 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
             fault=None,
             stream_id="orphan",
         )
-        opened = request.open_request()
-        checked = check_request(opened, allow_faults=False)
-        plan = await RecordingSource(recording).prepare(opened, checked, identity="a")
-        assert plan.reply_frames is not None
         replica_a = RedisReplyLog(url, limits)
-        reply = await replica_a.create(
-            "orphan", digest(parse_binding(opened.binding_json)), checked.wire.value
-        )
-        codec = codec_for(checked.wire)
-        for frame in plan.reply_frames[:3]:
-            assert isinstance(frame.sequence, int)
-            await reply.append(Entry(frame.sequence, codec.encode_frame(frame)))
-        assert reply._refresher is not None
-        reply._refresher.cancel()  # A is gone: no refresh, no end
+        for stream_id in ("orphan", "late"):
+            await abandon(replica_a, replace(request, stream_id=stream_id), recording)
         settings = ServerSettings(
             host="127.0.0.1", port=0, allow_faults=False, reply_log=RedisReplyLog(url, limits)
         )
@@ -127,6 +119,10 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
         orphan = (await stream_reply(request, options)).to_dict()
         waited = time.monotonic() - started
         unbroken = (await stream_reply(replace(request, stream_id="whole"), options)).to_dict()
+        late = await replica_a.find("late")
+        assert late is not None and late.error == Reason.GENERATOR_LOST.value
+        regenerated = (await stream_reply(replace(request, stream_id="late"), options)).to_dict()
+        assert essence(regenerated) == essence(unbroken)
         await stop_server(server, servicer, 1.0, asyncio.Event())
         await servicer.replies.aclose()
         await replica_a.aclose()
@@ -137,6 +133,23 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
     assert essence(orphan) == essence(unbroken)
     assert orphan["stats"]["reconnects"] == 0
     assert 0.3 <= waited <= 5  # it waited for the lease to lapse, not for ever
+
+
+async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recording) -> None:
+    """Replica A logs the first 3 frames of the request's reply and is gone (as if killed:
+    no lease refresh, no end)."""
+    opened = request.open_request()
+    checked = check_request(opened, allow_faults=False)
+    plan = await RecordingSource(recording).prepare(opened, checked, identity="a")
+    assert plan.reply_frames is not None
+    binding = digest(parse_binding(opened.binding_json))
+    reply = await log.create(request.stream_id, binding, checked.wire.value)
+    codec = codec_for(checked.wire)
+    for frame in plan.reply_frames[:3]:
+        assert isinstance(frame.sequence, int)
+        await reply.append(Entry(frame.sequence, codec.encode_frame(frame)))
+    assert reply._refresher is not None
+    reply._refresher.cancel()
 
 
 def test_a_reply_log_that_does_not_answer_stops_the_producer() -> None:
