@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+import redis
 import structlog
 
 from producer.files import write_atomically
@@ -28,12 +29,17 @@ from producer.gemini.redis_ledger import DEFAULT_PREFIX, safe_location
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.metrics import MetricsEndpoint, ProducerMetrics, install
+from producer.redis_replylog import RedisReplyLog
+from producer.redis_replylog import is_redis_url as is_redis_log
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
+    DEFAULT_LEASE_S,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_REPLIES,
     LogLimits,
+    MemoryReplyLog,
+    ReplyLog,
 )
 from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
@@ -207,8 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
          "how long an ended reply is kept for resumes"),
         ("--detach-grace-s", "DETACH_GRACE_S", DEFAULT_DETACH_GRACE_S, positive_seconds,
          "how long a reply is still generated after its consumer disconnected"),
+        ("--reply-log-lease-s", "REPLY_LOG_LEASE_S", DEFAULT_LEASE_S, positive_seconds,
+         "a shared log: how long a silent generator keeps its lease (then generator_lost)"),
     ):  # fmt: skip
         parser.add_argument(flag, type=kind, default=env(name, str(default)), help=meaning)
+    parser.add_argument(
+        "--reply-log",
+        default=env("REPLY_LOG", "memory"),
+        help="where replies are logged for resumes: memory (this process), or "
+        "redis://HOST:PORT/DB, shared by replicas",
+    )
     parser.add_argument(
         "--shutdown-grace-s",
         type=positive_seconds,
@@ -379,12 +393,43 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     return GeminiSource(recording, settings, api_key=api_key, ledger=ledger, capture=capture)
 
 
+async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLog:
+    """The log ``--reply-log`` names, checked once: a Redis that does not answer stops
+    the producer (exit 2)."""
+    if args.reply_log == "memory":
+        return MemoryReplyLog(limits)
+    if not is_redis_log(args.reply_log):
+        raise ConfigurationError(
+            f"--reply-log: memory or redis://HOST:PORT/DB, not {args.reply_log!r}"
+        )
+    shown_log = safe_location(args.reply_log)
+    try:
+        log = RedisReplyLog(args.reply_log, limits)
+    except ValueError as error:
+        raise ConfigurationError(f"--reply-log {shown_log}: {error}") from error
+    try:
+        await log.check()
+    except redis.RedisError as error:
+        await log.aclose()
+        raise ConfigurationError(f"cannot use --reply-log {shown_log}: {error}") from error
+    return log
+
+
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
     exposure = exposure_from(args)
     source = make_source(args, recording)
     metrics = ProducerMetrics()
     install(metrics)  # the ledger's spend goes to this producer's metrics
+    limits = LogLimits(
+        max_frames=args.reply_log_max_frames,
+        max_bytes=args.reply_log_max_bytes,
+        max_replies=args.reply_log_max_replies,
+        ttl_s=args.reply_log_ttl_s,
+        detach_grace_s=args.detach_grace_s,
+        lease_s=args.reply_log_lease_s,
+    )
+    reply_log = await open_reply_log(args, limits)
     settings = ServerSettings(
         host=args.host,
         port=args.port,
@@ -393,13 +438,8 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         exposure=exposure,
         max_streams=args.max_streams,
         metrics=metrics,
-        log_limits=LogLimits(
-            max_frames=args.reply_log_max_frames,
-            max_bytes=args.reply_log_max_bytes,
-            max_replies=args.reply_log_max_replies,
-            ttl_s=args.reply_log_ttl_s,
-            detach_grace_s=args.detach_grace_s,
-        ),
+        log_limits=limits,
+        reply_log=reply_log,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (
@@ -451,6 +491,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     await servicer.enter_shutdown()
     await stop_server(server, servicer, args.shutdown_grace_s, stop_now)
     await source.aclose()
+    await reply_log.aclose()
     if endpoint is not None:
         endpoint.close()
     # Logged after every stream's final record: opened = the sum of the final counts.
@@ -463,6 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.max_connection_age_s > 0:
         parser.error("--max-connection-age-s must be > 0")
+    if not args.reply_log_lease_s > 0:
+        parser.error("--reply-log-lease-s must be > 0")
     trace = None
     if args.trace_file is not None:
         try:

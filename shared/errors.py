@@ -66,6 +66,7 @@ class Reason(StrEnum):
     CONNECTION_AGED_OUT = "connection_aged_out"
     RESUME_UNAVAILABLE = "resume_unavailable"
     RESUME_BINDING_MISMATCH = "resume_binding_mismatch"
+    GENERATOR_LOST = "generator_lost"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -184,6 +185,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.RESUME_BINDING_MISMATCH: _info(
         _R, "FAILED_PRECONDITION", "a resume whose binding differs from the logged reply's"
+    ),
+    Reason.GENERATOR_LOST: _info(
+        _E, "UNAVAILABLE", "the replica generating a shared reply went silent (its lease lapsed)"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"

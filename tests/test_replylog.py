@@ -20,7 +20,7 @@ class Clock:
 
 
 async def read_all(log: MemoryReplyLog, stream_id: str, after: int) -> list[int]:
-    reply = log.find(stream_id)
+    reply = await log.find(stream_id)
     assert reply is not None
     return [entry.sequence async for entry in reply.read(after)]
 
@@ -28,7 +28,7 @@ async def read_all(log: MemoryReplyLog, stream_id: str, after: int) -> list[int]
 def test_a_reader_follows_the_log_from_a_sequence_until_it_ends() -> None:
     async def scenario() -> tuple[list[int], list[int]]:
         log = MemoryReplyLog()
-        reply = log.create("s", "b" * 64, "lp")
+        reply = await log.create("s", "b" * 64, "lp")
         early = asyncio.create_task(read_all(log, "s", 0))
         for sequence in (1, 2, 3):
             await reply.append(Entry(sequence, b"x"))
@@ -42,14 +42,14 @@ def test_a_reader_follows_the_log_from_a_sequence_until_it_ends() -> None:
 def test_over_a_bound_the_reply_ends_internal_error() -> None:
     async def scenario() -> None:
         log = MemoryReplyLog(LogLimits(max_frames=2))
-        reply = log.create("s", "b", "lp")
+        reply = await log.create("s", "b", "lp")
         for sequence in (1, 2, 3):
             await reply.append(Entry(sequence, b"x"))
         with pytest.raises(LogEnded) as ended:
             await read_all(log, "s", 0)
         assert ended.value.reason == Reason.INTERNAL_ERROR.value
         bytes_log = MemoryReplyLog(LogLimits(max_bytes=3))
-        big = bytes_log.create("t", "b", "lp")
+        big = await bytes_log.create("t", "b", "lp")
         await big.append(Entry(1, b"xxxx"))
         assert big.error == Reason.INTERNAL_ERROR.value and big.entries == []
 
@@ -60,18 +60,18 @@ def test_ended_replies_expire_and_make_room() -> None:
     async def scenario() -> None:
         clock = Clock()
         log = MemoryReplyLog(LogLimits(max_replies=1, ttl_s=10), clock=clock)
-        first = log.create("a", "b", "lp")
+        first = await log.create("a", "b", "lp")
         with pytest.raises(RequestRefused) as refused:
-            log.create("b", "b", "lp")  # the one kept is still being generated
+            await log.create("b", "b", "lp")  # the one kept is still being generated
         assert refused.value.reason is Reason.STREAM_LIMIT
         await first.end()
-        log.create("b", "b", "lp")  # the ended one makes room
-        assert log.find("a") is None
-        second = log.find("b")
+        await log.create("b", "b", "lp")  # the ended one makes room
+        assert await log.find("a") is None
+        second = await log.find("b")
         assert second is not None
         await second.end()
         clock.now = 10.0
-        assert log.find("b") is None and len(log) == 0
+        assert await log.find("b") is None and len(log) == 0
 
     asyncio.run(scenario())
 
@@ -90,7 +90,7 @@ def test_generation_goes_on_for_the_grace_then_ends_producer_shutdown() -> None:
             closed.set()
 
         log = MemoryReplyLog()
-        reply = log.create("s", "b", "lp")
+        reply = await log.create("s", "b", "lp")
         generation = Generation(reply, frames(), grace_s=0.05, on_abandoned=on_abandoned)
         assert generation.attach() == 1
         generation.detach()  # the consumer is gone; a resume within the grace attaches

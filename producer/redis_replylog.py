@@ -1,0 +1,261 @@
+"""The reply log in Redis Streams (``--reply-log redis://HOST:PORT/DB``): replicas share it.
+
+Key layout, under a prefix (default ``replywire:replies:``), per stream id::
+
+    PREFIX ID:meta   hash    binding (the binding hash), wire
+    PREFIX ID:log    stream  one entry per frame, id ``0-SEQUENCE``, field ``d`` = its
+                             wire bytes; then one end entry, field ``e`` = "" (the
+                             terminal frame was the last entry) or the error reason code
+    PREFIX ID:lease  string  the generating process's token, ``SET ... PX lease``
+
+The generator holds the lease: it claims it with ``SET NX PX`` when it creates the
+reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
+one Lua script that first checks the lease is still its own, so a generator that lost
+its lease writes nothing more. Readers ``XREAD BLOCK`` from ``0-AFTER`` and follow the
+stream to its end entry; a reader that waits while the lease is gone and no end entry
+came ends with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
+generator's last refresh). Another process may then create the reply anew (a source
+that regenerates): the create claims the lease first, then empties the stream.
+
+Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
+``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
+``lease_s + ttl_s`` after the last refresh, once it ended ``ttl_s`` after its end
+(``EXPIRE``). ``max_replies`` is the memory log's bound only: here the keys expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+import structlog
+
+from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy
+from shared.errors import Reason
+
+DEFAULT_PREFIX: Final = "replywire:replies:"
+TIMEOUT_S: Final = 5.0
+READ_COUNT: Final = 256
+
+# KEYS: lease, log, meta. ARGV: token, lease ms, expire ms, binding, wire.
+_CREATE: Final = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+# KEYS: lease, log, meta. ARGV: token, entry id, field, value, maxlen, expire ms.
+_WRITE: Final = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+if ARGV[3] == 'e' then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+# KEYS: lease, log, meta. ARGV: token, lease ms, expire ms.
+_REFRESH: Final = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+
+
+class _Scripts:
+    def __init__(self, client: Any) -> None:
+        self.create = client.register_script(_CREATE)
+        self.write = client.register_script(_WRITE)
+        self.refresh = client.register_script(_REFRESH)
+
+
+def _ms(seconds: float) -> int:
+    return max(int(seconds * 1000), 1)
+
+
+class RedisReply:
+    """A reply in Redis: the generator's handle (``token`` set) or a reader's snapshot."""
+
+    def __init__(
+        self,
+        log: RedisReplyLog,
+        stream_id: str,
+        binding_sha256: str,
+        wire: str,
+        error: str | None = None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.binding_sha256 = binding_sha256
+        self.wire = wire
+        self.error = error
+        self._log = log
+        self._keys = log.keys(stream_id)
+        self._token: str | None = None
+        self._last = 0
+        self._size = 0
+        self._ended = False
+        self._refresher: asyncio.Task[None] | None = None
+
+    def generate(self, token: str) -> None:
+        """This process generates the reply: refresh its lease until it ends."""
+        self._token = token
+        self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.stream_id}")
+
+    async def _refresh(self) -> None:
+        limits = self._log.limits
+        while True:
+            await asyncio.sleep(limits.lease_s / 3)
+            try:
+                owned = await self._log.scripts.refresh(
+                    keys=self._keys,
+                    args=[self._token, _ms(limits.lease_s), _ms(limits.lease_s + limits.ttl_s)],
+                )
+            except aioredis.RedisError as error:  # the next refresh may still make it
+                structlog.get_logger().warning("lease_refresh_failed", detail=str(error))
+                continue
+            if not owned:
+                return
+
+    async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
+        limits = self._log.limits
+        written = await self._log.scripts.write(
+            keys=self._keys,
+            args=[self._token, entry_id, field, value, limits.max_frames + 1, _ms(expire_s)],
+        )
+        return bool(written)
+
+    async def append(self, entry: Entry) -> None:
+        if self._ended or self._token is None:
+            raise RuntimeError(f"reply {self.stream_id} is not generated here")
+        if entry.sequence != self._last + 1:
+            raise ValueError(f"sequence {entry.sequence}, expected {self._last + 1}")
+        limits = self._log.limits
+        if entry.sequence > limits.max_frames or self._size + len(entry.data) > limits.max_bytes:
+            await self.end(Reason.INTERNAL_ERROR.value)
+            return
+        if not await self._write(f"0-{entry.sequence}", "d", entry.data, self._expire_s):
+            raise RuntimeError(f"lost the lease of reply {self.stream_id}")
+        self._last = entry.sequence
+        self._size += len(entry.data)
+
+    @property
+    def _expire_s(self) -> float:
+        return self._log.limits.lease_s + self._log.limits.ttl_s
+
+    async def end(self, error: str | None = None) -> None:
+        if self._ended or self._token is None:
+            return
+        self._ended = True
+        self.error = error
+        if self._refresher is not None:
+            self._refresher.cancel()
+        try:
+            await self._write(f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s)
+        except aioredis.RedisError as failure:  # its readers will see the lease lapse
+            structlog.get_logger().warning("reply_end_not_logged", detail=str(failure))
+
+    async def read(self, after: int) -> AsyncIterator[Entry]:
+        client, log_key = self._log.client, self._keys[1]
+        block_ms = _ms(self._log.limits.lease_s / 4)
+        last = f"0-{max(after, 0)}"
+        while True:
+            batch = await client.xread({log_key: last}, count=READ_COUNT, block=block_ms)
+            if not batch and not await client.exists(self._keys[0]):
+                # The lease is gone: the end entry is written with its removal, so it is
+                # there now if the generator ended the reply.
+                batch = await client.xread({log_key: last}, count=READ_COUNT)
+                if not batch:
+                    raise LogEnded(Reason.GENERATOR_LOST.value)
+            for entry_id, fields in batch[0][1] if batch else ():
+                if b"e" in fields:
+                    if fields[b"e"]:
+                        raise LogEnded(fields[b"e"].decode())
+                    return
+                last = entry_id.decode()
+                yield Entry(int(last.partition("-")[2]), fields[b"d"])
+
+
+class RedisReplyLog:
+    """Replies in Redis Streams, shared by every producer given the same URL and prefix."""
+
+    def __init__(
+        self, url: str, limits: LogLimits | None = None, *, prefix: str = DEFAULT_PREFIX
+    ) -> None:
+        self.limits = limits or LogLimits()
+        self.prefix = prefix
+        # A blocked XREAD holds its connection for a quarter lease: the socket waits longer.
+        # Typed Any: redis-py's command stubs answer bytes | str | Awaitable unions.
+        self.client: Any = aioredis.Redis.from_url(
+            url,
+            socket_timeout=TIMEOUT_S + self.limits.lease_s,
+            socket_connect_timeout=TIMEOUT_S,
+        )
+        self.scripts = _Scripts(self.client)
+
+    def keys(self, stream_id: str) -> list[str]:
+        """The lease, log and meta keys of a stream id."""
+        base = f"{self.prefix}{stream_id}:"
+        return [base + "lease", base + "log", base + "meta"]
+
+    async def check(self) -> None:
+        """Raises ``redis.RedisError`` unless the server answers."""
+        await self.client.ping()
+
+    async def find(self, stream_id: str) -> RedisReply | None:
+        lease, log_key, meta = self.keys(stream_id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
+            fields, leased, tail = await pipe.execute()
+        if not fields:
+            return None
+        return RedisReply(
+            self,
+            stream_id,
+            fields[b"binding"].decode(),
+            fields[b"wire"].decode(),
+            _ending(tail, bool(leased)),
+        )
+
+    async def create(self, stream_id: str, binding_sha256: str, wire: str) -> RedisReply:
+        known = await self.find(stream_id)
+        if known is not None and known.error is None:
+            raise ReplyBusy(f"reply {stream_id} is being generated or complete")
+        token = secrets.token_hex(16)
+        claimed = await self.scripts.create(
+            keys=self.keys(stream_id),
+            args=[
+                token,
+                _ms(self.limits.lease_s),
+                _ms(self.limits.lease_s + self.limits.ttl_s),
+                binding_sha256,
+                wire,
+            ],
+        )
+        if not claimed:
+            raise ReplyBusy(f"reply {stream_id} is being generated elsewhere")
+        reply = RedisReply(self, stream_id, binding_sha256, wire)
+        reply.generate(token)
+        return reply
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(aioredis.RedisError):
+            await self.client.aclose()
+
+
+def _ending(tail: list[tuple[bytes, dict[bytes, bytes]]], leased: bool) -> str | None:
+    """How a reply ended from its last entry and its lease: None while it is generated (or
+    once it is complete), else the error reason code."""
+    last: dict[bytes, Any] = tail[0][1] if tail else {}
+    if b"e" in last:
+        return last[b"e"].decode() or None
+    return None if leased else Reason.GENERATOR_LOST.value
+
+
+def is_redis_url(spec: str) -> bool:
+    return spec.startswith(("redis://", "rediss://"))

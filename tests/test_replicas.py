@@ -1,0 +1,163 @@
+"""Replicas share replies through one Redis reply log (``--reply-log redis://...``), across
+real processes: two producers and a private valkey/redis server (tests/redis_server.py).
+
+The consumer process streams a slow reply from replica A through a loopback proxy; A is
+killed (SIGKILL) mid-stream and the proxy's upstream switched to replica B, so the
+consumer's own resume loop (``--resume-attempts``) reaches B (the consumer has one
+target: the proxy stands for a multi-address target). B attaches to the reply A logged
+(a recorded reply is logged whole at once), or, with the log lost too, generates the
+recorded reply again; either way it delivers from ``resume_after + 1`` and the result
+equals an unbroken run's. In process: a reply whose generator went silent mid-reply is
+generated again by the replica that reads it, once the lease lapsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from consumer.children import stop_process
+from consumer.client import StreamOptions, stream_reply
+from producer.redis_replylog import RedisReplyLog
+from producer.replylog import Entry, LogLimits
+from producer.server import ServerSettings, start_server, stop_server
+from producer.sources.recording import RecordingSource
+from shared.digest import digest
+from shared.errors import Reason
+from shared.recording import Recording
+from shared.requests import ReplyRequest, check_request, parse_binding
+from shared.wire import WireFormat, codec_for
+from shared.wire.chunking import ChunkPlan
+from tests.processes import ROOT, consumer_process, producer, run_consumer, wait_for
+from tests.redis_server import free_port, redis_server
+from tests.reset_proxy import ResetProxy
+from tests.test_resume import CASE, essence
+
+LEASE_S = "1"
+
+
+@pytest.mark.parametrize("log", ["kept", "lost"])
+def test_a_resume_on_another_replica_completes_when_the_generating_one_is_killed(
+    tmp_path: Path, log: str
+) -> None:
+    with redis_server() as server:
+        shared = ("--reply-log", server.url, "--reply-log-lease-s", LEASE_S, "--log-level", "debug")
+        with (
+            producer(tmp_path, *shared, name="a") as a,
+            producer(tmp_path, *shared, name="b") as b,
+            ResetProxy(a.port, None) as proxy,
+        ):
+            unbroken = run_consumer(b.target, "--case", CASE, "--stream-id", "unbroken")
+            assert unbroken.returncode == 0, unbroken.result
+            result_path = tmp_path / "result.json"
+            with consumer_process(
+                tmp_path, proxy.target, "--case", CASE, "--chunk-interval-ms", "150",
+                "--resume-attempts", "8", "--stream-id", "replicated",
+                "--result", str(result_path),
+            ) as consumer:  # fmt: skip
+                wait_for(lambda: _sent(a.stream_trace("replicated")) >= 4, timeout=30)
+                proxy.upstream_port = b.port  # new connections reach B
+                stop_process(a.process, signal.SIGKILL)
+                if log == "lost":
+                    with redis.Redis(port=server.port) as client:
+                        client.flushdb()
+                assert consumer.wait(timeout=60) == 0
+            records = b.stream_trace("replicated")
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    assert essence(result) == essence(unbroken.result)
+    assert result["stats"]["reconnects"] >= 1
+    # B never had the stream before: it attached to A's reply (or, with the log lost,
+    # generated it again), and delivered what came after what A had sent.
+    resumed = [r for r in records if r.get("input") in ("attach", "verify")]
+    assert [r["input"] for r in resumed] == ["attach" if log == "kept" else "verify"]
+    assert resumed[0]["resume_after"] >= 3
+    assert records[-1]["to_state"] == "completed"
+
+
+def _sent(records: list[dict[str, Any]]) -> int:
+    return sum(1 for r in records if r["event"] == "chunk_sent")
+
+
+def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
+    recording: Recording,
+) -> None:
+    """Replica A logged 3 frames and went silent (as if killed: its lease refresher stops);
+    replica B, serving a consumer of that stream, reads them, sees the lease lapse, and,
+    the recording being deterministic, generates the reply itself and goes on reading. A
+    consumer that comes once the lease lapsed finds it ``generator_lost``: it is generated
+    again from the start."""
+
+    async def scenario(url: str) -> tuple[dict[str, Any], dict[str, Any], float]:
+        limits = LogLimits(lease_s=0.5)
+        request = ReplyRequest(
+            case_id=CASE,
+            binding=recording.case(CASE).binding,
+            wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("frame"),
+            fault=None,
+            stream_id="orphan",
+        )
+        replica_a = RedisReplyLog(url, limits)
+        for stream_id in ("orphan", "late"):
+            await abandon(replica_a, replace(request, stream_id=stream_id), recording)
+        settings = ServerSettings(
+            host="127.0.0.1", port=0, allow_faults=False, reply_log=RedisReplyLog(url, limits)
+        )
+        server, port, servicer = await start_server(recording, settings)
+        options = StreamOptions(target=f"127.0.0.1:{port}", deadline_s=30)
+        started = time.monotonic()
+        orphan = (await stream_reply(request, options)).to_dict()
+        waited = time.monotonic() - started
+        unbroken = (await stream_reply(replace(request, stream_id="whole"), options)).to_dict()
+        late = await replica_a.find("late")
+        assert late is not None and late.error == Reason.GENERATOR_LOST.value
+        regenerated = (await stream_reply(replace(request, stream_id="late"), options)).to_dict()
+        assert essence(regenerated) == essence(unbroken)
+        await stop_server(server, servicer, 1.0, asyncio.Event())
+        await servicer.replies.aclose()
+        await replica_a.aclose()
+        return orphan, unbroken, waited
+
+    with redis_server() as server:
+        orphan, unbroken, waited = asyncio.run(scenario(server.url))
+    assert essence(orphan) == essence(unbroken)
+    assert orphan["stats"]["reconnects"] == 0
+    assert 0.3 <= waited <= 5  # it waited for the lease to lapse, not for ever
+
+
+async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recording) -> None:
+    """Replica A logs the first 3 frames of the request's reply and is gone (as if killed:
+    no lease refresh, no end)."""
+    opened = request.open_request()
+    checked = check_request(opened, allow_faults=False)
+    plan = await RecordingSource(recording).prepare(opened, checked, identity="a")
+    assert plan.reply_frames is not None
+    binding = digest(parse_binding(opened.binding_json))
+    reply = await log.create(request.stream_id, binding, checked.wire.value)
+    codec = codec_for(checked.wire)
+    for frame in plan.reply_frames[:3]:
+        assert isinstance(frame.sequence, int)
+        await reply.append(Entry(frame.sequence, codec.encode_frame(frame)))
+    assert reply._refresher is not None
+    reply._refresher.cancel()
+
+
+def test_a_reply_log_that_does_not_answer_stops_the_producer() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--port", "0",
+         "--reply-log", f"redis://:hunter2@127.0.0.1:{free_port()}/0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("producer: cannot use --reply-log redis://127.0.0.1:")
+    assert done.stderr.count("\n") == 1 and "hunter2" not in done.stderr
