@@ -304,6 +304,9 @@ def test_a_consumer_that_leaves_while_a_write_waits_still_closes_the_call(
             stop_process(consumer, signal.SIGINT if how == "cancel" else signal.SIGKILL)
         settled = {"budget_settled", "budget_reservation_kept"}
         wait_for(lambda: any(r["event"] in settled for r in running.trace()))
+        # The reply is generated apart from the delivery: the blocked delivery ends when the
+        # producer sees the consumer gone, which may come after the ledger is settled.
+        wait_for(lambda: running.states(stream_id)[-1][1] != "streaming")
         states = running.states(stream_id)
         events = [r["event"] for r in running.stream_trace(stream_id)]
     assert states[-1] == ("streaming", "cancelled_by_consumer")
