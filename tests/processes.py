@@ -6,20 +6,29 @@ by their pid. Traces go to files so a test can read them while the process runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from consumer.children import read_listening_port, stop_process
+from consumer.client import StreamOptions, stream_reply
+from shared.recording import Recording
+from shared.requests import ReplyRequest
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0
@@ -191,3 +200,37 @@ def consumer_process(tmp_path: Path, target: str, *args: str) -> Iterator[subpro
         stop_process(process, signal.SIGKILL)
         out.close()
         err.close()
+
+
+def concurrent_replies(
+    targets: Sequence[str],
+    recording: Recording,
+    case_id: str,
+    stream_ids: Sequence[str],
+    *,
+    deadline_s: float,
+) -> list[dict[str, Any]]:
+    """One in-process consumer per stream id, all at once (spread over ``targets``), each
+    streaming the recorded case one frame per chunk; their result documents, in order.
+    Their traces are dropped: the producers' traces are what these tests read."""
+    log = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+    )
+    case = recording.case(case_id)
+
+    async def one(index: int, stream_id: str) -> dict[str, Any]:
+        request = ReplyRequest(
+            case_id=case.case_id,
+            binding=case.binding,
+            wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("frame"),
+            stream_id=stream_id,
+        )
+        options = StreamOptions(target=targets[index % len(targets)], deadline_s=deadline_s)
+        result = await stream_reply(request, options, logger=log)
+        return result.to_dict()
+
+    async def all_of_them() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(one(i, sid) for i, sid in enumerate(stream_ids))))
+
+    return asyncio.run(all_of_them())

@@ -6,9 +6,7 @@ Three real processes per test: the fake Gemini server, ``python -m producer
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -18,20 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from consumer.children import stop_process
-from consumer.client import StreamOptions, stream_reply
 from producer.gemini.ledger import BudgetLedger
 from shared.recording import Recording
-from shared.requests import ReplyRequest
 from shared.result import lab_view
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,
     Producer,
+    concurrent_replies,
     consumer_process,
     fake_gemini,
     producer,
@@ -220,7 +214,8 @@ def test_twenty_concurrent_streams_never_exceed_the_budget(
         "--ledger", str(tmp_path / "ledger.json"), "--budget-usd", str(budget),
         env={"GEMINI_API_KEY": API_KEY},
     ) as running:  # fmt: skip
-        results = asyncio.run(concurrent_streams(running.target, recording, 20))
+        ids = [f"budget-{index}" for index in range(20)]
+        results = concurrent_replies([running.target], recording, "utf8-write", ids, deadline_s=60)
     statuses = sorted((r["status"], r["reason"]) for r in results)
     completed = [s for s in statuses if s[0] == "complete"]
     refused = [s for s in statuses if s[0] != "complete"]
@@ -230,28 +225,6 @@ def test_twenty_concurrent_streams_never_exceed_the_budget(
     totals = ledger.totals()
     assert totals["committed_usd"] <= budget
     assert totals["entries"] == len(completed)
-
-
-async def concurrent_streams(target: str, recording: Recording, count: int) -> list[dict[str, Any]]:
-    log = structlog.wrap_logger(
-        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
-    )
-    case = recording.case("utf8-write")
-
-    async def one(index: int) -> dict[str, Any]:
-        request = ReplyRequest(
-            case_id=case.case_id,
-            binding=case.binding,
-            wire=WireFormat.LENGTH_PREFIXED,
-            plan=ChunkPlan.parse("frame"),
-            stream_id=f"budget-{index}",
-        )
-        result = await stream_reply(
-            request, StreamOptions(target=target, deadline_s=60), logger=log
-        )
-        return result.to_dict()
-
-    return list(await asyncio.gather(*(one(index) for index in range(count))))
 
 
 # --- cancellation reaches the provider ----------------------------------------------------

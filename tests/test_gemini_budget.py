@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -22,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
-from consumer.client import StreamOptions, stream_reply
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
@@ -33,13 +30,11 @@ from producer.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
 from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
 from tests.fake_gemini import BAD_USAGE
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,
+    concurrent_replies,
     fake_gemini,
     producer,
     read_trace,
@@ -187,28 +182,9 @@ def test_each_token_s_caller_is_charged_its_own_share(
 
 
 def quick_cancels(target: str, recording: Recording, count: int, prefix: str) -> list[Any]:
-    log = structlog.wrap_logger(
-        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
-    )
-    case = recording.case(CASE)
-
-    async def one(index: int) -> dict[str, Any]:
-        request = ReplyRequest(
-            case_id=case.case_id,
-            binding=case.binding,
-            wire=WireFormat.LENGTH_PREFIXED,
-            plan=ChunkPlan.parse("frame"),
-            stream_id=f"{prefix}-{index}",
-        )
-        result = await stream_reply(
-            request, StreamOptions(target=target, deadline_s=0.5), logger=log
-        )
-        return result.to_dict()
-
-    async def all_of_them() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(one(index) for index in range(count))))
-
-    return asyncio.run(all_of_them())
+    """``count`` consumers at once that give up after 0.5 s."""
+    ids = [f"{prefix}-{index}" for index in range(count)]
+    return concurrent_replies([target], recording, CASE, ids, deadline_s=0.5)
 
 
 def test_open_then_cancel_leaves_no_reservation_behind(
@@ -507,27 +483,8 @@ def test_an_unreachable_redis_ledger_stops_the_producer_at_start(
 
 def concurrent_consumers(targets: list[str], recording: Recording, count: int) -> list[Any]:
     """``count`` consumers at once in this process, spread over ``targets``."""
-    log = structlog.wrap_logger(
-        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
-    )
-    case = recording.case(CASE)
-
-    async def one(index: int) -> dict[str, Any]:
-        request = ReplyRequest(
-            case_id=case.case_id,
-            binding=case.binding,
-            wire=WireFormat.LENGTH_PREFIXED,
-            plan=ChunkPlan.parse("frame"),
-            stream_id=f"shared-{index}",
-        )
-        options = StreamOptions(target=targets[index % len(targets)], deadline_s=60)
-        result = await stream_reply(request, options, logger=log)
-        return result.to_dict()
-
-    async def all_of_them() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(one(index) for index in range(count))))
-
-    return asyncio.run(all_of_them())
+    ids = [f"shared-{index}" for index in range(count)]
+    return concurrent_replies(targets, recording, CASE, ids, deadline_s=60)
 
 
 def test_two_producers_sharing_a_redis_ledger_never_exceed_the_budget(
