@@ -53,7 +53,6 @@ from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
-from shared.digest import digest
 from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
@@ -62,9 +61,9 @@ from shared.recording import Recording
 from shared.requests import (
     MAX_REQUEST_BYTES,
     CheckedRequest,
+    binding_sha256,
     check_envelope,
     check_request,
-    parse_binding,
 )
 from shared.wire import WireCodec, codec_for
 from shared.wire.chunking import MAX_CHUNK_BYTES, Chunker
@@ -185,10 +184,13 @@ class _Delivery:
     caller: str = ANONYMOUS
 
 
-async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator[Entry]:
-    for frame in frames:
+async def _entries(
+    frames: tuple[Frame, ...], codec: WireCodec, wire: tuple[bytes, ...] | None = None
+) -> AsyncIterator[Entry]:
+    """The frames as log entries; ``wire``: their bytes, already encoded by the plan."""
+    for index, frame in enumerate(frames):
         assert isinstance(frame.sequence, int)
-        yield Entry(frame.sequence, codec.encode_frame(frame))
+        yield Entry(frame.sequence, wire[index] if wire else codec.encode_frame(frame))
 
 
 async def _live_entries(
@@ -561,7 +563,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         reply = await self.replies.find(request.stream_id) if request.stream_id else None
         if reply is None:
             return False
-        if digest(parse_binding(request.binding_json)) != reply.binding_sha256:
+        if binding_sha256(request.binding_json) != reply.binding_sha256:
             raise RequestRefused(Reason.RESUME_BINDING_MISMATCH, "not the logged binding")
         if checked.wire.value != reply.wire:
             raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
@@ -604,7 +606,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         live = plan.live_frames()
         if (plan.reply_frames is None and live is None) or not request.stream_id:
             return
-        binding = digest(parse_binding(request.binding_json))
+        binding = binding_sha256(request.binding_json)
         if not await self._start_generation(request.stream_id, binding, checked, plan, live):
             found = await self.replies.find(request.stream_id)
             if found is None:  # generated and expired meanwhile: rare enough to refuse
@@ -658,9 +660,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             generation = self._live_generation(reply, plan, live, codec)
         else:
             assert plan.reply_frames is not None
+            # A recording's fault-free plan carries its frames' wire bytes (not in StreamPlan:
+            # a source that has none need not say so).
+            wire: tuple[bytes, ...] | None = getattr(plan, "reply_wire", None)
             generation = Generation(
                 reply,
-                _entries(plan.reply_frames, codec),
+                _entries(plan.reply_frames, codec, wire),
                 grace_s=self.replies.limits.detach_grace_s,
             )
         self._generations[stream_id] = generation

@@ -10,11 +10,13 @@ replaced before rendering, so no API key or token reaches a trace.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, Literal, TextIO
 
+import orjson
 import structlog
 
 LogFormat = Literal["auto", "json", "console"]
@@ -114,6 +116,16 @@ def route_stdlib_logging(*names: str, level: int = logging.WARNING) -> None:
         logger.propagate = False
 
 
+def json_dumps(value: Any, default: Callable[[Any], Any] | None = None, **_: Any) -> str:
+    """A record as one JSON line, rendered by orjson (several times the standard library's
+    speed: the trace has a record per transition). What orjson refuses (an integer beyond
+    64 bits) is rendered by the standard library instead."""
+    try:
+        return orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, default=default)
+
+
 def _scrubbed_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
     text = io.StringIO()
     structlog.dev.plain_traceback(text, exc_info)
@@ -146,7 +158,7 @@ def configure_logging(
         else [
             structlog.processors.format_exc_info,
             redact_secrets,
-            structlog.processors.JSONRenderer(sort_keys=False),
+            structlog.processors.JSONRenderer(serializer=json_dumps),
         ]
     )
     structlog.configure(
