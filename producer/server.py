@@ -24,6 +24,7 @@ metrics (``producer.metrics``) where it updates its counters.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -151,22 +152,24 @@ def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
 def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
     """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
     are not)."""
-    handler = grpc.method_handlers_generic_handler(
-        "replywire.v1.ReplyStream",
-        {
-            "Open": grpc.unary_stream_rpc_method_handler(
-                servicer.Open,
-                request_deserializer=parse_open_request,
-                response_serializer=pb.Chunk.SerializeToString,
-            ),
-            "Cancel": grpc.unary_unary_rpc_method_handler(
-                servicer.Cancel,
-                request_deserializer=parse_cancel_request,
-                response_serializer=pb.CancelReply.SerializeToString,
-            ),
-        },
+    handlers = {
+        "Open": grpc.unary_stream_rpc_method_handler(
+            servicer.Open,
+            request_deserializer=parse_open_request,
+            response_serializer=pb.Chunk.SerializeToString,
+        ),
+        "Cancel": grpc.unary_unary_rpc_method_handler(
+            servicer.Cancel,
+            request_deserializer=parse_cancel_request,
+            response_serializer=pb.CancelReply.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
     )
-    server.add_generic_rpc_handlers((handler,))
+    # Registered with gRPC's core too (as the generated helper does): a call to a method
+    # it knows is matched there, not looked up through the generic handlers per call.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True)
@@ -670,11 +673,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             )
         self._generations[stream_id] = generation
         self._generations.move_to_end(stream_id)
-        # Bounded: ended generations beyond the log's reply bound are forgotten.
-        ended = [key for key, g in self._generations.items() if g.task.done()]
-        for key in ended[: max(len(self._generations) - self.replies.limits.max_replies, 0)]:
-            del self._generations[key]
-            self._owners.pop(key, None)
+        # Bounded: ended generations beyond the log's reply bound are forgotten, oldest
+        # first (a look at the oldest few, not at every generation, per stream).
+        excess = len(self._generations) - self.replies.limits.max_replies
+        if excess > 0:
+            ended = (key for key, g in self._generations.items() if g.task.done())
+            for key in list(itertools.islice(ended, excess)):
+                del self._generations[key]
+                self._owners.pop(key, None)
         return True
 
     async def _deliver(
