@@ -160,6 +160,13 @@ class StreamEnded:
 QueueItem = bytes | StreamEnded
 
 
+def dropped_by_grpc(end: StreamEnded) -> bool:
+    """gRPC's own CANCELLED, not ours and not the producer's (whose statuses name a reason):
+    the producer's gRPC dropped the request before its servicer saw it (``--max-pending``
+    requests were waiting), so no stream began and the producer's trace has none."""
+    return end.code is grpc.StatusCode.CANCELLED and end.details == "CANCELLED"
+
+
 def backoff_s(options: StreamOptions, attempt: int) -> float:
     """Capped exponential backoff with jitter (half to all of it) before resume ``attempt``."""
     capped = min(options.resume_backoff_max_s, options.resume_backoff_s * 2.0 ** (attempt - 1))
@@ -497,19 +504,24 @@ class StreamSession:
         if nothing_received and not self.attempt and end.details in KNOWN_REASONS:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
-            reason = Reason(end.details)
-            self._log.info("request_not_streamed", status=reason.status.value, **transport)
-            return StreamResult(
-                status=reason.status,
-                reason=reason.value,
-                case_id=self.request.case_id,
-                request_sha256=self.consumer.binding.get("request_sha256"),
-                binding_sha256=self.consumer.binding_sha256,
-                wire_format=self.consumer.wire.value,
-                detail=f"producer answered {end.code.name}",
-                transport=transport,
-            )
+            return self._not_streamed(Reason(end.details), transport)
+        if nothing_received and dropped_by_grpc(end):
+            return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
         return self.consumer.transport_error(transport)
+
+    def _not_streamed(self, reason: Reason, transport: dict[str, Any]) -> StreamResult:
+        """The producer's answer instead of a stream: its reason, with its own status."""
+        self._log.info("request_not_streamed", status=reason.status.value, **transport)
+        return StreamResult(
+            status=reason.status,
+            reason=reason.value,
+            case_id=self.request.case_id,
+            request_sha256=self.consumer.binding.get("request_sha256"),
+            binding_sha256=self.consumer.binding_sha256,
+            wire_format=self.consumer.wire.value,
+            detail=f"producer answered {transport['grpc_code']}",
+            transport=transport,
+        )
 
 
 #: What makes two streams' channels interchangeable: target, TLS material, channel options.

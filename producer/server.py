@@ -164,9 +164,7 @@ def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None
             response_serializer=pb.CancelReply.SerializeToString,
         ),
     }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
-    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     # Registered with gRPC's core too (as the generated helper does): a call to a method
     # it knows is matched there, not looked up through the generic handlers per call.
     server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
@@ -842,20 +840,22 @@ async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
 SHUTDOWN_ABORT_S: Final = 2.0
 
 
-#: gRPC's own default of grpc.server.max_pending_requests (its hard limit is 3 times it).
-GRPC_PENDING_REQUESTS: Final = 1000
+#: RPCs gRPC holds for the servicer (``--max-pending``): past it gRPC drops one at once.
+DEFAULT_MAX_PENDING: Final = 10_000
 
 
 def server_options(
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
     max_streams: int = DEFAULT_MAX_STREAMS,
+    max_pending: int = DEFAULT_MAX_PENDING,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
-    # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending";
-    # past the soft limit gRPC drops them at random, past the hard one all of them, with
-    # a bare status, before the servicer sees them. At least max-streams (and never below
-    # gRPC's default) so that the servicer refuses excess streams itself, with its reason.
-    pending = max(max_streams, GRPC_PENDING_REQUESTS)
+    # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending" (a
+    # burst of new streams: grpc.aio takes them one at a time). Past gRPC's soft limit it
+    # drops them at random, past the hard one all of them, with a bare CANCELLED, before
+    # the servicer sees them: its default (1,000 and 3,000) dropped 5-10 % of a burst of
+    # 2,000. One bound, soft and hard alike: nothing is dropped below --max-pending, and
+    # the servicer answers the excess of --max-streams itself (stream_limit).
     return [
         # Bounded streams: the servicer refuses a stream beyond max-streams over all
         # connections (stream_limit); one connection opens at most one more than that at
@@ -863,8 +863,8 @@ def server_options(
         # hears the refusal: with exactly max-streams, a connection that holds them all
         # would queue its next stream in the client, silently, until its deadline.
         ("grpc.max_concurrent_streams", max_streams + 1),
-        ("grpc.server.max_pending_requests", pending),
-        ("grpc.server.max_pending_requests_hard_limit", 3 * pending),
+        ("grpc.server.max_pending_requests", max_pending),
+        ("grpc.server.max_pending_requests_hard_limit", max_pending),
         # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
         # bind the same port silently and split the traffic.
         ("grpc.so_reuseport", 0),
@@ -900,6 +900,8 @@ class ServerSettings:
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S
     exposure: Exposure = field(default_factory=Exposure)
     max_streams: int = DEFAULT_MAX_STREAMS
+    #: RPCs gRPC holds before the servicer takes them (past it: a bare CANCELLED).
+    max_pending: int = DEFAULT_MAX_PENDING
     metrics: ProducerMetrics | None = None
     #: The reply log's bounds (entries, bytes, replies kept, TTL, detach grace).
     log_limits: LogLimits | None = None
@@ -915,7 +917,9 @@ async def start_server(
     listens; reflection lists ReplyStream, Health and itself."""
     exposure = settings.exposure
     max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
-    server = grpc.aio.server(options=server_options(max_connection_age_s, max_streams))
+    server = grpc.aio.server(
+        options=server_options(max_connection_age_s, max_streams, settings.max_pending)
+    )
     if isinstance(source, Recording):
         source = RecordingSource(source)
     servicer = ReplyStreamServicer(source, settings)
