@@ -292,13 +292,15 @@ class StreamSession:
         consumer: ReplyConsumer,
         options: StreamOptions,
         logger: structlog.typing.FilteringBoundLogger,
-        client: ReplyClient,
+        client: ReplyClient | None = None,
     ) -> None:
         self.request = request
         self.consumer = consumer
         self.options = options
         self._log = logger
-        self.client = client
+        #: Where the channels come from (none given: a client of its own, closed by run()).
+        self.client = client or ReplyClient(options)
+        self._owns_client = client is None
         self.reader: Reader | None = None
         self._call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk] | None = None
         self.attempt = 0
@@ -310,6 +312,13 @@ class StreamSession:
             self._call.cancel()
 
     async def run(self, interrupted: asyncio.Event | None = None) -> StreamResult:
+        try:
+            return await self._run(interrupted)
+        finally:
+            if self._owns_client:
+                await self.client.close()
+
+    async def _run(self, interrupted: asyncio.Event | None) -> StreamResult:
         options = self.options
         self._log.info(
             "stream_opening",

@@ -88,8 +88,8 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
     results: list[dict[str, Any]] = []
     with producer(tmp_path, "--allow-faults") as p:
         # As the demo runs them: in turn, on the channels one ReplyClient keeps.
-        for _, _, result in asyncio.run(stream_all(demo_runs(recording), recording, p.target)):
-            results.append(result.to_dict())
+        done = asyncio.run(stream_all(demo_runs(recording), recording, p.target))
+        results.extend(streamed.to_dict() for _, _, streamed in done)
         stop_process(p.process)
         assert p.process.returncode == 0
         producer_trace = p.trace()
