@@ -1,4 +1,9 @@
-"""``python -m consumer join-traces``: both sides' JSON-lines traces as one, in time order.
+"""``python -m consumer join-traces`` and ``trace``: both sides' JSON-lines traces as one.
+
+``join-traces`` prints the records, merged in time order, as JSON lines (for
+``jq`` and other tools); ``trace`` draws one stream's timeline
+(``shared/timeline.py``, ``shared/timeline_svg.py``): a table on stdout and,
+with ``--out``, a self-contained HTML page.
 
 Every record of either process carries ``timestamp`` (ISO 8601, UTC, one
 format, so the strings sort as the times do), ``side`` and ``stream_id``; the
@@ -14,6 +19,17 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
+
+from shared.timeline import (
+    Timeline,
+    build_timeline,
+    render_summaries,
+    render_table,
+    stream_summaries,
+    summary_line,
+    table_rows,
+)
+from shared.timeline_svg import render_html, render_index
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")
@@ -59,7 +75,9 @@ def join(
     return iter(sorted(selected, key=lambda record: str(record.get("timestamp", ""))))
 
 
-def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
+def read_traces(paths: list[Path]) -> tuple[list[dict[str, Any]], int]:
+    """The records of every trace file named (directories: their ``*.jsonl``), and how many
+    lines were skipped."""
     files = trace_files(paths)
     if not files:
         raise FileNotFoundError(f"no trace files in {', '.join(map(str, paths))}")
@@ -69,8 +87,66 @@ def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: T
         found, bad = read_records(path)
         records += found
         skipped += bad
+    return records, skipped
+
+
+def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
+    records, skipped = read_traces(paths)
     for record in join(records, stream_id=stream_id, event=event):
         # The keys a reader scans for first, then the rest as recorded.
         ordered = {key: record[key] for key in LEADING_KEYS if key in record} | record
         out.write(json.dumps(ordered, ensure_ascii=False) + "\n")
     return skipped
+
+
+class UnknownStream(LookupError):
+    """No record of the asked stream id in the traces."""
+
+
+def timeline_page_name(stream_id: str) -> str:
+    """A file name for a stream's page (stream ids are free text)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stream_id)
+    return f"timeline-{safe}.html"
+
+
+def write_timeline(timeline: Timeline, path: Path) -> int:
+    """Write the HTML page; its size in bytes."""
+    data = render_html(timeline).encode("utf-8")
+    path.write_bytes(data)
+    return len(data)
+
+
+def run_trace(
+    paths: list[Path], stream_id: str | None, html: Path | None, out: TextIO, *, every: bool
+) -> int:
+    """``python -m consumer trace``: the streams found, or one stream's table (and page)."""
+    records, skipped = read_traces(paths)
+    if stream_id is None:
+        out.write(render_summaries(stream_summaries(records)))
+        out.write("one stream's timeline: add --stream ID (and --out FILE.html for the picture)\n")
+        return skipped
+    timeline = build_timeline(records, stream_id)
+    if not timeline.entries:
+        known = ", ".join(s.stream_id for s in stream_summaries(records)) or "none"
+        raise UnknownStream(f"no records of stream {stream_id!r} in the traces; streams: {known}")
+    out.write(summary_line(timeline) + "\n\n")
+    out.write(render_table(table_rows(timeline, every=every)))
+    if html is not None:
+        size = write_timeline(timeline, html)
+        out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")
+    return skipped
+
+
+def write_timelines(directory: Path, stream_ids: list[str]) -> Path:
+    """Every named stream's page from the traces in ``directory``, and an index page
+    linking them (``timelines.html``, returned)."""
+    records, _ = read_traces([directory])
+    summaries = [s for s in stream_summaries(records) if s.stream_id in set(stream_ids)]
+    pages = []
+    for summary in summaries:
+        page = timeline_page_name(summary.stream_id)
+        write_timeline(build_timeline(records, summary.stream_id), directory / page)
+        pages.append(page)
+    index = directory / "timelines.html"
+    index.write_text(render_index(summaries, pages), encoding="utf-8")
+    return index

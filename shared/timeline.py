@@ -616,17 +616,23 @@ def render_summaries(summaries: Sequence[StreamSummary]) -> str:
     return "\n".join(text) + "\n"
 
 
+def _counted(count: int, noun: str, plural: str = "") -> str:
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def summary_line(timeline: Timeline) -> str:
     """One line: the stream, its verdict and what each lane holds."""
     t = timeline
     verdict = t.verdict.text if t.verdict else "no verdict in the traces"
-    pauses = len(t.spans_of(SpanKind.PAUSED))
+    deliveries = len(t.spans_of(SpanKind.DELIVERY))
     return (
-        f"stream {t.stream_id} ({t.case_id or 'no case'}): {verdict}; "
-        f"{t.duration_ms:.3f} ms; producer: {t.count(MarkKind.SENT)} chunks sent, "
-        f"{len(t.spans_of(SpanKind.DELIVERY))} deliveries; consumer: "
-        f"{t.count(MarkKind.RECEIVED)} chunks received, {t.count(MarkKind.APPLIED)} frames "
-        f"applied, {pauses} pauses, {t.count(MarkKind.RESUME, CONSUMER)} resumes"
+        f"stream {t.stream_id} ({t.case_id or 'no case'}): {verdict}; {t.duration_ms:.3f} ms; "
+        f"producer: {_counted(t.count(MarkKind.SENT), 'chunk')} sent, "
+        f"{_counted(deliveries, 'delivery', 'deliveries')}; consumer: "
+        f"{_counted(t.count(MarkKind.RECEIVED), 'chunk')} received, "
+        f"{_counted(t.count(MarkKind.APPLIED), 'frame')} applied, "
+        f"{_counted(len(t.spans_of(SpanKind.PAUSED)), 'pause')}, "
+        f"{_counted(t.count(MarkKind.RESUME, CONSUMER), 'resume')}"
     )
 
 
