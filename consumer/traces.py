@@ -123,7 +123,9 @@ def run_trace(
     records, skipped = read_traces(paths)
     if stream_id is None:
         out.write(render_summaries(stream_summaries(records)))
-        out.write("one stream's timeline: add --stream ID (and --out FILE.html for the picture)\n")
+        out.write(
+            "\none stream's timeline: add --stream ID (and --out FILE.html for the picture)\n"
+        )
         return skipped
     timeline = build_timeline(records, stream_id)
     if not timeline.entries:
