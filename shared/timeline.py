@@ -554,25 +554,29 @@ def _row(entry: Entry) -> Row:
 
 
 def table_rows(timeline: Timeline, *, every: bool = False) -> list[Row]:
-    """The table's rows: every record one row (``every``), or runs of per-chunk and per-pause
-    records between two other records of the same side summed into one row each."""
+    """The table's rows: every record one row (``every``), or each run of per-chunk and
+    per-pause records between two other records of the same component (the producer, the
+    consumer's core, reader or session) summed into one row: a component's records keep
+    their order, so its rows do not depend on how the other components' interleave."""
     if every:
         return [_row(entry) for entry in timeline.entries]
     rows: list[Row] = []
-    runs: dict[str, dict[tuple[str, str, str], list[Entry]]] = {side: {} for side in SIDES}
+    runs: dict[str, dict[tuple[str, str], list[Entry]]] = {}
 
-    def flush(side: str) -> None:
-        rows.extend(_summed(run) if len(run) > 1 else _row(run[0]) for run in runs[side].values())
-        runs[side].clear()
+    def flush(where: str) -> None:
+        found = runs.pop(where, {})
+        rows.extend(_summed(run) if len(run) > 1 else _row(run[0]) for run in found.values())
 
     for entry in timeline.entries:
         if entry.bulk:
-            runs[entry.side].setdefault((entry.where, entry.event, entry.change), []).append(entry)
+            runs.setdefault(entry.where, {}).setdefault((entry.event, entry.change), []).append(
+                entry
+            )
             continue
-        flush(entry.side)
+        flush(entry.where)
         rows.append(_row(entry))
-    for side in SIDES:
-        flush(side)
+    for where in list(runs):
+        flush(where)
     return sorted(rows, key=lambda row: row.at_ms)
 
 

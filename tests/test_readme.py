@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import ROOT, wait_for
+from tests.test_timeline import parse_table
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,6 +39,7 @@ TWO_TERMINALS = f"{HERE}::test_two_terminals"
 CONSOLE = f"{HERE}::test_console_samples"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
+TIMELINE = f"{HERE}::test_timeline_recipe"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -115,6 +117,7 @@ RUN_BY = {
 for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
+    (sh_block("--stream-id r1"), TIMELINE),
     (sh_block("tests.fake_gemini"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
 ):
@@ -219,6 +222,36 @@ def test_traces_recipe(tmp_path: Path) -> None:
     pauses = [json.loads(line) for line in lines if '"paused_ms"' in line]
     assert pauses, "the paused recipe printed no pause"
     assert {r["stream_id"] for r in pauses} == {"s2"}
+
+
+def rows_by_component(table: str) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """A timeline table's rows per side/component: (event, from -> to, field names). Each
+    component's own rows keep their order; how the components interleave is timing."""
+    rows: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for row in parse_table(table):
+        keys = re.findall(r"(\w+)=", row["fields"])
+        rows.setdefault(row["side"], []).append((row["event"], row["from -> to"], keys))
+    return rows
+
+
+def test_timeline_recipe(tmp_path: Path) -> None:
+    """The timeline recipe as written; its table has the README sample's rows, component by
+    component (times and values are the run's own), and `make trace` lists the stream."""
+    done = run_recipe(sh_block("--stream-id r1"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    (directory,) = made_dirs(tmp_path)
+    result = json.loads((directory / "r1.json").read_text())
+    assert (result["status"], result["stats"]["reconnects"]) == ("complete", 1)
+    page = (directory / "r1.html").read_text(encoding="utf-8")
+    assert 'id="lane-producer"' in page and 'id="lane-consumer"' in page
+    table, rest = done.stdout.split("\ntimeline: ", 1)
+    assert rest.startswith(f"{directory}/r1.html (")
+    (sample,) = [b for b in blocks("") if b.startswith("$ python -m consumer trace ")]
+    assert table.splitlines()[0].startswith("stream r1 (replace-file): complete;")
+    assert rows_by_component(table) == rows_by_component(sample)
+    listing = {row["stream id"]: row for row in parse_table(rest.split("\n", 1)[1])}
+    assert list(listing) == ["r1"]
+    assert (listing["r1"]["case"], listing["r1"]["verdict"]) == ("replace-file", "complete")
 
 
 @NEEDS_JQ
