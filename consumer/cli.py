@@ -31,7 +31,7 @@ from consumer.client import (
 from consumer.demo import run_demo
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
-from consumer.traces import UnknownStream, run_join, run_trace
+from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS, LogFormat, configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
@@ -44,6 +44,7 @@ from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
+from shared.timeline_svg import DEFAULT_MAX_MARKS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -511,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one row per record (default: runs of per-chunk and per-pause records, one row)",
     )
+    trace_parser.add_argument(
+        "--max-marks",
+        type=_positive,
+        default=DEFAULT_MAX_MARKS,
+        help="marks a row of the picture draws one by one; past it, one bin per pixel column",
+    )
     return parser
 
 
@@ -520,7 +527,8 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
         if args.command == "join-traces":
             skipped = run_join(args.paths, args.stream_id, args.event, out)
         else:
-            skipped = run_trace(args.paths, args.stream_id, args.out, out, every=args.every)
+            request = TraceRequest(args.paths, args.stream_id, args.out, args.every, args.max_marks)
+            skipped = run_trace(request, out)
     except (OSError, UnknownStream) as error:
         print(f"consumer: {error}", file=sys.stderr)
         return EXIT_USAGE

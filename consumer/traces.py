@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,7 +30,7 @@ from shared.timeline import (
     summary_line,
     table_rows,
 )
-from shared.timeline_svg import render_html, render_index
+from shared.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")
@@ -43,19 +44,26 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON-object lines of one trace file, and how many lines were skipped."""
+def read_records(path: Path, stream_id: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The JSON-object lines of one trace file (only one stream's, if named), and how many
+    lines were skipped. Read line by line: only the records kept are held."""
     records, skipped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            skipped += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            skipped += 1
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.lstrip().startswith("{"):
+                skipped += 1  # a console-rendered record, a traceback line, a blank line
+                continue
+            if stream_id is not None and stream_id not in line:
+                continue  # cheap: a record of that stream has its id in its line
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+            if not isinstance(record, dict):
+                skipped += 1
+            elif stream_id is None or record.get("stream_id") == stream_id:
+                records.append(record)
     return records, skipped
 
 
@@ -75,23 +83,25 @@ def join(
     return iter(sorted(selected, key=lambda record: str(record.get("timestamp", ""))))
 
 
-def read_traces(paths: list[Path]) -> tuple[list[dict[str, Any]], int]:
-    """The records of every trace file named (directories: their ``*.jsonl``), and how many
-    lines were skipped."""
+def read_traces(
+    paths: list[Path], stream_id: str | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The records of every trace file named (directories: their ``*.jsonl``), only one
+    stream's if named, and how many lines were skipped."""
     files = trace_files(paths)
     if not files:
         raise FileNotFoundError(f"no trace files in {', '.join(map(str, paths))}")
     records: list[dict[str, Any]] = []
     skipped = 0
     for path in files:
-        found, bad = read_records(path)
+        found, bad = read_records(path, stream_id)
         records += found
         skipped += bad
     return records, skipped
 
 
 def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
-    records, skipped = read_traces(paths)
+    records, skipped = read_traces(paths, stream_id)
     for record in join(records, stream_id=stream_id, event=event):
         # The keys a reader scans for first, then the rest as recorded.
         ordered = {key: record[key] for key in LEADING_KEYS if key in record} | record
@@ -109,18 +119,28 @@ def timeline_page_name(stream_id: str) -> str:
     return f"timeline-{safe}.html"
 
 
-def write_timeline(timeline: Timeline, path: Path) -> int:
+def write_timeline(timeline: Timeline, path: Path, max_marks: int = DEFAULT_MAX_MARKS) -> int:
     """Write the HTML page; its size in bytes."""
-    data = render_html(timeline).encode("utf-8")
+    data = render_html(timeline, max_marks).encode("utf-8")
     path.write_bytes(data)
     return len(data)
 
 
-def run_trace(
-    paths: list[Path], stream_id: str | None, html: Path | None, out: TextIO, *, every: bool
-) -> int:
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """What ``python -m consumer trace`` was asked for."""
+
+    paths: list[Path]
+    stream_id: str | None = None
+    html: Path | None = None
+    every: bool = False
+    max_marks: int = DEFAULT_MAX_MARKS
+
+
+def run_trace(request: TraceRequest, out: TextIO) -> int:
     """``python -m consumer trace``: the streams found, or one stream's table (and page)."""
-    records, skipped = read_traces(paths)
+    paths, stream_id, html = request.paths, request.stream_id, request.html
+    records, skipped = read_traces(paths, stream_id)
     if stream_id is None:
         out.write(render_summaries(stream_summaries(records)))
         out.write(
@@ -129,12 +149,13 @@ def run_trace(
         return skipped
     timeline = build_timeline(records, stream_id)
     if not timeline.entries:
-        known = ", ".join(s.stream_id for s in stream_summaries(records)) or "none"
+        everything, _ = read_traces(paths)
+        known = ", ".join(s.stream_id for s in stream_summaries(everything)) or "none"
         raise UnknownStream(f"no records of stream {stream_id!r} in the traces; streams: {known}")
     out.write(summary_line(timeline) + "\n\n")
-    out.write(render_table(table_rows(timeline, every=every)))
+    out.write(render_table(table_rows(timeline, every=request.every)))
     if html is not None:
-        size = write_timeline(timeline, html)
+        size = write_timeline(timeline, html, request.max_marks)
         out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")
     return skipped
 

@@ -20,7 +20,9 @@ or ``class="span KIND"`` (``SpanKind``), a ``data-t`` offset in ms and a
 
 The axis is not linear: half the width is spread by the order of the distinct
 times, half by time itself, so that a burst of chunks within a millisecond and a
-500 ms stall are both readable; the ticks carry real offsets. Labels go in the
+500 ms stall are both readable; the ticks carry real offsets. A row with more than
+``max_marks`` marks (a slow reader's thousands of one-byte chunks) is drawn in bins,
+one per pixel column, each with its count (``data-n``), so a page stays small. Labels go in the
 first of three rows where they do not overlap; a label that fits nowhere is left
 to its mark's title.
 
@@ -30,6 +32,7 @@ Pure: returns text; ``consumer/traces.py`` writes it.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,6 +62,10 @@ PLOT_RIGHT: Final = 980
 CHAR_PX: Final = 6.2
 MIN_TICK_GAP_PX: Final = 70
 MAX_TITLE_CHARS: Final = 300
+#: Marks one row draws one by one (chunks sent, received, frames applied, pauses); past it,
+#: the row's marks are drawn as bins, one per pixel column, each with its count (data-n).
+DEFAULT_MAX_MARKS: Final = 2000
+TICK_KINDS: Final = (MarkKind.SENT, MarkKind.RECEIVED, MarkKind.APPLIED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +228,20 @@ class _Labels:
 
 
 class _Drawing:
-    def __init__(self, timeline: Timeline) -> None:
+    def __init__(self, timeline: Timeline, max_marks: int) -> None:
+        if max_marks < 1:
+            raise ValueError("max marks must be >= 1")
         self.timeline = timeline
         times = [e.at_ms for e in timeline.entries]
         self.scale = TimeScale(times, PLOT_LEFT, PLOT_RIGHT)
         self.parts: dict[str, list[str]] = {side: [] for side in SIDES}
         self.labels = {side: _Labels(LANES[side].labels) for side in SIDES}
+        self.max_marks = max_marks
+        counts = Counter(e.kind for e in timeline.entries if e.kind in TICK_KINDS)
+        #: The tick rows with more marks than max_marks: their marks wait here to be binned.
+        self.binned: dict[MarkKind, list[Entry]] = {
+            kind: [] for kind, count in counts.items() if count > max_marks
+        }
 
     def label(self, side: str, x: float, text: str, css: str) -> None:
         place = self.labels[side].place(x, text)
@@ -238,6 +253,9 @@ class _Drawing:
             )
 
     def tick(self, entry: Entry, width: float = 1.2) -> None:
+        if entry.kind in self.binned:
+            self.binned[entry.kind].append(entry)
+            return
         top, bottom = LANES[entry.side].rows[entry.kind]
         x = self.scale.x(entry.at_ms)
         # Short titles: a slow stream has thousands of these.
@@ -298,18 +316,66 @@ class _Drawing:
             f"<title>{_title(entry)}</title></line>"
         )
 
-    def span(self, span: Span) -> None:
-        top, bottom = LANES[span.side].rows[span.kind]
-        end = span.end_ms if span.end_ms is not None else self.timeline.duration_ms
-        x1, x2 = self.scale.x(span.start_ms), self.scale.x(end)
-        until = "the end" if span.end_ms is None else offset_text(span.end_ms)
-        title = escape(f"{span.label}: {offset_text(span.start_ms)} to {until}")
-        self.parts[span.side].append(
-            f'<rect class="span {span.kind}" data-t="{span.start_ms:.3f}" '
-            f'data-end="{"" if span.end_ms is None else f"{span.end_ms:.3f}"}" '
+    def bins(self) -> None:
+        """Each binned row: one rect per pixel column, with how many marks it stands for."""
+        for kind, entries in self.binned.items():
+            columns: dict[int, list[Entry]] = {}
+            for entry in entries:
+                columns.setdefault(int(self.scale.x(entry.at_ms)), []).append(entry)
+            for column, group in columns.items():
+                side = group[0].side
+                top, bottom = LANES[side].rows[kind]
+                first, last = group[0].at_ms, group[-1].at_ms
+                title = (
+                    f"{offset_text(first)} to {offset_text(last)}: {len(group)} {ROW_NAMES[kind]}"
+                )
+                self.parts[side].append(
+                    f'<rect class="mark {kind} bin" data-t="{first:.3f}" data-end="{last:.3f}" '
+                    f'data-n="{len(group)}" x="{column}" y="{_num(top)}" width="1" '
+                    f'height="{_num(bottom - top)}"><title>{escape(title)}</title></rect>'
+                )
+
+    def span(self, spans: Sequence[Span]) -> None:
+        """One span, or (past max_marks) several whose pixels touch, drawn as one."""
+        first = spans[0]
+        top, bottom = LANES[first.side].rows[first.kind]
+        ends = [s.end_ms if s.end_ms is not None else self.timeline.duration_ms for s in spans]
+        x1, x2 = self.scale.x(first.start_ms), self.scale.x(max(ends))
+        open_end = spans[-1].end_ms is None
+        until = "the end" if open_end else offset_text(max(ends))
+        if len(spans) == 1:
+            title = f"{first.label}: {offset_text(first.start_ms)} to {until}"
+        else:
+            total = sum(end - s.start_ms for s, end in zip(spans, ends, strict=True))
+            title = (
+                f"{len(spans)} × {first.kind}, {offset_text(first.start_ms)} to {until}, "
+                f"{total:.3f} ms in all"
+            )
+        count = f' data-n="{len(spans)}"' if len(spans) > 1 else ""
+        self.parts[first.side].append(
+            f'<rect class="span {first.kind}" data-t="{first.start_ms:.3f}" '
+            f'data-end="{"" if open_end else f"{max(ends):.3f}"}"{count} '
             f'x="{_num(x1)}" y="{_num(top)}" width="{_num(max(x2 - x1, 1.0))}" '
-            f'height="{_num(bottom - top)}"><title>{title}</title></rect>'
+            f'height="{_num(bottom - top)}"><title>{escape(title)}</title></rect>'
         )
+
+    def spans(self) -> None:
+        for kind in SpanKind:
+            spans = self.timeline.spans_of(kind)
+            if len(spans) <= self.max_marks:
+                for span in spans:
+                    self.span([span])
+                continue
+            group: list[Span] = []
+            reach = float("-inf")
+            for span in spans:
+                end = span.end_ms if span.end_ms is not None else self.timeline.duration_ms
+                if group and self.scale.x(span.start_ms) > reach + 1:
+                    self.span(group)
+                    group, reach = [], float("-inf")
+                group.append(span)
+                reach = max(reach, self.scale.x(end))
+            self.span(group)
 
     def entry(self, entry: Entry) -> None:
         kind = entry.kind
@@ -328,12 +394,12 @@ class _Drawing:
         # PAUSED / RESUMED entries are drawn as their spans.
 
     def draw(self) -> None:
-        for span in self.timeline.spans:
-            self.span(span)
+        self.spans()
         # The notable marks first, so that they get the label rows before the others.
         order = {MarkKind.FAULT: 0, MarkKind.RESUME: 1, MarkKind.TERMINAL: 2, MarkKind.END: 3}
         for entry in sorted(self.timeline.entries, key=lambda e: order.get(e.kind, 9)):
             self.entry(entry)
+        self.bins()
 
 
 def _lane(side: str, parts: list[str]) -> str:
@@ -380,8 +446,8 @@ def _verdict_box(timeline: Timeline) -> str:
     )
 
 
-def render_svg(timeline: Timeline) -> str:
-    drawing = _Drawing(timeline)
+def render_svg(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS) -> str:
+    drawing = _Drawing(timeline, max_marks)
     drawing.draw()
     lanes = "".join(_lane(side, drawing.parts[side]) for side in SIDES)
     return (
@@ -413,7 +479,7 @@ def _legend() -> str:
     )
 
 
-def render_html(timeline: Timeline) -> str:
+def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS) -> str:
     """The whole page: heading, summary, the picture, a legend, the table."""
     started = escape(timeline.started)
     notes = [
@@ -433,7 +499,7 @@ def render_html(timeline: Timeline) -> str:
         f"<style>{STYLE}</style></head><body>"
         f"<h1>Stream {escape(timeline.stream_id)}</h1>"
         f'<p class="summary">{escape(summary_line(timeline))}</p>'
-        f"{render_svg(timeline)}{_legend()}{paragraphs}{_table(table_rows(timeline))}"
+        f"{render_svg(timeline, max_marks)}{_legend()}{paragraphs}{_table(table_rows(timeline))}"
         "</body></html>\n"
     )
 

@@ -41,7 +41,7 @@ from shared.timeline import (
     render_table,
     table_rows,
 )
-from shared.timeline_svg import TimeScale, render_html
+from shared.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
 from tests.processes import producer, read_trace
 
 pytestmark = pytest.mark.timeout(180)
@@ -191,6 +191,33 @@ def test_an_unknown_stream_is_a_usage_error(
     assert code == 2
 
 
+def test_lines_that_are_not_records_are_skipped_and_counted(
+    traces: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace with a console line, a blank line, a JSON array and a line cut off mid-record
+    (one of this stream, one of none): the records are read, the four bad lines counted."""
+    mixed = tmp_path / "mixed.jsonl"
+    lines = traces[1].read_text(encoding="utf-8").splitlines()
+    mixed.write_text(
+        "\n".join(
+            [
+                "2026-11-30T09:18:55Z [info     ] state_changed   side=consumer",
+                "",
+                *lines,
+                "[1, 2]",
+                lines[-1][:40],
+                '{"stream_id": "t-complete", "event": "cut',
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    code, text = trace_command(str(traces[0]), str(mixed), "--stream", "t-complete")
+    assert code == 0
+    assert text == trace_command(str(traces[0]), str(traces[1]), "--stream", "t-complete")[1]
+    assert "skipped 4 lines that are not JSON records" in capsys.readouterr().err
+
+
 # --- the picture ----------------------------------------------------------------------
 
 
@@ -205,7 +232,11 @@ def lane_marks(svg: ET.Element, side: str) -> list[ET.Element]:
 
 
 def classes(marks: list[ET.Element]) -> Counter[str]:
-    return Counter(e.get("class", "").split(" ", 1)[1].split()[0] for e in marks)
+    """Marks per kind; a bin or a merged span counts what it stands for (data-n)."""
+    found: Counter[str] = Counter()
+    for e in marks:
+        found[e.get("class", "").split(" ", 1)[1].split()[0]] += int(e.get("data-n", "1"))
+    return found
 
 
 def center(element: ET.Element) -> float:
@@ -289,6 +320,37 @@ def test_picture_marks_equal_the_records(
     assert "<script" not in html
     assert not re.search(r"""(src|href)\s*=|url\(|@import""", html)
     assert html.count("http") == 1  # the SVG namespace, an identifier, never fetched
+
+
+def test_rows_past_max_marks_are_drawn_in_bins(traces: tuple[Path, Path], tmp_path: Path) -> None:
+    """At the bound every chunk and pause is its own mark; one past it, a row is one bin per
+    pixel column (and pauses whose pixels touch one span), each with its count."""
+    records = records_of(traces, "t-paused")
+    expected = expected_marks(records)
+    sent, paused = expected["producer"]["sent"], expected["consumer"]["paused"]
+    assert sent > 100 and paused > 20
+    for max_marks in (sent, sent - 1, paused, paused - 1):
+        page = tmp_path / f"{max_marks}.html"
+        code, _ = trace_command(
+            *(str(traces[0]), str(traces[1]), "--stream", "t-paused"),
+            *("--out", str(page), "--max-marks", str(max_marks)),
+        )
+        assert code == 0
+        svg = svg_of(page.read_text(encoding="utf-8"))
+        for side in ("producer", "consumer"):
+            found = classes(lane_marks(svg, side))
+            assert {k: found[k] for k in expected[side]} == dict(expected[side])
+        drawn_sent = [e for e in lane_marks(svg, "producer") if "sent" in e.get("class", "")]
+        drawn_paused = [e for e in lane_marks(svg, "consumer") if "paused" in e.get("class", "")]
+        assert (len(drawn_sent) == sent) == (max_marks >= sent)
+        assert all(("bin" in e.get("class", "")) == (max_marks < sent) for e in drawn_sent)
+        assert (len(drawn_paused) == paused) == (max_marks >= paused)
+        assert len(drawn_sent) <= 1 + PLOT_RIGHT - PLOT_LEFT
+    with pytest.raises(ValueError, match="max marks"):
+        render_html(build_timeline(records, "t-paused"), 0)
+    with pytest.raises(SystemExit) as usage:  # argparse: a usage error, exit 2
+        trace_command(str(traces[0]), "--stream", "t-paused", "--max-marks", "0")
+    assert usage.value.code == 2
 
 
 def test_resumes_and_faults_are_labelled_with_their_attempts(traces: tuple[Path, Path]) -> None:
