@@ -498,7 +498,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files",
     )
     trace_parser.add_argument(
-        "--stream", "--stream-id", dest="stream_id", default=None, help="the stream to show"
+        "--stream",
+        "--stream-id",
+        dest="stream_id",
+        default=None,
+        help="the stream to show: its id, or the beginning of one (a short id)",
     )
     trace_parser.add_argument(
         "--out",

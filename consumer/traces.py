@@ -45,8 +45,9 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def read_records(path: Path, stream_id: str | None = None) -> tuple[list[dict[str, Any]], int]:
-    """The JSON-object lines of one trace file (only one stream's, if named), and how many
-    lines were skipped. Read line by line: only the records kept are held."""
+    """The JSON-object lines of one trace file (only those of the streams whose id starts
+    with ``stream_id``, if given), and how many lines were skipped. Read line by line: only
+    the records kept are held."""
     records, skipped = [], 0
     with path.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
@@ -62,7 +63,7 @@ def read_records(path: Path, stream_id: str | None = None) -> tuple[list[dict[st
                 continue
             if not isinstance(record, dict):
                 skipped += 1
-            elif stream_id is None or record.get("stream_id") == stream_id:
+            elif stream_id is None or str(record.get("stream_id")).startswith(stream_id):
                 records.append(record)
     return records, skipped
 
@@ -147,17 +148,27 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
             "\none stream's timeline: add --stream ID (and --out FILE.html for the picture)\n"
         )
         return skipped
-    timeline = build_timeline(records, stream_id)
-    if not timeline.entries:
-        everything, _ = read_traces(paths)
-        known = ", ".join(s.stream_id for s in stream_summaries(everything)) or "none"
-        raise UnknownStream(f"no records of stream {stream_id!r} in the traces; streams: {known}")
+    timeline = build_timeline(records, _one_stream(paths, records, stream_id))
     out.write(summary_line(timeline) + "\n\n")
     out.write(render_table(table_rows(timeline, every=request.every)))
     if html is not None:
         size = write_timeline(timeline, html, request.max_marks)
         out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")
     return skipped
+
+
+def _one_stream(paths: list[Path], records: list[dict[str, Any]], asked: str) -> str:
+    """The stream id asked for, or the one stream whose id starts with it (a short id)."""
+    found = {str(record.get("stream_id")) for record in records}
+    if asked in found:
+        return asked
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        raise UnknownStream(f"{asked!r} starts several stream ids: {', '.join(sorted(found))}")
+    everything, _ = read_traces(paths)
+    known = ", ".join(s.stream_id for s in stream_summaries(everything)) or "none"
+    raise UnknownStream(f"no records of stream {asked!r} in the traces; streams: {known}")
 
 
 def write_timelines(directory: Path, stream_ids: list[str]) -> Path:

@@ -189,6 +189,17 @@ def test_an_unknown_stream_is_a_usage_error(
     )
     code, _ = trace_command(str(traces[0].parent / "missing.jsonl"))
     assert code == 2
+    code, _ = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-")
+    assert code == 2
+    assert "'t-' starts several stream ids: t-complete, t-paused" in capsys.readouterr().err
+
+
+def test_a_short_stream_id_is_enough_when_only_one_starts_with_it(
+    traces: tuple[Path, Path],
+) -> None:
+    short = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-res")
+    assert short == trace_command(str(traces[0]), str(traces[1]), "--stream", "t-resumed")
+    assert short[1].startswith("stream t-resumed ")
 
 
 def test_lines_that_are_not_records_are_skipped_and_counted(
