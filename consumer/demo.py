@@ -158,7 +158,7 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     out.write(render(rows))
     accepted = sum(1 for line in rows if line[-1] == "yes")
     out.write(f"\n{accepted} accepted, {len(rows) - accepted} refused or not accepted.\n")
-    timelines = write_timelines(traces, [line[1] for line in rows])
+    timelines = write_timelines(traces, {line[1]: line[0] for line in rows})
     out.write(
         f"producer stopped. Traces (JSON lines): {traces}/producer.jsonl (producer), "
         f"{traces}/consumer.jsonl (consumer)\n"

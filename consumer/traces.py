@@ -16,7 +16,7 @@ trace, a line still being written) are skipped, and counted on stderr.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -120,9 +120,11 @@ def timeline_page_name(stream_id: str) -> str:
     return f"timeline-{safe}.html"
 
 
-def write_timeline(timeline: Timeline, path: Path, max_marks: int = DEFAULT_MAX_MARKS) -> int:
+def write_timeline(
+    timeline: Timeline, path: Path, max_marks: int = DEFAULT_MAX_MARKS, caption: str = ""
+) -> int:
     """Write the HTML page; its size in bytes."""
-    data = render_html(timeline, max_marks).encode("utf-8")
+    data = render_html(timeline, max_marks, caption).encode("utf-8")
     path.write_bytes(data)
     return len(data)
 
@@ -171,16 +173,19 @@ def _one_stream(paths: list[Path], records: list[dict[str, Any]], asked: str) ->
     raise UnknownStream(f"no records of stream {asked!r} in the traces; streams: {known}")
 
 
-def write_timelines(directory: Path, stream_ids: list[str]) -> Path:
-    """Every named stream's page from the traces in ``directory``, and an index page
-    linking them (``timelines.html``, returned)."""
+def write_timelines(directory: Path, captions: Mapping[str, str]) -> Path:
+    """The page of every stream named (stream id -> what it was) from the traces in
+    ``directory``, and an index page linking them (``timelines.html``, returned)."""
     records, _ = read_traces([directory])
-    summaries = [s for s in stream_summaries(records) if s.stream_id in set(stream_ids)]
+    summaries = [s for s in stream_summaries(records) if s.stream_id in captions]
     pages = []
     for summary in summaries:
         page = timeline_page_name(summary.stream_id)
-        write_timeline(build_timeline(records, summary.stream_id), directory / page)
+        timeline = build_timeline(records, summary.stream_id)
+        caption = captions[summary.stream_id]
+        write_timeline(timeline, directory / page, caption=caption)
         pages.append(page)
     index = directory / "timelines.html"
-    index.write_text(render_index(summaries, pages), encoding="utf-8")
+    listed = [captions[s.stream_id] for s in summaries]
+    index.write_text(render_index(summaries, pages, listed), encoding="utf-8")
     return index

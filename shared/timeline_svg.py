@@ -479,8 +479,9 @@ def _legend() -> str:
     )
 
 
-def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS) -> str:
-    """The whole page: heading, summary, the picture, a legend, the table."""
+def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS, caption: str = "") -> str:
+    """The whole page: heading (with ``caption``, say what the stream was), summary, the
+    picture, a legend, the table."""
     started = escape(timeline.started)
     notes = [
         f"Offsets count from the stream's first record ({started}). The axis is not linear: "
@@ -489,31 +490,34 @@ def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS) -> str:
     ]
     if not timeline.has_chunks:
         notes.append(
-            "No per-chunk records: chunk_sent, chunk_received and frame_applied are written at "
-            "debug (run both processes with --log-level debug to see every chunk)."
+            "No per-chunk records: no chunk was sent, or the traces are at info (chunk_sent, "
+            "chunk_received and frame_applied are written at debug: run both processes with "
+            "--log-level debug to see every chunk)."
         )
     paragraphs = "".join(f'<p class="note">{note}</p>' for note in notes)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>replywire timeline: {escape(timeline.stream_id)}</title>"
         f"<style>{STYLE}</style></head><body>"
-        f"<h1>Stream {escape(timeline.stream_id)}</h1>"
+        f"<h1>Stream {escape(timeline.stream_id)}{escape(f': {caption}' if caption else '')}</h1>"
         f'<p class="summary">{escape(summary_line(timeline))}</p>'
         f"{render_svg(timeline, max_marks)}{_legend()}{paragraphs}{_table(table_rows(timeline))}"
         "</body></html>\n"
     )
 
 
-def render_index(summaries: Sequence[StreamSummary], pages: Sequence[str]) -> str:
+def render_index(
+    summaries: Sequence[StreamSummary], pages: Sequence[str], captions: Sequence[str]
+) -> str:
     """A page linking each stream's timeline page (relative links, same directory)."""
     rows = "".join(
         f'<tr><td><a href="{escape(page)}">{escape(s.stream_id)}</a></td>'
-        f"<td>{escape(s.case_id or '-')}</td><td>{escape(s.verdict)}</td>"
+        f"<td>{escape(caption or s.case_id or '-')}</td><td>{escape(s.verdict)}</td>"
         f"<td>{s.records[PRODUCER]}</td><td>{s.records[CONSUMER]}</td></tr>"
-        for s, page in zip(summaries, pages, strict=True)
+        for s, page, caption in zip(summaries, pages, captions, strict=True)
     )
     head = "".join(
-        f"<th>{name}</th>" for name in ("stream", "case", "verdict", "producer", "consumer")
+        f"<th>{name}</th>" for name in ("stream", "run", "verdict", "producer", "consumer")
     )
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

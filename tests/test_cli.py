@@ -209,9 +209,13 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
     index = (traces / "timelines.html").read_text(encoding="utf-8")
     for stream_id in stream_ids:
         page = (traces / f"timeline-{stream_id}.html").read_text(encoding="utf-8")
-        assert f"<h1>Stream {stream_id}</h1>" in page
+        assert f"<h1>Stream {stream_id}: " in page  # and the row's run
         assert 'id="lane-producer"' in page and 'id="lane-consumer"' in page
         assert f'href="timeline-{stream_id}.html"' in index
+    assert "<h1>Stream demo-18: replace-file + stall</h1>" in (
+        traces / "timeline-demo-18.html"
+    ).read_text(encoding="utf-8")
+    assert "<td>replace-file + stall</td><td>incomplete / idle_timeout</td>" in index
     (trace,) = [line.strip() for line in lines if " consumer trace " in line]
     assert trace == (
         f".venv/bin/python -m consumer trace {traces}/producer.jsonl {traces}/consumer.jsonl "
