@@ -112,6 +112,9 @@ RUN_BY = {
     ".venv/bin/python -m bench.throughput": BENCH,
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
+    "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
+        "tests/test_timeline.py::test_make_trace (on real traces)"
+    ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
 }
 for _block, _test in (

@@ -230,6 +230,28 @@ def test_lines_that_are_not_records_are_skipped_and_counted(
     assert "skipped 4 lines that are not JSON records" in capsys.readouterr().err
 
 
+def test_make_trace(traces: tuple[Path, Path], tmp_path: Path) -> None:
+    """The README's `make trace P=... C=... STREAM=... OUT=...`: the command's table and page."""
+    page = tmp_path / "t-resumed.html"
+    made = subprocess.run(
+        [
+            *("make", "--no-print-directory", "trace", f"P={traces[0]}", f"C={traces[1]}"),
+            *("STREAM=t-resumed", f"OUT={page}"),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    _, direct = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-resumed")
+    assert made.stdout.startswith(direct)
+    assert made.stdout.endswith(
+        f"timeline: {page} ({page.stat().st_size} bytes, HTML with one SVG; opens offline)\n"
+    )
+
+
 # --- the picture ----------------------------------------------------------------------
 
 
