@@ -16,6 +16,7 @@ trace, a line still being written) are skipped, and counted on stderr.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 from shared.timeline import (
     Timeline,
     build_timeline,
+    fit,
     render_summaries,
     render_table,
     stream_summaries,
@@ -151,8 +153,10 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
         )
         return skipped
     timeline = build_timeline(records, _one_stream(paths, records, stream_id))
-    out.write(summary_line(timeline) + "\n\n")
-    out.write(render_table(table_rows(timeline, every=request.every)))
+    # On a terminal each row stays on one line (cut at its width); piped, rows are whole.
+    width = shutil.get_terminal_size().columns if out.isatty() else None
+    out.write(fit(summary_line(timeline), width) + "\n\n")
+    out.write(render_table(table_rows(timeline, every=request.every), width))
     if html is not None:
         size = write_timeline(timeline, html, request.max_marks)
         out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")

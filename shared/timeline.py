@@ -584,8 +584,16 @@ def _cells(row: Row) -> tuple[str, ...]:
     return (f"{row.at_ms:.3f}", row.where, row.event, row.change, row.fields)
 
 
-def render_table(rows: Sequence[Row]) -> str:
-    """The rows as aligned text columns, a rule under the header."""
+def fit(line: str, width: int | None) -> str:
+    """A line cut to ``width`` characters, its end marked ``…`` (None: the whole line)."""
+    if width is None or len(line) <= width:
+        return line
+    return line[: max(width - 1, 0)] + "…"
+
+
+def render_table(rows: Sequence[Row], width: int | None = None) -> str:
+    """The rows as aligned text columns, a rule under the header; each line cut to
+    ``width`` if given (a terminal's: a row on one line, never wrapped)."""
     lines = [TABLE_COLUMNS, *(_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
     out = []
@@ -594,8 +602,8 @@ def render_table(rows: Sequence[Row]) -> str:
         middle = [cell.ljust(width) for cell, width in zip(line[1:-1], widths[1:], strict=True)]
         out.append("  ".join([time, *middle, line[-1]]).rstrip())
         if number == 0:
-            out.append("  ".join("-" * width for width in [*widths, len(TABLE_COLUMNS[-1])]))
-    return "\n".join(out) + "\n"
+            out.append("  ".join("-" * size for size in [*widths, len(TABLE_COLUMNS[-1])]))
+    return "\n".join(fit(line, width) for line in out) + "\n"
 
 
 def render_summaries(summaries: Sequence[StreamSummary]) -> str:

@@ -173,6 +173,26 @@ def test_every_row_table_is_the_records_in_time_order(
     ]
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_each_row_is_cut_to_its_width(
+    traces: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal (80 columns here) no row wraps; piped, the same rows are whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    assert main(["trace", str(traces[0]), str(traces[1]), "--stream", "t-resumed"], out) == 0
+    _, whole = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-resumed")
+    cut, full = out.getvalue().splitlines(), whole.splitlines()
+    assert len(cut) == len(full)
+    assert max(len(line) for line in cut) == 80 < max(len(line) for line in full)
+    for short, line in zip(cut, full, strict=True):
+        assert short == line or (short.endswith("…") and line.startswith(short[:-1]))
+
+
 def test_the_streams_are_listed_without_a_stream_id(traces: tuple[Path, Path]) -> None:
     code, text = trace_command(str(traces[0].parent))
     assert code == 0
