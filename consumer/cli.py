@@ -508,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="also write the timeline as one self-contained HTML page (an SVG) here",
+        help="with --stream: also write its timeline here, one self-contained HTML page (an "
+        "SVG); without: a directory, for every stream's page and an index (timelines.html)",
     )
     trace_parser.add_argument(
         "--all",

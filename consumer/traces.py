@@ -147,10 +147,17 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
     paths, stream_id, html = request.paths, request.stream_id, request.html
     records, skipped = read_traces(paths, stream_id)
     if stream_id is None:
-        out.write(render_summaries(stream_summaries(records)))
-        out.write(
-            "\none stream's timeline: add --stream ID (and --out FILE.html for the picture)\n"
-        )
+        summaries = stream_summaries(records)
+        out.write(render_summaries(summaries))
+        if html is None:
+            out.write(
+                "\none stream's timeline: add --stream ID (and --out FILE.html for its picture);"
+                " every stream's pictures: --out DIR\n"
+            )
+            return skipped
+        captions = {summary.stream_id: "" for summary in summaries}
+        index = write_pages(records, html, captions, request.max_marks)
+        out.write(f"\ntimelines: {len(summaries)} pages in {html}, linked from {index}\n")
         return skipped
     timeline = build_timeline(records, _one_stream(paths, records, stream_id))
     # On a terminal each row stays on one line (cut at its width); piped, rows are whole.
@@ -179,15 +186,27 @@ def _one_stream(paths: list[Path], records: list[dict[str, Any]], asked: str) ->
 
 def write_timelines(directory: Path, captions: Mapping[str, str]) -> Path:
     """The page of every stream named (stream id -> what it was) from the traces in
-    ``directory``, and an index page linking them (``timelines.html``, returned)."""
+    ``directory``, into it, and an index page linking them (``timelines.html``, returned)."""
     records, _ = read_traces([directory])
+    return write_pages(records, directory, captions)
+
+
+def write_pages(
+    records: list[dict[str, Any]],
+    directory: Path,
+    captions: Mapping[str, str],
+    max_marks: int = DEFAULT_MAX_MARKS,
+) -> Path:
+    """The page of every stream named (stream id -> what it was, or "") into ``directory``
+    (made if missing), and ``timelines.html`` linking them (returned)."""
+    directory.mkdir(parents=True, exist_ok=True)
     summaries = [s for s in stream_summaries(records) if s.stream_id in captions]
     pages = []
     for summary in summaries:
         page = timeline_page_name(summary.stream_id)
         timeline = build_timeline(records, summary.stream_id)
         caption = captions[summary.stream_id]
-        write_timeline(timeline, directory / page, caption=caption)
+        write_timeline(timeline, directory / page, max_marks, caption)
         pages.append(page)
     index = directory / "timelines.html"
     listed = [captions[s.stream_id] for s in summaries]

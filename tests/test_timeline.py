@@ -200,6 +200,26 @@ def test_the_streams_are_listed_without_a_stream_id(traces: tuple[Path, Path]) -
     assert {row["stream id"]: row["verdict"] for row in rows} == VERDICTS
 
 
+def test_every_streams_page_is_written_to_a_directory(
+    traces: tuple[Path, Path], tmp_path: Path
+) -> None:
+    pages = tmp_path / "pages"
+    code, text = trace_command(str(traces[0].parent), "--out", str(pages))
+    assert code == 0
+    assert text.endswith(f"timelines: 4 pages in {pages}, linked from {pages}/timelines.html\n")
+    index = (pages / "timelines.html").read_text(encoding="utf-8")
+    for stream_id in STREAMS:
+        assert f'href="timeline-{stream_id}.html"' in index
+        page = (pages / f"timeline-{stream_id}.html").read_text(encoding="utf-8")
+        assert f"<h1>Stream {stream_id}</h1>" in page
+    assert sorted(path.name for path in pages.iterdir()) == sorted(
+        ["timelines.html", *(f"timeline-{stream_id}.html" for stream_id in STREAMS)]
+    )
+    # --out naming a file where the directory should be: a usage error.
+    code, _ = trace_command(str(traces[0].parent), "--out", str(traces[0]))
+    assert code == 2
+
+
 def test_an_unknown_stream_is_a_usage_error(
     traces: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
