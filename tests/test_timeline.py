@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from consumer.cli import main
 from consumer.reader_states import ReaderState
@@ -669,3 +671,50 @@ def test_a_stream_without_records_has_an_empty_timeline() -> None:
     timeline = build_timeline([record(0, "consumer", "stream_opening")], "other")
     assert timeline.entries == () and timeline.verdict is None
     assert json.dumps(timeline.duration_ms) == "0.0"
+
+
+#: Records a trace holds, by side: (event, component, state change or None).
+SOME_RECORDS = [
+    ("producer", "chunk_sent", "", None),
+    ("producer", "state_changed", "", ("streaming", "stalled")),
+    ("producer", "state_changed", "", ("stalled", "streaming")),
+    ("producer", "state_changed", "", (None, "received")),
+    ("consumer", "chunk_received", "core", None),
+    ("consumer", "frame_applied", "core", None),
+    ("consumer", "chunk_applied", "", None),
+    ("consumer", "state_changed", "reader", ("streaming", "paused")),
+    ("consumer", "state_changed", "reader", ("paused", "streaming")),
+    ("consumer", "reads_paused", "reader", None),
+    ("consumer", "state_changed", "core", ("streaming", "terminal_received")),
+    ("consumer", "stream_resuming", "", None),
+    ("consumer", "stream_finished", "", None),
+]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(SOME_RECORDS), st.integers(min_value=0, max_value=50)),
+        max_size=60,
+    )
+)
+def test_every_record_is_in_exactly_one_row_in_time_order(
+    drawn: list[tuple[tuple[str, str, str, tuple[str | None, str] | None], int]],
+) -> None:
+    records = []
+    for (side, event, component, states), ms in drawn:
+        fields: dict[str, Any] = {"component": component} if component else {}
+        if states is not None:
+            fields |= {"from_state": states[0], "to_state": states[1], "input": "x"}
+        records.append(record(ms, side, event, **fields))
+    timeline = build_timeline(records, "s")
+    rows = table_rows(timeline)
+    assert sum(row.count for row in rows) == len(records) == len(table_rows(timeline, every=True))
+    assert [row.at_ms for row in rows] == sorted(row.at_ms for row in rows)
+    shown: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        shown[(row.where.split("/")[0], counted(row.event)[0])] += row.count
+    assert shown == Counter((r["side"], r["event"]) for r in records)
+    # Spans close in order: none ends before it starts.
+    assert all(s.end_ms is None or s.end_ms >= s.start_ms for s in timeline.spans)
+    svg = svg_of(render_html(timeline, max_marks=5))
+    assert {g.get("id") for g in svg.iter(f"{SVG}g")} >= {"lane-producer", "lane-consumer"}
