@@ -26,8 +26,10 @@ from shared.timeline import (
     Timeline,
     build_timeline,
     fit,
+    render_result_events,
     render_summaries,
     render_table,
+    result_events,
     stream_summaries,
     summary_line,
     table_rows,
@@ -164,6 +166,9 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
     width = shutil.get_terminal_size().columns if out.isatty() else None
     out.write(fit(summary_line(timeline), width) + "\n\n")
     out.write(render_table(table_rows(timeline, every=request.every), width))
+    events = result_events(timeline)
+    if events:
+        out.write("\n" + fit(render_result_events(events).rstrip("\n"), width) + "\n")
     if html is not None:
         size = write_timeline(timeline, html, request.max_marks)
         out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")

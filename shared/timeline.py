@@ -51,6 +51,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from shared.result import (
+    AnswerValidated,
+    ConsumerAborted,
+    ContentReceived,
+    DuplicateDropped,
+    TerminalReceived,
+    TransportFailed,
+)
+
 PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"
 SIDES: Final = (PRODUCER, CONSUMER)
@@ -67,6 +76,16 @@ TERMINAL_KIND_OF_INPUT: Final = {
     "end_after_cancel": "cancel",
     "end_after_error": "error",
 }
+
+#: The core's inputs that make a result event, and the event's kind.
+RESULT_EVENT_OF_INPUT: Final = {
+    "reply_accepted": AnswerValidated.KIND,
+    "transport_error": TransportFailed.KIND,
+    "local_abort": ConsumerAborted.KIND,
+}
+#: A content frame applied and then refused by these checks made no result event.
+CONTENT_REFUSALS: Final = frozenset({"invalid_content_delta", "content_limit"})
+CORE_PROTOCOL_FAILURE: Final = "protocol_failure"
 
 #: Keys every record has or that the table shows in other columns.
 CONTEXT_KEYS: Final = frozenset(
@@ -646,6 +665,71 @@ def summary_line(timeline: Timeline) -> str:
         f"{_counted(len(t.spans_of(SpanKind.PAUSED)), 'pause')}, "
         f"{_counted(t.count(MarkKind.RESUME, CONSUMER), 'resume')}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ResultEvent:
+    """One event of the result document's ``events``, with the time of its trace record."""
+
+    kind: str
+    at_ms: float
+    detail: str
+
+
+def _refused_content(timeline: Timeline) -> set[Any]:
+    return {
+        e.fields.get("sequence")
+        for e in timeline.entries
+        if e.component == "core"
+        and e.fields.get("input") == CORE_PROTOCOL_FAILURE
+        and e.fields.get("reason") in CONTENT_REFUSALS
+    }
+
+
+def _result_event(entry: Entry, refused: set[Any]) -> ResultEvent | None:
+    sequence = entry.fields.get("sequence")
+    if entry.kind is MarkKind.APPLIED and entry.fields.get("kind") == "content_delta":
+        if sequence in refused:
+            return None
+        return ResultEvent(ContentReceived.KIND, entry.at_ms, f"#{sequence}")
+    if entry.kind is MarkKind.TERMINAL:
+        return ResultEvent(TerminalReceived.KIND, entry.at_ms, entry.label)
+    if entry.side == CONSUMER and entry.event == "duplicate_dropped":
+        return ResultEvent(DuplicateDropped.KIND, entry.at_ms, f"#{sequence}")
+    kind = RESULT_EVENT_OF_INPUT.get(str(entry.fields.get("input")))
+    if entry.component == "core" and kind is not None:
+        return ResultEvent(kind, entry.at_ms, str(entry.fields.get("reason") or ""))
+    return None
+
+
+def result_events(timeline: Timeline) -> list[ResultEvent]:
+    """The result document's events, each at its trace record's offset, in its order.
+    ``provisional_content`` needs the debug records (``frame_applied``)."""
+    refused = _refused_content(timeline)
+    found = (_result_event(entry, refused) for entry in timeline.entries)
+    return [event for event in found if event is not None]
+
+
+def render_result_events(events: Sequence[ResultEvent]) -> str:
+    """One line: the result events, runs of one kind summed."""
+    parts: list[str] = []
+    runs: list[list[ResultEvent]] = []
+    for event in events:
+        if runs and runs[-1][0].kind == event.kind:
+            runs[-1].append(event)
+        else:
+            runs.append([event])
+    for run in runs:
+        first, last = run[0], run[-1]
+        if len(run) == 1:
+            detail = f" {first.detail}" if first.detail else ""
+            parts.append(f"{first.kind}{detail} +{first.at_ms:.3f}")
+        else:
+            parts.append(
+                f"{first.kind} ×{len(run)} {first.detail}..{last.detail} "
+                f"+{first.at_ms:.3f}..+{last.at_ms:.3f}"
+            )
+    return "result events (ms, from their trace records): " + "; ".join(parts) + "\n"
 
 
 def entries_of(timeline: Timeline, *kinds: MarkKind) -> Iterator[Entry]:

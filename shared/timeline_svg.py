@@ -51,6 +51,7 @@ from shared.timeline import (
     StreamSummary,
     Timeline,
     format_fields,
+    result_events,
     summary_line,
     table_rows,
 )
@@ -116,7 +117,7 @@ HEIGHT: Final = 392
 
 STYLE: Final = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1f24; }
-h1 { font-size: 1.3em; margin: 0 0 .3em; }
+h1 { font-size: 1.3em; margin: 0 0 .3em; } h2 { font-size: 1.1em; margin: 1.2em 0 .3em; }
 .summary { margin: 0 0 1em; }
 svg { border: 1px solid #d0d7de; background: #fff; max-width: 100%; height: auto; }
 svg text { font: 11px sans-serif; fill: #1b1f24; }
@@ -469,6 +470,23 @@ def _table(rows: Sequence[Row]) -> str:
     return f'<table id="records"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _result_events(timeline: Timeline) -> str:
+    events = result_events(timeline)
+    if not events:
+        return ""
+    rows = "".join(
+        f'<tr><td class="t">{event.at_ms:.3f}</td><td>{escape(event.kind)}</td>'
+        f"<td>{escape(event.detail)}</td></tr>"
+        for event in events
+    )
+    return (
+        "<h2>Result events</h2><p>The result document's <code>events</code> carry no times; "
+        "these are the times of the trace records that made them.</p>"
+        '<table id="result-events"><thead><tr><th>+ms</th><th>kind</th><th>detail</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def _legend() -> str:
     return (
         '<p class="legend">'
@@ -501,7 +519,8 @@ def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS, caption:
         f"<style>{STYLE}</style></head><body>"
         f"<h1>Stream {escape(timeline.stream_id)}{escape(f': {caption}' if caption else '')}</h1>"
         f'<p class="summary">{escape(summary_line(timeline))}</p>'
-        f"{render_svg(timeline, max_marks)}{_legend()}{paragraphs}{_table(table_rows(timeline))}"
+        f"{render_svg(timeline, max_marks)}{_legend()}{paragraphs}"
+        f"<h2>Records</h2>{_table(table_rows(timeline))}{_result_events(timeline)}"
         "</body></html>\n"
     )
 

@@ -28,20 +28,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared import timeline as tl
+from shared.errors import Reason
 from shared.machine import Input
 from shared.timeline import (
     MarkKind,
     SpanKind,
     build_timeline,
     microseconds,
+    render_result_events,
     render_table,
+    result_events,
     table_rows,
 )
 from shared.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
@@ -50,6 +53,7 @@ from tests.processes import producer, read_trace
 pytestmark = pytest.mark.timeout(180)
 
 SVG = "{http://www.w3.org/2000/svg}"
+PLOT_WIDTH = PLOT_RIGHT - PLOT_LEFT
 #: stream id -> the consumer's flags (all at debug, one trace file).
 STREAMS = {
     "t-complete": ["--case", "replace-file"],
@@ -85,6 +89,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                     *(sys.executable, "-m", "consumer", "stream", "--target", served.target),
                     *("--stream-id", stream_id, "--log-level", "debug"),
                     *("--trace-file", str(consumer_trace), *flags),
+                    *("--result", str(directory / f"{stream_id}.json")),
                 ],
                 cwd=Path(__file__).resolve().parent.parent,
                 capture_output=True,
@@ -418,15 +423,62 @@ def test_rows_past_max_marks_are_drawn_in_bins(traces: tuple[Path, Path], tmp_pa
             assert {k: found[k] for k in expected[side]} == dict(expected[side])
         drawn_sent = [e for e in lane_marks(svg, "producer") if "sent" in e.get("class", "")]
         drawn_paused = [e for e in lane_marks(svg, "consumer") if "paused" in e.get("class", "")]
-        assert (len(drawn_sent) == sent) == (max_marks >= sent)
+        # At the bound: one mark each. Past it: bins, each counting its marks (summed above),
+        # at most one per pixel column; pauses whose pixels touch are merged (two drawn
+        # spans start more than a pixel apart).
         assert all(("bin" in e.get("class", "")) == (max_marks < sent) for e in drawn_sent)
-        assert (len(drawn_paused) == paused) == (max_marks >= paused)
-        assert len(drawn_sent) <= 1 + PLOT_RIGHT - PLOT_LEFT
-    with pytest.raises(ValueError, match="max marks"):
+        assert len(drawn_sent) == sent if max_marks >= sent else len(drawn_sent) <= 1 + PLOT_WIDTH
+        if max_marks >= paused:
+            assert len(drawn_paused) == paused
+            assert not any(e.get("data-n") for e in drawn_paused)
+        else:
+            assert len(drawn_paused) <= 1 + PLOT_WIDTH
+    with pytest.raises(ValueError, match="max marks"):  # the page's own check
         render_html(build_timeline(records, "t-paused"), 0)
     with pytest.raises(SystemExit) as usage:  # argparse: a usage error, exit 2
         trace_command(str(traces[0]), "--stream", "t-paused", "--max-marks", "0")
     assert usage.value.code == 2
+
+
+@pytest.mark.parametrize("stream_id", STREAMS)
+def test_result_events_get_the_times_of_their_records(
+    traces: tuple[Path, Path], stream_id: str, tmp_path: Path
+) -> None:
+    """The result document's events, one for one, in order, each at its record's offset:
+    in the timeline, on its page, and on the line under the table."""
+    result = json.loads((traces[0].parent / f"{stream_id}.json").read_text(encoding="utf-8"))
+    timeline = build_timeline(records_of(traces, stream_id), stream_id)
+    events = result_events(timeline)
+    assert [e.kind for e in events] == [e["kind"] for e in result["events"]]
+    details = []
+    for event in result["events"]:
+        if event["kind"] == "provisional_content":
+            details.append(f"#{event['sequence']}")
+        elif event["kind"] == "local_terminal":
+            details.append(f"{event['status']} #{event['sequence']}")
+        elif event["kind"] in ("transport_error", "consumer_abort"):
+            details.append(event["reason"])
+        else:
+            details.append("")
+    assert [e.detail for e in events] == details
+    times = [e.at_ms for e in events]
+    assert times == sorted(times)
+    page = tmp_path / "page.html"
+    code, text = trace_command(
+        str(traces[0]), str(traces[1]), "--stream", stream_id, "--out", str(page)
+    )
+    assert code == 0
+    assert render_result_events(events) in text
+    html = page.read_text(encoding="utf-8")
+    listed = html.split('<table id="result-events">', 1)[1].split("</table>", 1)[0]
+    assert listed.count("<tr>") == 1 + len(result["events"])
+
+
+def test_the_result_event_names_are_the_cores_own() -> None:
+    for the_input in tl.RESULT_EVENT_OF_INPUT:
+        assert Input(the_input).value == the_input
+    assert {Reason(code).value for code in tl.CONTENT_REFUSALS} == tl.CONTENT_REFUSALS
+    assert Input.PROTOCOL_FAILURE.value == tl.CORE_PROTOCOL_FAILURE
 
 
 def test_resumes_and_faults_are_labelled_with_their_attempts(traces: tuple[Path, Path]) -> None:
@@ -691,6 +743,7 @@ SOME_RECORDS = [
 ]
 
 
+@settings(deadline=None)  # a page per example; a loaded machine must not fail it
 @given(
     st.lists(
         st.tuples(st.sampled_from(SOME_RECORDS), st.integers(min_value=0, max_value=50)),
