@@ -237,6 +237,12 @@ def rows_by_component(table: str) -> dict[str, list[tuple[str, str, list[str]]]]
     return rows
 
 
+def result_event_kinds(text: str) -> list[str]:
+    """The kinds on a timeline's "result events" line, in order."""
+    (line,) = [line for line in text.splitlines() if line.startswith("result events ")]
+    return re.findall(r"(?:: |; )(\w+)", line)
+
+
 def test_timeline_recipe(tmp_path: Path) -> None:
     """The timeline recipe as written; its table has the README sample's rows, component by
     component (times and values are the run's own), and `make trace` lists the stream."""
@@ -252,6 +258,7 @@ def test_timeline_recipe(tmp_path: Path) -> None:
     (sample,) = [b for b in blocks("") if b.startswith("$ python -m consumer trace ")]
     assert table.splitlines()[0].startswith("stream r1 (replace-file): complete;")
     assert rows_by_component(table) == rows_by_component(sample)
+    assert result_event_kinds(table) == result_event_kinds(sample) != []
     listing = {row["stream id"]: row for row in parse_table(rest.split("\n", 1)[1])}
     assert list(listing) == ["r1"]
     assert (listing["r1"]["case"], listing["r1"]["verdict"]) == ("replace-file", "complete")
