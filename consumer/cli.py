@@ -501,12 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--stream",
         "--stream-id",
         dest="stream_id",
+        metavar="ID",
         default=None,
         help="the stream to show: its id, or the beginning of one (a short id)",
     )
     trace_parser.add_argument(
         "--out",
         type=Path,
+        metavar="FILE.html|DIR",
         default=None,
         help="with --stream: also write its timeline here, one self-contained HTML page (an "
         "SVG); without: a directory, for every stream's page and an index (timelines.html)",
@@ -520,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_parser.add_argument(
         "--max-marks",
         type=_positive,
+        metavar="N",
         default=DEFAULT_MAX_MARKS,
         help="marks a row of the picture draws one by one; past it, one bin per pixel column",
     )
