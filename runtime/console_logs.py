@@ -220,7 +220,7 @@ class ConsoleLines:
         if exc_info is not None:
             text = io.StringIO()
             self._format_exception(text, exc_info)
-            line += "\n" + text.getvalue().rstrip("\n")
+            line += "\n" + text.getvalue().strip("\n")
         return line
 
     def _render(
