@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -239,9 +239,12 @@ class LiveView:
             auto_refresh=False,
             transient=True,
             redirect_stdout=False,
-            redirect_stderr=self._redirect_stderr,
+            redirect_stderr=False,
         )
+        stderr = sys.stderr
         with live:
+            if self._redirect_stderr:
+                sys.stderr = Above(self.console, stderr)
             ticker = asyncio.create_task(self._tick(live))
             try:
                 yield
@@ -249,6 +252,7 @@ class LiveView:
                 ticker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
+                sys.stderr = stderr
 
     async def _tick(self, live: Live) -> None:
         while True:
@@ -256,12 +260,35 @@ class LiveView:
             await asyncio.sleep(1 / REFRESH_PER_S)
 
     def show_verdict(self, result: StreamResult, result_path: Path | None) -> None:
-        self.console.print(final_line(result, self.elapsed_s))
+        self.console.print(final_line(result, self.elapsed_s), soft_wrap=True)
         self.console.print(verdict_block(result, self.facts))
         if result_path is not None:
-            self.console.print(Text(f"result document: {result_path}", style="dim"))
+            self.console.print(Text(f"result document: {result_path}", "dim"), soft_wrap=True)
         else:
             self.console.print(Text("the full result document: add --result FILE", style="dim"))
+
+
+class Above(io.TextIOBase):
+    """Lines written to stderr while the view is live: printed above the live area, each
+    as one line (the terminal wraps it, so it stays one line to copy)."""
+
+    def __init__(self, console: Console, original: TextIO) -> None:
+        self._console = console
+        self._original = original
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._console.print(Text.from_ansi(line), soft_wrap=True)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+
+    def isatty(self) -> bool:
+        return self._original.isatty()
 
 
 class FollowStderr(io.TextIOBase):

@@ -197,7 +197,12 @@ class ConsoleLines:
         change = ""
         if "to_state" in event_dict:
             component = event_dict.get("component")
-            states = f"{event_dict.get('from_state') or '-'} -> {event_dict['to_state']}"
+            origin = event_dict.get("from_state")
+            states = (
+                f"{origin} -> {event_dict['to_state']}"
+                if origin
+                else f"-> {event_dict['to_state']}"
+            )
             change = f"{component}: {states}" if component else states
         elif (component := event_dict.get("component")) is not None:
             change = f"{component}:"

@@ -127,7 +127,7 @@ def test_a_record_is_one_short_line_event_and_change_first() -> None:
 def test_context_is_shown_again_only_when_it_changes_and_never_side_or_none() -> None:
     renderer = ConsoleLines(colors=False)
     producer = {"side": "producer", "stream_id": "s1", "level": "info"}
-    records = [
+    records: list[dict[str, Any]] = [
         {**producer, "timestamp": "2026-11-30T09:18:55.331382Z", "event": "state_changed",
          "from_state": None, "to_state": "received", "case_id": "replace-file",
          "peer": "ipv4:127.0.0.1:53166"},
@@ -144,7 +144,7 @@ def test_context_is_shown_again_only_when_it_changes_and_never_side_or_none() ->
          "detail": "two words", "empty": ""},
     ]  # fmt: skip
     assert render(renderer, records) == [
-        "09:18:55.331 state_changed - -> received case_id=replace-file peer=ipv4:127.0.0.1:53166 "
+        "09:18:55.331 state_changed -> received case_id=replace-file peer=ipv4:127.0.0.1:53166 "
         "· s1",
         "09:18:55.331 state_changed received -> verified chunks=1,2,7,3,11 wire=ndjson-lab · s1",
         "09:18:55.358 state_changed streaming -> completed peer=ipv4:127.0.0.1:53999 "
