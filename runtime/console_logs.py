@@ -5,9 +5,9 @@ day (the date and zone are the JSON trace's), the level only when it is not info
 event and its state change first, then the fields that matter, in the order the code
 gave them (``input``, ``status`` and ``reason`` first). Left out: ``None`` values, the
 process's own side, and context a person already knows: ``case_id``, ``peer``,
-``target``, ``wire`` and ``chunks`` are shown on a stream's first record and again only
-when they change. The stream id is shortened to its first 8 characters; SHA-256 values
-to 12.
+``caller``, ``source``, ``target``, ``wire`` and ``chunks`` are shown on a stream's
+first record and again only when they change. The stream id is shortened to its first
+8 characters; SHA-256 values to 12.
 
 A slow reader pauses and resumes hundreds of times per reply; each pause is four
 records in the JSON trace (``reads_paused``, the reader's two state changes,
@@ -37,7 +37,7 @@ PAUSE_EPISODE_GAP_S: Final = 1.0
 #: Streams whose context and open pause episode are remembered (oldest forgotten first).
 REMEMBERED_STREAMS: Final = 256
 #: Context shown on a stream's first record and again only when it changes.
-CONTEXT_KEYS: Final = ("case_id", "peer", "target", "wire", "chunks")
+CONTEXT_KEYS: Final = ("case_id", "peer", "caller", "source", "target", "wire", "chunks")
 #: Never shown: what the process knows of itself, and what the line shows in its own way.
 HIDDEN_KEYS: Final = frozenset(
     {"side", "timestamp", "level", "event", "stream_id", "component", "from_state", "to_state"}

@@ -37,6 +37,7 @@ from shared.requests import ReplyRequest
 from shared.result import Stats, StreamResult
 from shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, producer
+from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -389,3 +390,40 @@ def test_a_slow_reader_on_a_terminal_prints_a_few_lines(tmp_path: Path) -> None:
     assert paused > 100, "the reader was slow"
     assert sum(episodes) == paused
     assert len(lines) == 7 + len(episodes), drawn
+
+
+# --- the README's samples ---------------------------------------------------------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+MASKS = (
+    (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "HH:MM:SS.mmm"),
+    (re.compile(r"\b\d+\.\d s\b"), "N.N s"),
+    (re.compile(r"(· |stream )[0-9a-f]{8}\b"), r"\1STREAMID"),
+    (re.compile(r"(peer=ipv4:127\.0\.0\.1:)\d+"), r"\1PORT"),
+    (re.compile(r"backoff_ms=[\d.]+"), "backoff_ms=N"),
+    (re.compile(r"paused \d+×"), "paused N×"),
+)
+
+
+def masked(block: str) -> tuple[list[str], list[str]]:
+    """A sample with what varies run to run masked: its trace lines (in any order: the
+    reader's and the core's records of one moment may come either way) and the rest."""
+    for pattern, replacement in MASKS:
+        block = pattern.sub(replacement, block)
+    lines = [line for line in block.splitlines() if "reads_paused_episode" not in line]
+    trace = sorted(line for line in lines if line.startswith("HH:MM:SS.mmm"))
+    return trace, [line for line in lines if not line.startswith("HH:MM:SS.mmm")]
+
+
+def readme_section(name: str) -> str:
+    return README.split(f"<!-- generated:{name} -->\n", 1)[1].split(f"<!-- /generated:{name}", 1)[0]
+
+
+def test_the_readme_view_samples_are_real_runs() -> None:
+    """The README's view samples, run again (a real producer, the consumer command line):
+    the same, times, ports and stream ids aside. Regenerate: python -m tools.docs --update
+    README.md --run."""
+    fresh = view_samples.samples()
+    assert set(fresh) == set(view_samples.NAMES)
+    for name, sample in fresh.items():
+        assert masked(sample) == masked(readme_section(name)), name
