@@ -138,7 +138,10 @@ def samples() -> dict[str, str]:
         nothing = consumer_screen(f"127.0.0.1:{nobody}")
         served = trace.read_text(encoding="utf-8")
     # The producer's lines about the live frame's stream are left out: two streams show it.
-    fix = lambda text: with_ports(text, target, nobody)  # noqa: E731
+
+    def fix(text: str) -> str:
+        return with_ports(text, target, nobody)
+
     return {
         "view-live": "```text\n" + fix(frame) + "```\n",
         "view-complete": console_block(COMPLETE, fix(complete)),
@@ -150,7 +153,8 @@ def samples() -> dict[str, str]:
 
 def _first_streams(trace: str, count: int) -> str:
     """The producer's start and its lines about its first ``count`` streams."""
-    kept, streams = [], []
+    kept: list[str] = []
+    streams: list[str] = []
     for line in trace.splitlines(keepends=True):
         found = re.search(r"· (\S+)$", line)
         if found and found.group(1) not in streams:
