@@ -3,7 +3,8 @@
 A line is ``TIME [LEVEL] EVENT [COMPONENT: FROM -> TO] FIELDS · STREAM``: the time of
 day (the date and zone are the JSON trace's), the level only when it is not info, the
 event and its state change first, then the fields that matter, in the order the code
-gave them (``input``, ``status`` and ``reason`` first). Left out: ``None`` values, the
+gave them (``input``, ``status`` and ``reason`` first). Left out: ``None`` values,
+``reconnects``, ``discarded_bytes`` and ``resume_after`` when 0, the
 process's own side, and context a person already knows: ``case_id``, ``peer``,
 ``caller``, ``source``, ``target``, ``wire`` and ``chunks`` are shown on a stream's
 first record and again only when they change. The stream id is shortened to its first
@@ -43,6 +44,8 @@ HIDDEN_KEYS: Final = frozenset(
     {"side", "timestamp", "level", "event", "stream_id", "component", "from_state", "to_state"}
 )
 FIRST_KEYS: Final = ("input", "status", "reason")
+#: Counters that say nothing when they are 0 (nothing resumed, nothing dropped).
+QUIET_WHEN_ZERO: Final = frozenset({"reconnects", "discarded_bytes", "resume_after"})
 SHORT_STREAM_ID: Final = 8
 SHORT_DIGEST: Final = 12
 PAUSE_EVENTS: Final = frozenset({"reads_paused", "reads_resumed"})
@@ -213,6 +216,7 @@ class ConsoleLines:
             for key in ordered
             if key not in HIDDEN_KEYS
             and event_dict[key] is not None
+            and not (key in QUIET_WHEN_ZERO and event_dict[key] == 0)
             and (key not in CONTEXT_KEYS or key in fresh)
         }
         clock, _ = _clock(event_dict.get("timestamp"))

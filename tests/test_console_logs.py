@@ -120,7 +120,7 @@ def test_a_record_is_one_short_line_event_and_change_first() -> None:
         "09:18:55.900 state_changed core: streaming -> terminal_received input=terminal_frame "
         "sequence=10 · 5f1c0de0",
         "09:18:55.901 stream_finished status=complete bytes_received=943 transport_fragments=943 "
-        "application_frames=10 reconnects=0 discarded_bytes=0 · 5f1c0de0",
+        "application_frames=10 · 5f1c0de0",
     ]
 
 
@@ -174,7 +174,7 @@ def test_pauses_far_apart_are_separate_episodes_and_other_streams_do_not_end_one
         "09:18:55.010 reads_paused_episode pauses=2 paused_ms=2.0 over_ms=11.0 · 5f1c0de0",
         "09:18:56.500 reads_paused_episode pauses=1 paused_ms=1.0 over_ms=1.0 · 5f1c0de0",
         "09:18:55.901 stream_finished status=complete case_id=replace-file bytes_received=943 "
-        "transport_fragments=943 application_frames=10 reconnects=0 discarded_bytes=0 · 5f1c0de0",
+        "transport_fragments=943 application_frames=10 · 5f1c0de0",
     ]
 
 
