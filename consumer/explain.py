@@ -158,7 +158,8 @@ def _transport(result: StreamResult, facts: Facts) -> str:
         return (
             f"no producer at {facts.target}{tried}: start one with `{start_producer(facts.target)}`"
         )
-    resumed = f" and {result.stats.reconnects} resumes did not mend it" if tries > 1 else ""
+    resumes = "a resume" if tries == 2 else f"{tries - 1} resumes"
+    resumed = f" and {resumes} did not mend it" if tries > 1 else ""
     return (
         f"the connection to {facts.target} broke mid-stream{resumed}; "
         f"is the producer still running? (`{start_producer(facts.target)}`)"

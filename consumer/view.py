@@ -60,7 +60,7 @@ class Progress:
     @classmethod
     def of(cls, session: StreamSession | None, elapsed_s: float) -> Progress:
         if session is None:
-            return cls("connecting", 0, 0, 0, 0, "-", 0, elapsed_s, "")
+            return cls("connecting", 0, 0, 0, 0, "not yet", 0, elapsed_s, "")
         reader, consumer = session.reader, session.consumer
         stats = consumer.stats
         reader_state = reader.state if reader is not None else ReaderState.CONNECTING
@@ -102,7 +102,8 @@ def status_line(progress: Progress) -> Text:
     line = Text()
     line.append(f"● {progress.state}", style="bold cyan")
     line.append(f"  frames {progress.frames}  {progress.bytes} B")
-    line.append(f"  queue {progress.queue_depth}/{progress.queue_size}")
+    if progress.queue_size:
+        line.append(f"  queue {progress.queue_depth}/{progress.queue_size}")
     line.append("  reads ")
     line.append(progress.reading, style=reading_style)
     line.append(f"  reconnects {progress.reconnects}  {progress.elapsed_s:.1f} s")

@@ -263,7 +263,7 @@ def test_a_killed_producer_leaves_an_error_with_the_partial_text(tmp_path: Path)
         for row in rows
     )
     said = " ".join(" ".join(rows).split())
-    assert f"hint the connection to {target} broke mid-stream and 1 resumes did not mend it" in said
+    assert f"hint the connection to {target} broke mid-stream and a resume did not mend it" in said
 
 
 def test_an_unknown_case_is_refused_in_words_and_piped_output_keeps_the_json(
