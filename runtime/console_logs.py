@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
@@ -123,11 +124,16 @@ class ConsoleLines:
         self._format_exception = exception_formatter or structlog.dev.plain_traceback
         self._context: OrderedDict[str, dict[str, object]] = OrderedDict()
         self._episodes: OrderedDict[str, _Episode] = OrderedDict()
+        self._lock = threading.Lock()  # a library thread may log too
 
     def _style(self, text: str, style: str) -> str:
         return f"{style}{text}{_RESET}" if self.colors and style else text
 
     def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+        with self._lock:
+            return self._lines(event_dict)
+
+    def _lines(self, event_dict: MutableMapping[str, Any]) -> str:
         stream = event_dict.get("stream_id")
         lines: list[str] = []
         if self.summarise_pauses and isinstance(stream, str):
