@@ -12,10 +12,9 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
-from rich.console import Console
 
 from consumer.client import (
     DEFAULT_DEADLINE_S,
@@ -34,7 +33,6 @@ from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
-from consumer.view import FollowStderr, LiveView
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS, LogFormat, configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
@@ -49,6 +47,9 @@ from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+
+if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
+    from consumer.view import LiveView
 
 
 def new_stream_id() -> str:
@@ -315,6 +316,10 @@ def view_for(args: argparse.Namespace, out: TextIO) -> LiveView | None:
         idle_timeout_s=args.idle_timeout_s,
         deadline_s=args.deadline_s,
     )
+    from rich.console import Console  # noqa: PLC0415 - only with a view
+
+    from consumer.view import LiveView  # noqa: PLC0415
+
     # Log records on the same terminal are printed above the live area, not through it.
     same_terminal = out.isatty() and sys.stderr.isatty() and args.trace_file is None
     return LiveView(Console(file=out, highlight=False), facts, redirect_stderr=same_terminal)
@@ -551,6 +556,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return EXIT_USAGE
     stream: TextIO | None = trace
     if trace is None and args.command == "stream" and view_wanted(args, out):
+        from consumer.view import FollowStderr  # noqa: PLC0415 - only with a view
+
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
         "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=stream
