@@ -831,6 +831,11 @@ async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
 SHUTDOWN_ABORT_S: Final = 2.0
 
 
+#: The most frequent keepalive pings a consumer may send (consumer.client.MIN_KEEPALIVE_S).
+MIN_PING_INTERVAL_S: Final = 1.0
+#: Pings faster than that tolerated before GOAWAY (gRPC's own default).
+MAX_PING_STRIKES: Final = 2
+
 #: gRPC's own default of grpc.server.max_pending_requests (its hard limit is 3 times it).
 GRPC_PENDING_REQUESTS: Final = 1000
 
@@ -867,7 +872,12 @@ def server_options(
         # Notice a consumer that vanished without closing its connection.
         ("grpc.keepalive_time_ms", 20_000),
         ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        # A consumer's keepalive pings (how it notices a producer cut off mid-stream) are
+        # accepted down to one a second, also with no call in flight; a consumer that pings
+        # faster gets gRPC's GOAWAY (too_many_pings) after its strikes.
+        ("grpc.http2.min_ping_interval_without_data_ms", round(MIN_PING_INTERVAL_S * 1000)),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.keepalive_permit_without_calls", 1),
     ]
 
 
