@@ -139,9 +139,11 @@ def test_a_replica_cut_off_mid_stream_is_found_by_keepalive_and_the_stream_resum
             serving_host.cut()
             cut_at = time.time()
             code = consumer.wait(timeout=60)
+            cut_off = serving.process.poll() is None  # cut off, not killed
+            serving_host.restore()  # its connections end at once now: a quick teardown
         trace = read_trace(tmp_path / "consumer.trace.jsonl")
         other_records = other.stream_trace("cut")
-        assert serving.process.poll() is None  # cut off, not killed
+        assert cut_off
     result: dict[str, Any] = json.loads(result_path.read_text())
     first_end = ended(trace)[0]
     detected_s = seconds_between(cut_at, first_end)
@@ -151,7 +153,7 @@ def test_a_replica_cut_off_mid_stream_is_found_by_keepalive_and_the_stream_resum
     if keepalive != "slower than the idle timeout":
         assert code == 0
         assert essence(result) == essence(unbroken.result)
-        assert result["stats"]["reconnects"] >= 1
+        assert result["stats"]["reconnects"] == 1  # round_robin picks the replica that answers
         assert first_end["why"] == "UNAVAILABLE"  # keepalive, not the idle timeout
         resumed = [r for r in other_records if r.get("input") == "attach"]
         assert len(resumed) == 1 and resumed[0]["resume_after"] >= 3
