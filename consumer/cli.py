@@ -325,7 +325,7 @@ def _keepalive_seconds(text: str) -> float:
     value = _seconds(text)
     if value < MIN_KEEPALIVE_S:
         raise argparse.ArgumentTypeError(
-            f"must be >= {MIN_KEEPALIVE_S:g} (a producer refuses faster pings): {text}"
+            f"must be >= {MIN_KEEPALIVE_S:g} (gRPC pings no faster): {text}"
         )
     return value
 
@@ -368,8 +368,8 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         "--keepalive-s",
         type=_keepalive_seconds,
         default=DEFAULT_KEEPALIVE_S,
-        help=f"gRPC keepalive: ping the producer after this much silence (>= {MIN_KEEPALIVE_S:g},"
-        " the fastest a producer accepts)",
+        help=f"gRPC keepalive: ping the producer after this much silence (>= {MIN_KEEPALIVE_S:g}; "
+        "not below the producer's --min-ping-interval-s)",
     )
     parser.add_argument(
         "--keepalive-timeout-s",

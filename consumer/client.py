@@ -56,8 +56,8 @@ DEFAULT_RESUME_BACKOFF_MAX_S: Final = 2.0
 DEFAULT_KEEPALIVE_S: Final = 10.0
 #: ... unanswered within this, and the connection is closed (UNAVAILABLE).
 DEFAULT_KEEPALIVE_TIMEOUT_S: Final = 5.0
-#: The most frequent pings a producer accepts (its grpc.http2.min_ping_interval_without_data_ms,
-#: producer.server.MIN_PING_INTERVAL_S); faster ones would be answered with GOAWAY.
+#: The shortest keepalive: gRPC's own client sends no more than a ping a second, and a
+#: producer accepts that by default (its --min-ping-interval-s, producer.server).
 MIN_KEEPALIVE_S: Final = 1.0
 #: Resumes of `consumer stream` (the StreamOptions default, 0, is today's behaviour: none).
 DEFAULT_RESUME_ATTEMPTS: Final = 3
@@ -96,7 +96,8 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if not MIN_KEEPALIVE_S <= self.keepalive_s < float("inf"):
             raise ValueError(
-                f"keepalive must be >= {MIN_KEEPALIVE_S:g} s (a producer refuses faster pings)"
+                f"keepalive must be >= {MIN_KEEPALIVE_S:g} s (gRPC pings no faster; nor does a "
+                "producer accept it by default)"
             )
         if not 0 < self.keepalive_timeout_s < float("inf"):
             raise ValueError("keepalive timeout must be > 0")

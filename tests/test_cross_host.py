@@ -221,6 +221,9 @@ def test_two_producers_on_two_hosts_sharing_a_redis_ledger_never_exceed_the_budg
         wait_for(lambda: all(e["state"] != "reserved" for e in ledger.entries()))
         rows, totals = ledger.entries(), ledger.totals()
         traces = [p.trace() for _host, p in running]
+        provider_calls = fake_log(
+            lan["consumer"], f"https://{gemini_host.address}:{fake.port}", pki.ca
+        )
     outcomes = [(r["status"], r.get("reason")) for r in results]
     completed = outcomes.count(("complete", None))
     refused = outcomes.count(("refused", "budget_exhausted"))
@@ -246,3 +249,25 @@ def test_two_producers_on_two_hosts_sharing_a_redis_ledger_never_exceed_the_budg
     assert ends == {f"budget-{i}": expected[r["status"]] for i, r in enumerate(results)}
     reserved = [sum(r["event"] == "budget_reserved" for r in trace) for trace in traces]
     assert sum(reserved) == ROOM
+    # A refusal never reached the provider: it saw exactly the calls that were paid for.
+    assert len(provider_calls) == ROOM
+
+
+#: The fake Gemini server's request log, read over HTTPS (argv: its URL, the CA).
+READ_LOG = """
+import ssl, sys, urllib.request
+context = ssl.create_default_context(cafile=sys.argv[2])
+with urllib.request.urlopen(sys.argv[1] + "/_fake/log", timeout=10, context=context) as answer:
+    print(answer.read().decode())
+"""
+
+
+def fake_log(host: Host, base_url: str, ca: Path) -> list[dict[str, Any]]:
+    """What the fake Gemini server saw, asked from ``host`` (the test process cannot reach
+    the test LAN)."""
+    done = subprocess.run(
+        host.command(sys.executable, "-c", READ_LOG, base_url, str(ca)),
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    entries: list[dict[str, Any]] = json.loads(done.stdout)
+    return entries

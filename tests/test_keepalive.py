@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -54,17 +55,27 @@ def stalled_request(recording: Recording, stream_id: str) -> ReplyRequest:
     )
 
 
-@pytest.fixture
-def server_port(recording: Recording) -> Iterator[tuple[asyncio.AbstractEventLoop, int]]:
-    """A producer in this process (faults allowed) on its own event loop."""
+@contextmanager
+def serving(
+    recording: Recording, min_ping_interval_s: float = MIN_PING_INTERVAL_S
+) -> Iterator[tuple[asyncio.AbstractEventLoop, int]]:
+    """A producer in this process (faults allowed) on its own event loop, and its port."""
     loop = asyncio.new_event_loop()
-    settings = ServerSettings(host="127.0.0.1", port=0, allow_faults=True)
+    settings = ServerSettings(
+        host="127.0.0.1", port=0, allow_faults=True, min_ping_interval_s=min_ping_interval_s
+    )
     server, port, servicer = loop.run_until_complete(start_server(recording, settings))
     try:
         yield loop, port
     finally:
         loop.run_until_complete(stop_server(server, servicer, 1.0, asyncio.Event()))
         loop.close()
+
+
+@pytest.fixture
+def server_port(recording: Recording) -> Iterator[tuple[asyncio.AbstractEventLoop, int]]:
+    with serving(recording) as running:
+        yield running
 
 
 def test_the_consumer_never_pings_faster_than_the_producer_accepts() -> None:
@@ -150,17 +161,29 @@ def goaway_in(data: bytes) -> tuple[int, bytes] | None:
     return None
 
 
-@pytest.mark.parametrize("interval_s", [MIN_PING_INTERVAL_S * 1.1, MIN_PING_INTERVAL_S / 10])
+@pytest.mark.parametrize("minimum_s", [MIN_PING_INTERVAL_S, 0.5])
+@pytest.mark.parametrize("pace", [1.1, 0.1])
 def test_the_producer_accepts_pings_down_to_its_minimum_interval_and_no_faster(
-    server_port: tuple[asyncio.AbstractEventLoop, int], interval_s: float
+    recording: Recording, minimum_s: float, pace: float
 ) -> None:
-    """Past the edge (only a client that is not replywire's consumer gets there: gRPC's own
-    client throttles its pings to one a second), pings ten times a second: after its
-    strikes the producer sends GOAWAY ENHANCE_YOUR_CALM "too_many_pings". Just above the
-    minimum, five pings are all answered."""
-    loop, port = server_port
-    away = loop.run_until_complete(asyncio.to_thread(pings, port, interval_s, 5))
-    if interval_s >= MIN_PING_INTERVAL_S:
+    """``--min-ping-interval-s`` (default 1, gRPC's own client floor) at and past the edge.
+    Just above it, five pings are all answered. Ten times faster (only a client that is
+    not replywire's consumer gets there: gRPC's own client sends no more than one a
+    second), the producer sends GOAWAY ENHANCE_YOUR_CALM "too_many_pings" after its
+    strikes."""
+    with serving(recording, minimum_s) as (loop, port):
+        away = loop.run_until_complete(asyncio.to_thread(pings, port, minimum_s * pace, 5))
+    if pace > 1:
         assert away is None
     else:
         assert away == (ENHANCE_YOUR_CALM, b"too_many_pings")
+
+
+@pytest.mark.parametrize("value", ["0", "0.0009", "-1", "nan"])
+def test_a_min_ping_interval_past_the_edge_stops_the_producer(value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--port", "0", "--min-ping-interval-s", value],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--min-ping-interval-s must be at least 0.001" in done.stderr
