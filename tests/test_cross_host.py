@@ -90,6 +90,14 @@ def replicas_sharing_redis(
         yield lan, server, running
 
 
+def final_state(running: Producer, stream_id: str) -> str | None:
+    """The final state the producer's first stream record under this id reached."""
+    for record in running.stream_trace(stream_id):
+        if record.get("to_state") in FINAL_STATES:
+            return str(record["to_state"])
+    return None
+
+
 def ended(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The consumer reader's ends, in order."""
     return [
@@ -140,7 +148,10 @@ def test_a_replica_cut_off_mid_stream_is_found_by_keepalive_and_the_stream_resum
             cut_at = time.time()
             code = consumer.wait(timeout=60)
             cut_off = serving.process.poll() is None  # cut off, not killed
-            serving_host.restore()  # its connections end at once now: a quick teardown
+            serving_host.restore()  # its connection to the consumer is reset now
+        # The stream ends in the cut replica's trace too, once it hears of it.
+        wait_for(lambda: final_state(serving, "cut") is not None, timeout=30)
+        cut_end = final_state(serving, "cut")
         trace = read_trace(tmp_path / "consumer.trace.jsonl")
         other_records = other.stream_trace("cut")
         assert cut_off
@@ -148,7 +159,8 @@ def test_a_replica_cut_off_mid_stream_is_found_by_keepalive_and_the_stream_resum
     first_end = ended(trace)[0]
     detected_s = seconds_between(cut_at, first_end)
     print(
-        f"keepalive {keepalive}: the cut was noticed after {detected_s:.2f} s ({first_end['why']})"
+        f"keepalive {keepalive}: the cut was noticed after {detected_s:.2f} s "
+        f"({first_end['why']}); the cut replica's stream ended {cut_end}"
     )
     if keepalive != "slower than the idle timeout":
         assert code == 0
