@@ -19,11 +19,14 @@ import structlog
 from consumer.client import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_QUEUE_SIZE,
     DEFAULT_RESUME_ATTEMPTS,
     DEFAULT_RESUME_BACKOFF_MAX_S,
     DEFAULT_RESUME_BACKOFF_S,
     DEFAULT_WINDOW_BYTES,
+    MIN_KEEPALIVE_S,
     StreamOptions,
     install_interrupt,
     stream_reply,
@@ -275,6 +278,8 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
             resume_attempts=args.resume_attempts,
             resume_backoff_s=args.resume_backoff_s,
             resume_backoff_max_s=max(args.resume_backoff_s, DEFAULT_RESUME_BACKOFF_MAX_S),
+            keepalive_s=args.keepalive_s,
+            keepalive_timeout_s=args.keepalive_timeout_s,
             security=load_security(
                 tls_ca=args.tls_ca,
                 tls_cert=args.tls_cert,
@@ -362,6 +367,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _keepalive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value < MIN_KEEPALIVE_S:
+        raise argparse.ArgumentTypeError(
+            f"must be >= {MIN_KEEPALIVE_S:g} (gRPC pings no faster): {text}"
+        )
+    return value
+
+
 def add_network_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
@@ -395,6 +409,20 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="longest wait for one chunk",
+    )
+    parser.add_argument(
+        "--keepalive-s",
+        type=_keepalive_seconds,
+        default=DEFAULT_KEEPALIVE_S,
+        help=f"gRPC keepalive: ping the producer after this much silence (>= {MIN_KEEPALIVE_S:g}; "
+        "not below the producer's --min-ping-interval-s)",
+    )
+    parser.add_argument(
+        "--keepalive-timeout-s",
+        type=_seconds,
+        default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+        help="a ping unanswered this long closes the connection (UNAVAILABLE, resumed): a "
+        "producer cut off is found within about --keepalive-s plus this",
     )
     parser.add_argument(
         "--resume-attempts",
