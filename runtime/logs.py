@@ -71,9 +71,21 @@ def _scrub(value: Any) -> Any:
 def redact_secrets(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    for key in list(event_dict):
-        event_dict[key] = REDACTED if key.lower() in SECRET_KEYS else _scrub(event_dict[key])
+    # A record per transition: numbers and None are left alone, strings are looked at only
+    # when a secret is registered (what _scrub would do, without a call per value).
+    for key, value in event_dict.items():  # values replaced in place, no key added
+        if key.lower() in SECRET_KEYS:
+            event_dict[key] = REDACTED
+        elif type(value) is str:
+            if _secret_values:
+                event_dict[key] = _scrub(value)
+        elif not isinstance(value, _PLAIN):
+            event_dict[key] = _scrub(value)
     return event_dict
+
+
+#: Values nothing is ever scrubbed from.
+_PLAIN = (int, float, type(None))
 
 
 def _add_side(side: str) -> structlog.typing.Processor:
