@@ -36,6 +36,7 @@ from shared.wire.base import NEED_DATA, NeedData, WireFormat
 
 HEADER: Final = struct.Struct(">BI")
 HEADER_BYTES: Final = HEADER.size
+_UNPACK_HEADER: Final = HEADER.unpack_from
 
 
 # --- encoding ---------------------------------------------------------------
@@ -162,6 +163,7 @@ _KIND_OF: Final = {kind.value: kind for kind in FrameKind}
 #: A parsed varint value at or above this came from ten bytes, whose last may carry bits
 #: past 64 that protobuf drops; the scanner decides.
 _TEN_BYTE_VARINT: Final = 1 << 63
+_FROM_STRING: Final = pb.Frame.FromString
 
 
 def _parse_precisely(payload: bytes) -> pb.Frame:
@@ -173,20 +175,16 @@ def _parse_precisely(payload: bytes) -> pb.Frame:
         raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, str(error)[:200]) from error
 
 
-def _parse_message(payload: bytes) -> pb.Frame:
+def parse_frame(payload: bytes) -> Frame:
     """One protobuf parse; the scanner only when the parse is not exactly the payload."""
     try:
-        message = pb.Frame.FromString(payload)
+        message = _FROM_STRING(payload)
     except DecodeError:
-        return _parse_precisely(payload)
-    message.DiscardUnknownFields()
-    if message.ByteSize() != len(payload) or message.sequence >= _TEN_BYTE_VARINT:
-        return _parse_precisely(payload)
-    return message
-
-
-def parse_frame(payload: bytes) -> Frame:
-    message = _parse_message(payload)
+        message = _parse_precisely(payload)
+    else:
+        message.DiscardUnknownFields()
+        if message.ByteSize() != len(payload) or message.sequence >= _TEN_BYTE_VARINT:
+            message = _parse_precisely(payload)
     which = message.WhichOneof("kind")
     if which is None:
         raise ProtocolFailure(Reason.MISSING_FRAME_KIND, f"sequence {message.sequence}")
@@ -208,11 +206,15 @@ def parse_frame(payload: bytes) -> Frame:
 
 
 class LengthPrefixedDecoder:
+    """Frames out of a ``bytearray``: the header is checked (flag, then declared length)
+    each time it is complete, so a bad one fails before a body byte is awaited; a frame
+    leaves the buffer (its header with it) only once all of it is in."""
+
     def __init__(self, max_frame_bytes: int) -> None:
         self._max_frame_bytes = max_frame_bytes
         self._buffer = bytearray()
-        # Payload length of the frame whose header was already checked.
-        self._declared: int | None = None
+        # Where the frame whose header was checked ends in the buffer (0: no header yet).
+        self._end = 0
 
     @property
     def buffered(self) -> int:
@@ -220,27 +222,29 @@ class LengthPrefixedDecoder:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer) + (HEADER_BYTES if self._declared is not None else 0)
+        return len(self._buffer)
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
     def next_event(self) -> bytes | NeedData:
-        if self._declared is None:
-            if len(self._buffer) < HEADER_BYTES:
+        buffer = self._buffer
+        end = self._end
+        if not end:
+            if len(buffer) < HEADER_BYTES:
                 return NEED_DATA
-            flag, length = HEADER.unpack_from(self._buffer)
+            flag, length = _UNPACK_HEADER(buffer)
             if flag != 0:
                 raise ProtocolFailure(Reason.INVALID_FRAME_HEADER, f"flag byte {flag}")
             if length > self._max_frame_bytes:
                 raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"declared length {length}")
-            del self._buffer[:HEADER_BYTES]
-            self._declared = length
-        if len(self._buffer) < self._declared:
+            end = self._end = HEADER_BYTES + length
+        if len(buffer) < end:
             return NEED_DATA
-        payload = bytes(self._buffer[: self._declared])
-        del self._buffer[: self._declared]
-        self._declared = None
+        payload = bytes(buffer[HEADER_BYTES:end])
+        # From the front of a bytearray: CPython moves its start, it copies nothing.
+        del buffer[:end]
+        self._end = 0
         return payload
 
     def end_of_input(self) -> None:
