@@ -67,7 +67,7 @@ def ours(wire: WireFormat, fragments: list[bytes]) -> int:
     for fragment in fragments:
         receive(fragment)
         while (payload := next_event()) is not NEED_DATA:
-            parse(payload)  # type: ignore[arg-type]  # not NEED_DATA: bytes
+            parse(payload)
             count += 1
     decoder.end_of_input()
     return count
@@ -106,13 +106,14 @@ def measure_cell(frames: list[Frame], size: int, plan: Plan) -> dict[str, Any]:
         for wire in (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON, WireFormat.NDJSON_LAB)
     }
     pieces = {wire: cut(body, size) for wire, body in bodies.items()}
+    lp, nd, lab_wire = WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON, WireFormat.NDJSON_LAB
     sides: dict[str, Callable[[], float]] = {
-        "lp": lambda: timed(lambda: ours(WireFormat.LENGTH_PREFIXED, pieces[WireFormat.LENGTH_PREFIXED]), count),
-        "ndjson": lambda: timed(lambda: ours(WireFormat.NDJSON, pieces[WireFormat.NDJSON]), count),
-    }  # fmt: skip
+        "lp": lambda: timed(lambda: ours(lp, pieces[lp]), count),
+        "ndjson": lambda: timed(lambda: ours(nd, pieces[nd]), count),
+    }
     lab_skipped = size == WHOLE and count > plan.max_frames_lab_whole
     if not lab_skipped:
-        sides["lab"] = lambda: timed(lambda: lab(pieces[WireFormat.NDJSON_LAB]), count)
+        sides["lab"] = lambda: timed(lambda: lab(pieces[lab_wire]), count)
     alternate(sides, 1)  # warm-up, not counted
     runs = alternate(sides, plan.rounds)
     cell: dict[str, Any] = {
@@ -135,7 +136,9 @@ def flatness(cells: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     out: dict[str, dict[str, float | None]] = {}
     for cell in cells:
         first = next(
-            c for c in cells if c["fragment"] == cell["fragment"] and c["frames"] == cells[0]["frames"]
+            c
+            for c in cells
+            if c["fragment"] == cell["fragment"] and c["frames"] == cells[0]["frames"]
         )
         for name, value in cell["us_per_frame"].items():
             base = first["us_per_frame"].get(name)

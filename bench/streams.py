@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +103,7 @@ class FirstChunkClock:
     def __init__(self) -> None:
         self.first: dict[str, float] = {}
 
-    def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> Any:
         if event.get("input") == "first_message" and "stream_id" in event:
             self.first.setdefault(event["stream_id"], time.perf_counter())
         raise structlog.DropEvent
@@ -232,7 +232,7 @@ class BareClient:
 
     async def close(self) -> None:
         if self.shared is not None:
-            await self.shared.close()
+            await self.shared.close(None)
 
 
 @asynccontextmanager
@@ -308,6 +308,10 @@ def percentile(values: list[float], share: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def ms_per_stream(seconds: list[float]) -> float:
+    return round(median(seconds) * 1e3, 3)
+
+
 def summary(rounds: list[Round]) -> dict[str, Any]:
     streams = sum(r.streams for r in rounds)
     firsts = [o.first_chunk_s for r in rounds for o in r.outcomes if o.first_chunk_s is not None]
@@ -315,8 +319,8 @@ def summary(rounds: list[Round]) -> dict[str, Any]:
     p50, p99 = percentile(firsts, 0.5), percentile(firsts, 0.99)
     return {
         "streams_per_s": round(median([r.per_s() for r in rounds]), 1),
-        "client_cpu_ms_per_stream": round(median([r.client_cpu_s / r.streams for r in rounds]) * 1e3, 3),
-        "server_cpu_ms_per_stream": round(median([r.server_cpu_s / r.streams for r in rounds]) * 1e3, 3),
+        "client_cpu_ms_per_stream": ms_per_stream([r.client_cpu_s / r.streams for r in rounds]),
+        "server_cpu_ms_per_stream": ms_per_stream([r.server_cpu_s / r.streams for r in rounds]),
         "first_chunk_ms_p50": None if p50 is None else round(p50 * 1e3, 2),
         "first_chunk_ms_p99": None if p99 is None else round(p99 * 1e3, 2),
         "streams": streams,
@@ -363,12 +367,16 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
         out["sequential"] = {}
         for chunking in CHUNKINGS:
             n = plan.lab_pattern_streams if "," in chunking else plan.sequential_streams
-            runs = await compare(sequential_round, sides, request_for(ChunkPlan.parse(chunking)), n, plan.rounds)
+            runs = await compare(
+                sequential_round, sides, request_for(ChunkPlan.parse(chunking)), n, plan.rounds
+            )
             out["sequential"][chunking] = with_ratios({k: summary(v) for k, v in runs.items()})
         out["concurrency"] = {}
         pair = {"replywire": ours, "bare pair": bare}
         for n in plan.concurrency:
-            runs = await compare(concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds)
+            runs = await compare(
+                concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds
+            )
             out["concurrency"][str(n)] = with_ratios({k: summary(v) for k, v in runs.items()})
     out["trace_cost"] = await trace_cost(plan, workdir)
     return out  # fmt: skip
