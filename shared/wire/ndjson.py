@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 from shared.digest import strict_json
@@ -186,15 +188,14 @@ class NdjsonCodec:
             raise ValueError(f"not an NDJSON wire: {wire}")
         self.wire: WireFormat = wire
         self._digest = wire.integrity is Integrity.SHA256
+        #: ``parse_frame`` with this wire's ``digest``, bound once: no method call per frame.
+        self.parse_frame: Callable[[bytes], Frame] = partial(parse_frame, digest=self._digest)
 
     def encode_frame(self, frame: Frame) -> bytes:
         return encode_frame(frame, digest=self._digest)
 
     def decoder(self, max_frame_bytes: int) -> NdjsonDecoder:
         return NdjsonDecoder(max_frame_bytes)
-
-    def parse_frame(self, payload: bytes) -> Frame:
-        return parse_frame(payload, digest=self._digest)
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         return corrupt_frame(encoded)
