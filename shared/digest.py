@@ -46,6 +46,8 @@ def strict_json(text: str | bytes) -> Any:
         text = text.decode(json.detect_encoding(text), "surrogatepass")
     elif not isinstance(text, str):
         raise TypeError(f"the JSON object must be str or bytes, not {type(text).__name__}")
+    elif text.startswith("\ufeff"):  # as json.loads refuses a str that starts with a BOM
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
     # The common case in one scanner call: a value from the first character to the last.
     # Anything else (surrounding whitespace, extra data, no value) takes decode()'s path,
     # which accepts or refuses it exactly as json.loads does.
