@@ -39,14 +39,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mutabl
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import grpc
 import structlog
 
 from bench.common import Size, bench_size, median, process_cpu_s, ratio
+from consumer import client as consumer_client
 from consumer.children import read_listening_port, start_producer, stop_producer
-from consumer.client import StreamOptions, channel_options, stream_reply
+from consumer.client import StreamOptions, channel_options
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -64,6 +65,14 @@ _ids = itertools.count()
 # --- the replywire client: the one place to switch when ReplyClient lands -----------------
 
 
+class ReplySession(Protocol):
+    """What the replywire side needs of a client: ``consumer.client.ReplyClient``'s shape."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc_info: object) -> Any: ...
+
+
 class PerStreamClient:
     """Today's consumer API in ReplyClient's shape: ``stream_reply`` opens a channel per call."""
 
@@ -79,12 +88,12 @@ class PerStreamClient:
         return None
 
     async def stream(self, request: ReplyRequest) -> StreamResult:
-        return await stream_reply(request, self.options)
+        return await consumer_client.stream_reply(request, self.options)
 
 
-def replywire_client(options: StreamOptions) -> PerStreamClient:
+def replywire_client(options: StreamOptions) -> ReplySession:
     # When consumer.client.ReplyClient lands, this one line becomes
-    # `return consumer.client.ReplyClient(options)`: one channel per target and options.
+    # `return consumer_client.ReplyClient(options)`: one channel per target and options.
     return PerStreamClient(options)
 
 
@@ -190,7 +199,7 @@ def fresh(request: ReplyRequest) -> ReplyRequest:
     )
 
 
-async def replywire_once(client: PerStreamClient, request: ReplyRequest) -> Outcome:
+async def replywire_once(client: Any, request: ReplyRequest) -> Outcome:
     request = fresh(request)
     started = time.perf_counter()
     result = await client.stream(request)
