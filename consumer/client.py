@@ -54,6 +54,9 @@ DEFAULT_RESUME_ATTEMPTS: Final = 3
 CANCEL_TIMEOUT_S: Final = 2.0
 #: Named endings of the producer that are a broken transport, not a verdict: resumable.
 RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
+#: How a reply ended on the producer that its reader is told as the RPC's status details
+#: (after content, or on a resume): the result's own reason, never resumed.
+REPLY_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 #: Trailing metadata the producer sends with such an answer that the result keeps.
@@ -461,7 +464,7 @@ class StreamSession:
                 detail=f"producer answered {end.code.name}",
                 transport=transport,
             )
-        return self.consumer.transport_error(transport)
+        return self.consumer.transport_error(transport, reason=_transport_reason(end))
 
 
 async def stream_reply(
@@ -484,6 +487,14 @@ async def stream_reply(
         **result.stats.to_dict(),
     )
     return result
+
+
+def _transport_reason(end: StreamEnded) -> Reason:
+    """The reason of a call that broke: the reply's own ending when the producer named one
+    (``generator_lost``, ``reply_abandoned``), else ``transport_io_error``."""
+    if end.details in KNOWN_REASONS and Reason(end.details) in REPLY_ENDINGS:
+        return Reason(end.details)
+    return Reason.TRANSPORT_IO_ERROR
 
 
 def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:

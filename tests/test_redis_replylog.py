@@ -82,7 +82,7 @@ def test_an_error_ending_and_the_bounds(server: RedisServer) -> None:
         found = await b.find("t")
         assert found is not None and found.error == Reason.INTERNAL_ERROR.value
         # Ended: its keys expire ttl_s after the end, its lease is gone.
-        lease, log_key, meta = a.keys("s")
+        lease, log_key, meta, _ = a.keys("s")
         for key in (log_key, meta):
             assert 0 < await a.client.pttl(key) <= 30_000
         assert not await a.client.exists(lease)
