@@ -353,8 +353,7 @@ class StreamSession:
                 if processing in done:
                     outcome = processing.result()
                 elif stop_waiter in done:
-                    await self._cancel_generation(stub)
-                    outcome = self.consumer.abort(Reason.CONSUMER_CANCELLED)
+                    outcome = await self._stop_on_request(stub, processing)
                 else:
                     outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
             finally:
@@ -365,6 +364,18 @@ class StreamSession:
                 self._pauses += self.reader.pauses
                 self._paused_s += self.reader.paused_s
         return outcome
+
+    async def _stop_on_request(
+        self, stub: pb_grpc.ReplyStreamStub, processing: asyncio.Task[Any]
+    ) -> StreamResult:
+        """Ctrl-C mid-call: stop applying (the generation's end that the Cancel brings must
+        not end the stream first), send ``Cancel``, end ``consumer_cancelled``."""
+        processing.cancel()
+        await asyncio.gather(processing, return_exceptions=True)
+        await self._cancel_generation(stub)
+        if self.consumer.finished:  # the processor ended the stream just before
+            return self.consumer.result()
+        return self.consumer.abort(Reason.CONSUMER_CANCELLED)
 
     async def _cancel_generation(self, stub: pb_grpc.ReplyStreamStub) -> None:
         """A deliberate stop: ask the producer to stop generating this reply at once (a
