@@ -119,10 +119,11 @@ class FakeGeminiProcess:
 
 
 @contextmanager
-def fake_gemini(api_key: str) -> Iterator[FakeGeminiProcess]:
-    """``python -m tests.fake_gemini --port 0``: a real HTTP server speaking Gemini's SSE."""
+def fake_gemini(api_key: str, *args: str) -> Iterator[FakeGeminiProcess]:
+    """``python -m tests.fake_gemini --port 0 ARGS``: a real HTTP server speaking Gemini's
+    SSE."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key],
+        [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key, *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -55,13 +55,17 @@ GRACE_S = "120"
 PROMPTLY_S = 10.0
 #: Scheduling slack on top of the lease bound (two cores shared by busy processes).
 SLACK_S = LEASE_S
+#: Seconds between the fake's 8-byte pieces of a fake-slow-drip reply (its default: 0.02).
+DRIP_DELAY_S = "0.1"
 #: The producer stream's states that are not final.
 OPEN_STATES = frozenset({"received", "verified", "streaming", "stalled"})
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeGeminiProcess]:
-    with fake_gemini(API_KEY) as server:
+    """Its slow drip slowed further (a reply takes some 17 s instead of 2.5 s), so that a
+    kill or a cancel lands mid-reply however busy the machine is."""
+    with fake_gemini(API_KEY, "--drip-delay-s", DRIP_DELAY_S) as server:
         yield server
 
 
