@@ -47,6 +47,9 @@ from shared.errors import Reason
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0
 READ_COUNT: Final = 256
+#: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
+#: takes them.
+MAX_CANCEL_REQUESTS: Final = 16
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
 
@@ -77,10 +80,12 @@ return 1
 """
 
 
-# KEYS: lease, cancel. ARGV: caller, expire ms. Queued only while a generator holds the lease.
+# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept. Queued only while a
+# generator holds the lease; the newest requests are kept.
 _CANCEL: Final = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
@@ -289,7 +294,8 @@ class RedisReplyLog:
         lease, _, _, cancel = self.keys(stream_id)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            if not await self.scripts.cancel(keys=[lease, cancel], args=[caller, expire_ms]):
+            args = [caller, expire_ms, MAX_CANCEL_REQUESTS]
+            if not await self.scripts.cancel(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(stream_id, wait_s)
         except aioredis.RedisError as error:
