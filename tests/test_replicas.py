@@ -42,7 +42,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.processes import ROOT, consumer_process, producer, run_consumer, wait_for
+from tests.processes import ROOT, Producer, consumer_process, producer, run_consumer, wait_for
 from tests.redis_server import free_port, redis_server
 from tests.reset_proxy import ResetProxy
 from tests.test_resume import CASE, essence
@@ -199,9 +199,8 @@ def test_sigterm_on_one_of_two_replicas_with_streams_in_flight(
             stream_ids = [f"flight-{i:02d}" for i in range(IN_FLIGHT)]
             with ThreadPoolExecutor(1) as pool:
                 running = pool.submit(resuming_replies, target, recording, stream_ids)
-                wait_for(lambda: all(_sent(a.stream_trace(s)) + _sent(b.stream_trace(s)) >= 1
-                                     for s in stream_ids), timeout=60)  # fmt: skip
-                on_a = {s for s in stream_ids if a.stream_trace(s)}
+                wait_for(lambda: _streaming(a, b) >= set(stream_ids), timeout=60, interval=0.1)
+                on_a = set(stream_ids) & {str(r.get("stream_id")) for r in a.trace()}
                 assert on_a, "round_robin sent none of them to a"
                 assert stop_process(a.process, signal.SIGTERM) == 0
                 results = running.result(timeout=120)
@@ -259,6 +258,11 @@ def resuming_replies(
         return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stream_ids))))
 
     return asyncio.run(all_of_them())
+
+
+def _streaming(*replicas: Producer) -> set[str]:
+    """The stream ids some replica has sent a chunk of."""
+    return {r["stream_id"] for p in replicas for r in p.trace() if r["event"] == "chunk_sent"}
 
 
 def _finals(records: list[dict[str, Any]]) -> dict[str, list[str]]:
