@@ -12,7 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
 
@@ -29,6 +29,7 @@ from consumer.client import (
     stream_reply,
 )
 from consumer.demo import run_demo
+from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import run_join
@@ -46,6 +47,9 @@ from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+
+if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
+    from consumer.view import LiveView
 
 
 def new_stream_id() -> str:
@@ -282,28 +286,69 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
         raise ConfigurationError(str(error)) from error
 
 
-async def stream_once(request: ReplyRequest, options: StreamOptions) -> StreamResult:
+async def stream_once(
+    request: ReplyRequest, options: StreamOptions, view: LiveView | None = None
+) -> StreamResult:
     interrupted = asyncio.Event()
     remove_handlers = install_interrupt(interrupted)
     try:
-        return await stream_reply(request, options, interrupted=interrupted)
+        if view is None:
+            return await stream_reply(request, options, interrupted=interrupted)
+        async with view.showing():
+            return await stream_reply(
+                request, options, interrupted=interrupted, observer=view.attach
+            )
     finally:
         remove_handlers()
 
 
+def view_wanted(args: argparse.Namespace, out: TextIO) -> bool:
+    """The live view: --view / --no-view, else whether stdout is a terminal."""
+    return bool(out.isatty() if args.view is None else args.view)
+
+
+def view_for(args: argparse.Namespace, out: TextIO) -> LiveView | None:
+    if not view_wanted(args, out):
+        return None
+    facts = Facts(
+        target=args.target,
+        fault=args.fault,
+        idle_timeout_s=args.idle_timeout_s,
+        deadline_s=args.deadline_s,
+    )
+    from rich.console import Console  # noqa: PLC0415 - only with a view
+
+    from consumer.view import LiveView  # noqa: PLC0415
+
+    # Log records on the same terminal are printed above the live area, not through it.
+    same_terminal = out.isatty() and sys.stderr.isatty() and args.trace_file is None
+    return LiveView(Console(file=out, highlight=False), facts, redirect_stderr=same_terminal)
+
+
+def finish_stream(
+    result: StreamResult, args: argparse.Namespace, out: TextIO, view: LiveView | None
+) -> int:
+    """The verdict on the view, the result document to --result (or, without a view, to
+    stdout: piped output is the JSON document alone)."""
+    if view is not None:
+        view.show_verdict(result, args.result)
+    if view is None or args.result is not None:
+        emit_result(result, args.result, out)
+    return exit_code(result)
+
+
 def run_stream(args: argparse.Namespace, out: TextIO) -> int:
+    view = view_for(args, out)
     try:
         case_id, binding = load_binding(args)
     except RequestRefused as error:  # e.g. a case that is not on the development allowlist
         structlog.get_logger().warning("request_refused", reason=error.code, detail=error.detail)
         result = refused_result(error, case_id=args.case, wire_format=args.wire)
-        emit_result(result, args.result, out)
-        return exit_code(result)
+        return finish_stream(result, args, out, view)
     # Everything is checked before anything runs: only these are usage errors.
     request, options = request_from(args, case_id, binding), options_from(args)
-    result = asyncio.run(stream_once(request, options))
-    emit_result(result, args.result, out)
-    return exit_code(result)
+    result = asyncio.run(stream_once(request, options, view))
+    return finish_stream(result, args, out, view)
 
 
 def _seconds(text: str) -> float:
@@ -367,6 +412,14 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         type=_non_negative,
         default=0,
         help="ask the producer to pause this long between chunks",
+    )
+    parser.add_argument(
+        "--view",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the live view: the text as it arrives, a status line, then the verdict in words "
+        "(unset: on when stdout is a terminal). With it, the result document goes only to "
+        "--result; without it, to stdout (or --result)",
     )
     parser.add_argument(
         "--question", default=None, help="ask your own question (gemini source): the question"
@@ -501,8 +554,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except OSError as error:
         print(f"consumer: cannot open --trace-file {trace_file}: {error.strerror}", file=sys.stderr)
         return EXIT_USAGE
+    stream: TextIO | None = trace
+    if trace is None and args.command == "stream" and view_wanted(args, out):
+        from consumer.view import FollowStderr  # noqa: PLC0415 - only with a view
+
+        stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
-        "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=trace
+        "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=stream
     )
     try:
         if args.command == "replay":

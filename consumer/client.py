@@ -484,12 +484,16 @@ async def stream_reply(
     *,
     logger: structlog.typing.FilteringBoundLogger | None = None,
     interrupted: asyncio.Event | None = None,
+    observer: Callable[[StreamSession], None] | None = None,
 ) -> StreamResult:
-    """Ask for one bound reply and consume it: the request, the core, the session, the verdict."""
+    """Ask for one bound reply and consume it: the request, the core, the session, the verdict.
+    ``observer`` is handed the session before it runs (the live view reads it as it goes)."""
     structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
     log = (logger or structlog.get_logger()).bind(case_id=request.case_id)
     consumer = request.consumer(log.bind(component="core"))
     session = StreamSession(request.open_request(), consumer, options, log)
+    if observer is not None:
+        observer(session)
     result = await session.run(interrupted)
     log.info(
         "stream_finished",

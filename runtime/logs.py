@@ -17,6 +17,8 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+from runtime.console_logs import ConsoleLines
+
 LogFormat = Literal["auto", "json", "console"]
 LEVELS = ("debug", "info", "warning", "error", "critical")
 REDACTED = "[redacted]"
@@ -138,8 +140,10 @@ def configure_logging(
     tail: list[structlog.typing.Processor] = (
         [
             redact_secrets,
-            structlog.dev.ConsoleRenderer(
-                colors=out.isatty(), exception_formatter=_scrubbed_traceback
+            ConsoleLines(
+                colors=out.isatty(),
+                summarise_pauses=level != "debug",
+                exception_formatter=_scrubbed_traceback,
             ),
         ]
         if use_console

@@ -26,6 +26,7 @@ import pytest
 
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
+from tools import view_samples
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,7 +37,7 @@ TRACES = f"{HERE}::test_traces_recipe"
 SECURITY = f"{HERE}::test_security_recipe"
 WALKTHROUGH = f"{HERE}::test_fake_gemini_walkthrough"
 TWO_TERMINALS = f"{HERE}::test_two_terminals"
-CONSOLE = f"{HERE}::test_console_samples"
+VIEW = "tests/test_view.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
 REPLICAS = f"{HERE}::test_replicas_recipe"
@@ -97,15 +98,12 @@ NEEDS_JQ = pytest.mark.skipif(
 
 # Every command shown, and the test that runs it.
 RUN_BY = {
-    "make demo": f"tests/test_cli.py::test_demo_prints_the_table (also {CONSOLE})",
+    "make demo": "tests/test_cli.py::test_demo_prints_the_table",
     "make run-producer": TWO_TERMINALS,
-    "make run-consumer CASE=replace-file": TWO_TERMINALS,
-    'make run-producer PORT=50061 ARGS="--allow-faults"': CONSOLE,
-    'make run-consumer CASE=replace-file TARGET=127.0.0.1:50061 ARGS="--wire ndjson-lab '
-    '--chunks 1,2,7,3,11 --stream-id 5f1c0de"': CONSOLE,
-    ".venv/bin/python -m consumer stream --case replace-file --target 127.0.0.1:50061 "
-    "--fault truncate-tail --stream-id 7ac3b0e": CONSOLE,
-    "echo $?": CONSOLE,
+    "make run-consumer CASE=replace-file": f"{TWO_TERMINALS} (also {VIEW})",
+    view_samples.PRODUCER: VIEW,
+    view_samples.TRUNCATED: VIEW,
+    view_samples.NO_PRODUCER: VIEW,
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
     ".venv/bin/python -m bench.flow_window": BENCH,
@@ -309,45 +307,6 @@ def test_two_terminals(tmp_path: Path) -> None:
         done = shell("make run-consumer CASE=replace-file", {"TARGET": target})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "complete"
-
-
-def console_records(block: str) -> list[tuple[str, frozenset[str]]]:
-    """(event, keys) of each console-rendered record shown in a block."""
-    records = []
-    for line in block.splitlines():
-        if match := re.match(r"\S+Z \[\w+\s*\] (\w+)\s+(.*)$", line):
-            keys = frozenset(re.findall(r"(\w+)=", match.group(2)))
-            records.append((match.group(1), keys))
-    return records
-
-
-def test_console_samples(tmp_path: Path) -> None:
-    """The three `$` commands, on a free port; their records are the shown ones (event, keys)."""
-    (producer_block,) = [b for b in blocks("") if b.startswith("$ make run-producer PORT=50061")]
-    (consumer_block,) = [b for b in blocks("") if b.startswith("$ make run-consumer")]
-    (truncated_block,) = [b for b in blocks("") if "--fault truncate-tail" in b.splitlines()[0]]
-    trace = tmp_path / "producer.jsonl"
-    command = 'make run-producer PORT=0 ARGS="--allow-faults" 2>' + str(trace)
-    with made_producer(command, tmp_path) as target:
-        port = target.rsplit(":", 1)[1]
-        ndjson = shell(consumer_block.splitlines()[0][2:].replace("50061", port))
-        truncated = shell(
-            truncated_block.splitlines()[0][2:].replace("50061", port) + " 2>&1 >/dev/null; echo $?"
-        )
-    assert ndjson.returncode == 0, ndjson.stderr
-    result = json.loads(ndjson.stdout)
-    assert (result["status"], result["stats"]["bytes_received"]) == ("complete", 1427)
-    assert truncated.stdout.splitlines()[-1] == "6"
-    for block, real in (
-        (consumer_block, ndjson.stderr),
-        (truncated_block, truncated.stdout),
-        (producer_block, trace.read_text()),
-    ):
-        records = [json.loads(line) for line in real.splitlines() if line.startswith("{")]
-        seen = {(r["event"], frozenset(r) - {"event", "level", "timestamp"}) for r in records}
-        for event, keys in console_records(block):
-            # The README abridges nothing silently: every key it shows is in a real record.
-            assert any(e == event and keys <= k for e, k in seen), (event, sorted(keys))
 
 
 def test_development_commands() -> None:

@@ -3,6 +3,7 @@
 python -m tools.docs                          # prints the diagrams and tables
 python -m tools.docs --update README.md       # rewrites the README's generated sections
 python -m tools.docs --update README.md --run # also the sample output, from a real `make demo` run
+                                              # and real consumer runs (tools/view_samples.py)
 
 Sample output comes from a real run with its varying values (pid, port, temporary
 directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
@@ -11,6 +12,7 @@ directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.fsm import MachineSpec
 from shared.machine import SPEC as CORE_SPEC
 from shared.wire import WireFormat
+from tools import view_samples
 
 
 def spec_diagram(spec: MachineSpec[Any, Any]) -> str:
@@ -118,7 +121,10 @@ def demo_output() -> str:
 
 
 #: Sections rendered from a real run: slow, so only with --run (and checked by their tests).
-RUN_SECTIONS: dict[str, Callable[[], str]] = {"demo-output": demo_output}
+RUN_SECTIONS: dict[str, Callable[[], str]] = {
+    "demo-output": demo_output,
+    **{name: functools.partial(view_samples.section, name) for name in view_samples.NAMES},
+}
 
 SECTIONS = {
     "state-diagram": state_diagram,

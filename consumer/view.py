@@ -1,0 +1,306 @@
+"""The consumer's live view on a terminal (``python -m consumer stream``, with ``rich``).
+
+While a reply streams: the provisional text as it arrives, marked provisional (it is
+not validated until the end), and a status line (state, frames, bytes, queue depth,
+reads flowing or paused, reconnects, elapsed). Then one verdict block: **accepted**,
+with the answer and its numbered citations, or **not accepted**, with the status, the
+reason in words, the partial text kept, and a hint where one helps.
+
+The view only reads: ``stream_reply`` hands it the session (``observer``), and a
+ticker in the same event loop draws what the session holds a few times a second. A
+stream without a view does no work for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from consumer.client import StreamSession
+from consumer.explain import HEADLINES, Facts, hint, sentence
+from consumer.reader_states import ReaderState
+from shared.errors import Status
+from shared.result import StreamResult
+
+#: Draws per second while a reply streams.
+REFRESH_PER_S: Final = 12.0
+#: The provisional and partial text shown: its last lines, at most this many characters.
+TEXT_LINES: Final = 12
+TEXT_CHARS: Final = 1200
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the status line shows, read from a running session."""
+
+    state: str
+    frames: int
+    bytes: int
+    queue_depth: int
+    queue_size: int
+    reading: str
+    reconnects: int
+    elapsed_s: float
+    text: str
+
+    @classmethod
+    def of(cls, session: StreamSession | None, elapsed_s: float) -> Progress:
+        if session is None:
+            return cls("connecting", 0, 0, 0, 0, "not yet", 0, elapsed_s, "")
+        reader, consumer = session.reader, session.consumer
+        stats = consumer.stats
+        reader_state = reader.state if reader is not None else ReaderState.CONNECTING
+        connecting = reader_state is ReaderState.CONNECTING and not consumer.finished
+        return cls(
+            state="connecting" if connecting else consumer.state.value,
+            frames=stats.application_frames,
+            bytes=stats.bytes_received,
+            queue_depth=reader.queue.qsize() if reader is not None else 0,
+            queue_size=session.options.queue_size,
+            reading={ReaderState.PAUSED: "paused", ReaderState.ENDED: "ended"}.get(
+                reader_state, "flowing"
+            ),
+            reconnects=stats.reconnects,
+            elapsed_s=elapsed_s,
+            text=consumer.provisional_content,
+        )
+
+
+def tail(text: str, lines: int = TEXT_LINES, chars: int = TEXT_CHARS) -> tuple[str, int]:
+    """The end of ``text`` that fits (its last ``lines`` lines, ``chars`` characters) and
+    how many characters before it are not shown."""
+    kept = "\n".join(text.splitlines()[-lines:]) if text.count("\n") >= lines else text
+    kept = kept[-chars:]
+    return kept, len(text) - len(kept)
+
+
+def _text_block(text: str, style: str) -> Text:
+    shown, hidden = tail(text)
+    block = Text()
+    if hidden:
+        block.append(f"… {hidden} characters before\n", style="dim")
+    block.append(shown, style=style)
+    return block
+
+
+def status_line(progress: Progress) -> Text:
+    reading_style = "yellow" if progress.reading == "paused" else "green"
+    line = Text()
+    line.append(f"● {progress.state}", style="bold cyan")
+    line.append(f"  frames {progress.frames}  {progress.bytes} B")
+    if progress.queue_size:
+        line.append(f"  queue {progress.queue_depth}/{progress.queue_size}")
+    line.append("  reads ")
+    line.append(progress.reading, style=reading_style)
+    line.append(f"  reconnects {progress.reconnects}  {progress.elapsed_s:.1f} s")
+    return line
+
+
+def live_renderable(progress: Progress) -> RenderableType:
+    text = progress.text or "(nothing yet)"
+    provisional = Panel(
+        _text_block(text, "italic yellow"),
+        title="provisional: not validated yet",
+        title_align="left",
+        border_style="yellow",
+        box=box.ROUNDED,
+    )
+    return Group(provisional, status_line(progress))
+
+
+def final_line(result: StreamResult, elapsed_s: float) -> Text:
+    stats, flow = result.stats, result.flow
+    line = Text()
+    line.append(result.status.value, style="bold green" if result.accepted else "bold red")
+    line.append(f"  frames {stats.application_frames}  {stats.bytes_received} B")
+    if flow is not None:
+        line.append(f"  paused {flow.reads_paused}×")
+    line.append(f"  reconnects {stats.reconnects}  {elapsed_s:.1f} s")
+    if result.stream_id:
+        line.append(f"  stream {result.stream_id[:8]}", style="dim")
+    return line
+
+
+def _citations(citations: Sequence[Mapping[str, Any]]) -> Text:
+    block = Text()
+    for number, citation in enumerate(citations, start=1):
+        block.append(f"[{number}] ", style="bold")
+        block.append(str(citation.get("source_id", "")), style="cyan")
+        block.append(f" · {citation.get('chunk_id', '')}\n", style="dim")
+        block.append(f"  {citation.get('url', '')}\n", style="blue")
+    block.rstrip()
+    return block
+
+
+def accepted_block(result: StreamResult) -> Panel:
+    answer = result.accepted_answer or {}
+    body = Text()
+    if answer.get("status") == "not_in_docs":
+        body.append("Not in the documents: ", style="bold")
+    body.append(str(answer.get("answer", "")), style="bold")
+    parts: list[RenderableType] = [body]
+    if result.citations:
+        parts += [Text(""), _citations(result.citations)]
+    if result.integrity == "none":
+        parts.append(Text("integrity: none (ndjson-lab: the text was not checksummed)", "dim"))
+    return Panel(
+        Group(*parts),
+        title=HEADLINES[Status.COMPLETE],
+        title_align="left",
+        border_style="green",
+        box=box.ROUNDED,
+    )
+
+
+def _detail(result: StreamResult) -> str | None:
+    transport = result.transport or {}
+    details = transport.get("grpc_details") or transport.get("message")
+    if details and transport.get("grpc_code"):
+        details = f"{transport['grpc_code']}: {details}"
+    found = details or result.detail
+    return str(found)[:300] if found else None
+
+
+def rejected_block(result: StreamResult, facts: Facts) -> Panel:
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="bold", no_wrap=True)
+    rows.add_column(overflow="fold")
+    rows.add_row("status", f"{result.status.value} · {result.reason}")
+    rows.add_row("why", sentence(result.reason))
+    advice = hint(result, facts)
+    if (detail := _detail(result)) and not (advice and detail in advice):
+        rows.add_row("detail", Text(detail, style="dim"))
+    if result.provisional_content:
+        partial = _text_block(result.provisional_content, "italic yellow")
+        label = f"partial ({len(result.provisional_content)} chars kept, not validated)"
+        rows.add_row("text", Text(label, style="dim"))
+        rows.add_row("", partial)
+    else:
+        rows.add_row("text", Text("(nothing arrived)", style="dim"))
+    if advice:
+        rows.add_row("hint", Text(advice, style="bold"))
+    return Panel(
+        rows,
+        title=HEADLINES[result.status],
+        title_align="left",
+        border_style="red",
+        box=box.ROUNDED,
+    )
+
+
+def verdict_block(result: StreamResult, facts: Facts) -> Panel:
+    return accepted_block(result) if result.accepted else rejected_block(result, facts)
+
+
+class LiveView:
+    """Draws one stream on ``console``: live while it runs (only on a terminal), then the
+    verdict. ``attach`` is the ``observer`` ``stream_reply`` takes."""
+
+    def __init__(self, console: Console, facts: Facts, *, redirect_stderr: bool = False) -> None:
+        self.console = console
+        self.facts = facts
+        self._redirect_stderr = redirect_stderr
+        self._session: StreamSession | None = None
+        self._started = time.monotonic()
+
+    def attach(self, session: StreamSession) -> None:
+        self._session = session
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    def progress(self) -> Progress:
+        return Progress.of(self._session, self.elapsed_s)
+
+    @contextlib.asynccontextmanager
+    async def showing(self) -> AsyncIterator[None]:
+        """Draw the stream while the body runs (nothing when the console is no terminal)."""
+        self._started = time.monotonic()
+        if not self.console.is_terminal:
+            yield
+            return
+        live = Live(
+            live_renderable(self.progress()),
+            console=self.console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        stderr = sys.stderr
+        with live:
+            if self._redirect_stderr:
+                sys.stderr = Above(self.console, stderr)
+            ticker = asyncio.create_task(self._tick(live))
+            try:
+                yield
+            finally:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+                sys.stderr = stderr
+
+    async def _tick(self, live: Live) -> None:
+        while True:
+            live.update(live_renderable(self.progress()), refresh=True)
+            await asyncio.sleep(1 / REFRESH_PER_S)
+
+    def show_verdict(self, result: StreamResult, result_path: Path | None) -> None:
+        self.console.print(final_line(result, self.elapsed_s), soft_wrap=True)
+        self.console.print(verdict_block(result, self.facts))
+        if result_path is not None:
+            self.console.print(Text(f"result document: {result_path}", "dim"), soft_wrap=True)
+        else:
+            self.console.print(Text("the full result document: add --result FILE", style="dim"))
+
+
+class Above(io.TextIOBase):
+    """Lines written to stderr while the view is live: printed above the live area, each
+    as one line (the terminal wraps it, so it stays one line to copy)."""
+
+    def __init__(self, console: Console, original: TextIO) -> None:
+        self._console = console
+        self._original = original
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._console.print(Text.from_ansi(line), soft_wrap=True)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+
+    def isatty(self) -> bool:
+        return self._original.isatty()
+
+
+class FollowStderr(io.TextIOBase):
+    """Whatever ``sys.stderr`` is when written to: the trace reaches the live view's
+    redirect (it prints log records above the live area) instead of drawing through it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
