@@ -12,7 +12,7 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos test lint fuzz demo run-producer run-consumer lock clean
+.PHONY: setup protos test lint fuzz demo trace run-producer run-consumer lock clean
 
 setup: $(STAMP) $(GENERATED)
 
@@ -53,6 +53,11 @@ fuzz: setup
 
 demo: setup
 	@$(PY) -m consumer demo
+
+# One stream's timeline from both traces: make trace P=producer.jsonl C=consumer.jsonl
+# [STREAM=id] [OUT=timeline.html]  (without STREAM: the streams found)
+trace: setup
+	@$(PY) -m consumer trace $(P) $(C) $(if $(STREAM),--stream $(STREAM)) $(if $(OUT),--out $(OUT))
 
 # Terminal 1: make run-producer [PORT=50051] [ARGS="--allow-faults"]
 run-producer: setup

@@ -19,11 +19,14 @@ import structlog
 from consumer.client import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_QUEUE_SIZE,
     DEFAULT_RESUME_ATTEMPTS,
     DEFAULT_RESUME_BACKOFF_MAX_S,
     DEFAULT_RESUME_BACKOFF_S,
     DEFAULT_WINDOW_BYTES,
+    MIN_KEEPALIVE_S,
     StreamOptions,
     install_interrupt,
     stream_reply,
@@ -32,7 +35,7 @@ from consumer.demo import run_demo
 from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
-from consumer.traces import run_join
+from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS, LogFormat, configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
@@ -45,6 +48,7 @@ from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
+from shared.timeline_svg import DEFAULT_MAX_MARKS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -274,6 +278,8 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
             resume_attempts=args.resume_attempts,
             resume_backoff_s=args.resume_backoff_s,
             resume_backoff_max_s=max(args.resume_backoff_s, DEFAULT_RESUME_BACKOFF_MAX_S),
+            keepalive_s=args.keepalive_s,
+            keepalive_timeout_s=args.keepalive_timeout_s,
             security=load_security(
                 tls_ca=args.tls_ca,
                 tls_cert=args.tls_cert,
@@ -361,6 +367,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _keepalive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value < MIN_KEEPALIVE_S:
+        raise argparse.ArgumentTypeError(
+            f"must be >= {MIN_KEEPALIVE_S:g} (gRPC pings no faster): {text}"
+        )
+    return value
+
+
 def add_network_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
@@ -394,6 +409,20 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="longest wait for one chunk",
+    )
+    parser.add_argument(
+        "--keepalive-s",
+        type=_keepalive_seconds,
+        default=DEFAULT_KEEPALIVE_S,
+        help=f"gRPC keepalive: ping the producer after this much silence (>= {MIN_KEEPALIVE_S:g}; "
+        "not below the producer's --min-ping-interval-s)",
+    )
+    parser.add_argument(
+        "--keepalive-timeout-s",
+        type=_seconds,
+        default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+        help="a ping unanswered this long closes the connection (UNAVAILABLE, resumed): a "
+        "producer cut off is found within about --keepalive-s plus this",
     )
     parser.add_argument(
         "--resume-attempts",
@@ -507,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a producer, stream the cases and the fault catalogue through it, "
         "print a table, stop the producer",
         description="Both traces are kept as JSON lines in the directory printed at the end: "
-        "producer.jsonl and consumer.jsonl (this process).",
+        "producer.jsonl and consumer.jsonl (this process), with each stream's timeline "
+        "(timeline-ID.html, linked from timelines.html).",
         **HELP_FORMAT,
     )
     demo_parser.add_argument(
@@ -517,7 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the recording the producer serves",
     )
     demo_parser.add_argument(
-        "--log-level", choices=LEVELS, default="info", help="level of both kept traces"
+        "--log-level",
+        choices=LEVELS,
+        default="debug",
+        help="level of both kept traces (debug: every chunk, for the timelines)",
     )
     join_parser = commands.add_parser(
         "join-traces",
@@ -529,22 +562,76 @@ def build_parser() -> argparse.ArgumentParser:
     )
     join_parser.add_argument("--stream-id", default=None, help="only this stream's records")
     join_parser.add_argument("--event", default=None, help="only records of this event")
+    trace_parser = commands.add_parser(
+        "trace",
+        help="one stream's timeline across both traces: a table, and a picture with --out",
+        description="Joins the producer's and the consumer's JSON-lines traces (their "
+        "--trace-file, or stderr as JSON) by stream id into one time-ordered timeline. "
+        "Without --stream: the streams found. Per-chunk marks need both sides at "
+        "--log-level debug.",
+        **HELP_FORMAT,
+    )
+    trace_parser.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="TRACE",
+        help="PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files",
+    )
+    trace_parser.add_argument(
+        "--stream",
+        "--stream-id",
+        dest="stream_id",
+        metavar="ID",
+        default=None,
+        help="the stream to show: its id, or the beginning of one (a short id)",
+    )
+    trace_parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE.html|DIR",
+        default=None,
+        help="with --stream: also write its timeline here, one self-contained HTML page (an "
+        "SVG); without: a directory, for every stream's page and an index (timelines.html)",
+    )
+    trace_parser.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="one row per record (default: runs of per-chunk and per-pause records, one row)",
+    )
+    trace_parser.add_argument(
+        "--max-marks",
+        type=_positive,
+        metavar="N",
+        default=DEFAULT_MAX_MARKS,
+        help="marks a row of the picture draws one by one; past it, one bin per pixel column",
+    )
     return parser
+
+
+def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
+    """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
+    try:
+        if args.command == "join-traces":
+            skipped = run_join(args.paths, args.stream_id, args.event, out)
+        else:
+            request = TraceRequest(args.paths, args.stream_id, args.out, args.every, args.max_marks)
+            skipped = run_trace(request, out)
+    except (OSError, UnknownStream) as error:
+        print(f"consumer: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if skipped:
+        print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "join-traces":
-        try:
-            skipped = run_join(args.paths, args.stream_id, args.event, out)
-        except OSError as error:
-            print(f"consumer: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        if skipped:
-            print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
-        return 0
+    if args.command in ("join-traces", "trace"):
+        return run_trace_files(args, out)
     # The demo keeps its own trace in a file (consumer.jsonl): nothing on stderr but errors.
     log_format: LogFormat = "json" if args.command == "demo" else args.log_format
     trace_file = getattr(args, "trace_file", None)

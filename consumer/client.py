@@ -13,9 +13,13 @@ Two tasks share a bounded queue:
 
 Time is bounded twice: an overall deadline and an idle timeout (no chunk for
 that long). Either cancels the RPC and ends ``incomplete`` with the partial
-content kept. A refusal by the producer (a gRPC status whose details are one of
-our refusal codes, before any chunk) is ``refused``; any other failure of the
-call is ``error`` / ``transport_io_error`` with the gRPC code and details.
+content kept. A peer that went silent without closing (its host cut off: no reset
+ever comes) is found sooner by gRPC's keepalive: a ping every ``keepalive_s`` of
+silence, unanswered within ``keepalive_timeout_s``, closes the connection, and the
+call ends ``UNAVAILABLE``, a transport failure that a resume repairs. A refusal by
+the producer (a gRPC status whose details are one of our refusal codes, before any
+chunk) is ``refused``; any other failure of the call is ``error`` /
+``transport_io_error`` with the gRPC code and details.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ DEFAULT_DEADLINE_S: Final = 300.0
 DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 DEFAULT_RESUME_BACKOFF_S: Final = 0.25
 DEFAULT_RESUME_BACKOFF_MAX_S: Final = 2.0
+#: gRPC keepalive: a ping after this much silence on the connection ...
+DEFAULT_KEEPALIVE_S: Final = 10.0
+#: ... unanswered within this, and the connection is closed (UNAVAILABLE).
+DEFAULT_KEEPALIVE_TIMEOUT_S: Final = 5.0
+#: The shortest keepalive: gRPC's own client sends no more than a ping a second, and a
+#: producer accepts that by default (its --min-ping-interval-s, producer.server).
+MIN_KEEPALIVE_S: Final = 1.0
 #: Resumes of `consumer stream` (the StreamOptions default, 0, is today's behaviour: none).
 DEFAULT_RESUME_ATTEMPTS: Final = 3
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
@@ -80,8 +91,19 @@ class StreamOptions:
     #: The first backoff before a resume; it doubles per attempt up to the cap, with jitter.
     resume_backoff_s: float = DEFAULT_RESUME_BACKOFF_S
     resume_backoff_max_s: float = DEFAULT_RESUME_BACKOFF_MAX_S
+    #: A ping after this much silence; unanswered within the timeout, the call ends
+    #: UNAVAILABLE (resumable). A cut-off producer is found within about their sum.
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        if not MIN_KEEPALIVE_S <= self.keepalive_s < float("inf"):
+            raise ValueError(
+                f"keepalive must be >= {MIN_KEEPALIVE_S:g} s (gRPC pings no faster; nor does a "
+                "producer accept it by default)"
+            )
+        if not 0 < self.keepalive_timeout_s < float("inf"):
+            raise ValueError("keepalive timeout must be > 0")
         if self.resume_attempts < 0:
             raise ValueError("resume attempts must be >= 0")
         if not 0 <= self.resume_backoff_s <= self.resume_backoff_max_s:
@@ -112,6 +134,13 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         # A target of several producers (``ipv4:A,B``, ``dns:///name:port``): gRPC's own
         # round_robin picks among the connected ones, so a resume goes to a live producer.
         ("grpc.lb_policy_name", "round_robin"),
+        # A producer cut off mid-stream sends no reset: an unanswered ping is how the call
+        # learns it (UNAVAILABLE), bounded. Pings also while the consumer sends nothing
+        # (a server stream: the consumer never does), and with no call in flight.
+        ("grpc.keepalive_time_ms", round(options.keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", round(options.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
     ]
 
 

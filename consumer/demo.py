@@ -6,7 +6,11 @@ as listed), prints one table of what was accepted and what was refused, and
 stops the producer (SIGTERM to its pid). Both traces are kept as JSON lines in
 a directory whose path is printed at the end: ``producer.jsonl`` (the child's
 stderr) and ``consumer.jsonl`` (this process). Each row's stream id is in the
-table, and the command that joins both sides of one stream is printed.
+table. From both traces the demo writes each stream's timeline
+(``timeline-<stream id>.html``, linked from ``timelines.html``) into the same
+directory, and prints the commands that show one stream's timeline and records.
+The traces are kept at ``debug`` by default, so that the timelines have a mark
+for every chunk sent, chunk received and frame applied.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, TextIO
 
 from consumer.children import start_producer, stop_producer
 from consumer.client import StreamOptions, stream_reply
+from consumer.traces import timeline_page_name, write_timelines
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain
 from shared.faults import Fault, FaultKind
@@ -153,10 +158,16 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     out.write(render(rows))
     accepted = sum(1 for line in rows if line[-1] == "yes")
     out.write(f"\n{accepted} accepted, {len(rows) - accepted} refused or not accepted.\n")
+    timelines = write_timelines(traces, {line[1]: line[0] for line in rows})
     out.write(
         f"producer stopped. Traces (JSON lines): {traces}/producer.jsonl (producer), "
         f"{traces}/consumer.jsonl (consumer)\n"
-        f"Both sides of one stream in time order ({SHOWN_RUN}):\n"
+        f"Timelines (HTML, open offline): one per stream, {traces}/"
+        f"{timeline_page_name(shown or '')} ..., all linked from {timelines}\n"
+        f"One stream's timeline here ({SHOWN_RUN}):\n"
+        f"  .venv/bin/python -m consumer trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        f"--stream {shown}\n"
+        f"Its records, both sides in time order, as JSON lines:\n"
         f"  .venv/bin/python -m consumer join-traces {traces} --stream-id {shown}\n"
     )
     return 0

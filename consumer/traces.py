@@ -1,4 +1,9 @@
-"""``python -m consumer join-traces``: both sides' JSON-lines traces as one, in time order.
+"""``python -m consumer join-traces`` and ``trace``: both sides' JSON-lines traces as one.
+
+``join-traces`` prints the records, merged in time order, as JSON lines (for
+``jq`` and other tools); ``trace`` draws one stream's timeline
+(``shared/timeline.py``, ``shared/timeline_svg.py``): a table on stdout and,
+with ``--out``, a self-contained HTML page.
 
 Every record of either process carries ``timestamp`` (ISO 8601, UTC, one
 format, so the strings sort as the times do), ``side`` and ``stream_id``; the
@@ -11,9 +16,25 @@ trace, a line still being written) are skipped, and counted on stderr.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from shared.timeline import (
+    Timeline,
+    build_timeline,
+    fit,
+    render_result_events,
+    render_summaries,
+    render_table,
+    result_events,
+    stream_summaries,
+    summary_line,
+    table_rows,
+)
+from shared.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")
@@ -27,19 +48,27 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON-object lines of one trace file, and how many lines were skipped."""
+def read_records(path: Path, stream_id: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The JSON-object lines of one trace file (only those of the streams whose id starts
+    with ``stream_id``, if given), and how many lines were skipped. Read line by line: only
+    the records kept are held."""
     records, skipped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            skipped += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            skipped += 1
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.lstrip().startswith("{"):
+                skipped += 1  # a console-rendered record, a traceback line, a blank line
+                continue
+            if stream_id is not None and stream_id not in line:
+                continue  # cheap: a record of that stream has its id in its line
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+            if not isinstance(record, dict):
+                skipped += 1
+            elif stream_id is None or str(record.get("stream_id")).startswith(stream_id):
+                records.append(record)
     return records, skipped
 
 
@@ -59,18 +88,132 @@ def join(
     return iter(sorted(selected, key=lambda record: str(record.get("timestamp", ""))))
 
 
-def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
+def read_traces(
+    paths: list[Path], stream_id: str | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The records of every trace file named (directories: their ``*.jsonl``), only one
+    stream's if named, and how many lines were skipped."""
     files = trace_files(paths)
     if not files:
         raise FileNotFoundError(f"no trace files in {', '.join(map(str, paths))}")
     records: list[dict[str, Any]] = []
     skipped = 0
     for path in files:
-        found, bad = read_records(path)
+        found, bad = read_records(path, stream_id)
         records += found
         skipped += bad
+    return records, skipped
+
+
+def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
+    records, skipped = read_traces(paths, stream_id)
     for record in join(records, stream_id=stream_id, event=event):
         # The keys a reader scans for first, then the rest as recorded.
         ordered = {key: record[key] for key in LEADING_KEYS if key in record} | record
         out.write(json.dumps(ordered, ensure_ascii=False) + "\n")
     return skipped
+
+
+class UnknownStream(LookupError):
+    """No record of the asked stream id in the traces."""
+
+
+def timeline_page_name(stream_id: str) -> str:
+    """A file name for a stream's page (stream ids are free text)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stream_id)
+    return f"timeline-{safe}.html"
+
+
+def write_timeline(
+    timeline: Timeline, path: Path, max_marks: int = DEFAULT_MAX_MARKS, caption: str = ""
+) -> int:
+    """Write the HTML page; its size in bytes."""
+    data = render_html(timeline, max_marks, caption).encode("utf-8")
+    path.write_bytes(data)
+    return len(data)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """What ``python -m consumer trace`` was asked for."""
+
+    paths: list[Path]
+    stream_id: str | None = None
+    html: Path | None = None
+    every: bool = False
+    max_marks: int = DEFAULT_MAX_MARKS
+
+
+def run_trace(request: TraceRequest, out: TextIO) -> int:
+    """``python -m consumer trace``: the streams found, or one stream's table (and page)."""
+    paths, stream_id, html = request.paths, request.stream_id, request.html
+    records, skipped = read_traces(paths, stream_id)
+    if stream_id is None:
+        summaries = stream_summaries(records)
+        out.write(render_summaries(summaries))
+        if html is None:
+            out.write(
+                "\none stream's timeline: add --stream ID (and --out FILE.html for its picture);"
+                " every stream's pictures: --out DIR\n"
+            )
+            return skipped
+        captions = {summary.stream_id: "" for summary in summaries}
+        index = write_pages(records, html, captions, request.max_marks)
+        out.write(f"\ntimelines: {len(summaries)} pages in {html}, linked from {index}\n")
+        return skipped
+    timeline = build_timeline(records, _one_stream(paths, records, stream_id))
+    # On a terminal each row stays on one line (cut at its width); piped, rows are whole.
+    width = shutil.get_terminal_size().columns if out.isatty() else None
+    out.write(fit(summary_line(timeline), width) + "\n\n")
+    out.write(render_table(table_rows(timeline, every=request.every), width))
+    events = result_events(timeline)
+    if events:
+        out.write("\n" + fit(render_result_events(events).rstrip("\n"), width) + "\n")
+    if html is not None:
+        size = write_timeline(timeline, html, request.max_marks)
+        out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")
+    return skipped
+
+
+def _one_stream(paths: list[Path], records: list[dict[str, Any]], asked: str) -> str:
+    """The stream id asked for, or the one stream whose id starts with it (a short id)."""
+    found = {str(record.get("stream_id")) for record in records}
+    if asked in found:
+        return asked
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        raise UnknownStream(f"{asked!r} starts several stream ids: {', '.join(sorted(found))}")
+    everything, _ = read_traces(paths)
+    known = ", ".join(s.stream_id for s in stream_summaries(everything)) or "none"
+    raise UnknownStream(f"no records of stream {asked!r} in the traces; streams: {known}")
+
+
+def write_timelines(directory: Path, captions: Mapping[str, str]) -> Path:
+    """The page of every stream named (stream id -> what it was) from the traces in
+    ``directory``, into it, and an index page linking them (``timelines.html``, returned)."""
+    records, _ = read_traces([directory])
+    return write_pages(records, directory, captions)
+
+
+def write_pages(
+    records: list[dict[str, Any]],
+    directory: Path,
+    captions: Mapping[str, str],
+    max_marks: int = DEFAULT_MAX_MARKS,
+) -> Path:
+    """The page of every stream named (stream id -> what it was, or "") into ``directory``
+    (made if missing), and ``timelines.html`` linking them (returned)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    summaries = [s for s in stream_summaries(records) if s.stream_id in captions]
+    pages = []
+    for summary in summaries:
+        page = timeline_page_name(summary.stream_id)
+        timeline = build_timeline(records, summary.stream_id)
+        caption = captions[summary.stream_id]
+        write_timeline(timeline, directory / page, max_marks, caption)
+        pages.append(page)
+    index = directory / "timelines.html"
+    listed = [captions[s.stream_id] for s in summaries]
+    index.write_text(render_index(summaries, pages, listed), encoding="utf-8")
+    return index

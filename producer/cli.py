@@ -46,6 +46,7 @@ from producer.security import TokenAuthenticator, is_loopback, server_credential
 from producer.server import (
     DEFAULT_MAX_CONNECTION_AGE_S,
     DEFAULT_MAX_STREAMS,
+    MIN_PING_INTERVAL_S,
     Exposure,
     ServerSettings,
     start_server,
@@ -195,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=env("MAX_CONNECTION_AGE_S", str(DEFAULT_MAX_CONNECTION_AGE_S)),
         help="drain connections older than this; no stream outlives twice this",
+    )
+    parser.add_argument(
+        "--min-ping-interval-s",
+        type=float,
+        default=env("MIN_PING_INTERVAL_S", str(MIN_PING_INTERVAL_S)),
+        help="the most frequent keepalive pings a consumer may send (its --keepalive-s); "
+        "a peer that pings faster is sent GOAWAY too_many_pings",
     )
     parser.add_argument(
         "--max-streams",
@@ -435,6 +443,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         port=args.port,
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
+        min_ping_interval_s=args.min_ping_interval_s,
         exposure=exposure,
         max_streams=args.max_streams,
         metrics=metrics,
@@ -504,6 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.max_connection_age_s > 0:
         parser.error("--max-connection-age-s must be > 0")
+    if not 0.001 <= args.min_ping_interval_s < float("inf"):
+        parser.error("--min-ping-interval-s must be at least 0.001 (one millisecond)")
     if not args.reply_log_lease_s > 0:
         parser.error("--reply-log-lease-s must be > 0")
     trace = None

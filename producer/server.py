@@ -870,6 +870,12 @@ async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
 SHUTDOWN_ABORT_S: Final = 2.0
 
 
+#: The most frequent keepalive pings accepted by default: gRPC's own client sends no more
+#: than one a second, the consumer's floor (consumer.client.MIN_KEEPALIVE_S).
+MIN_PING_INTERVAL_S: Final = 1.0
+#: Pings faster than that tolerated before GOAWAY (gRPC's own default).
+MAX_PING_STRIKES: Final = 2
+
 #: gRPC's own default of grpc.server.max_pending_requests (its hard limit is 3 times it).
 GRPC_PENDING_REQUESTS: Final = 1000
 
@@ -877,6 +883,7 @@ GRPC_PENDING_REQUESTS: Final = 1000
 def server_options(
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
     max_streams: int = DEFAULT_MAX_STREAMS,
+    min_ping_interval_s: float = MIN_PING_INTERVAL_S,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
     # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending";
@@ -906,7 +913,12 @@ def server_options(
         # Notice a consumer that vanished without closing its connection.
         ("grpc.keepalive_time_ms", 20_000),
         ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        # A consumer's keepalive pings (how it notices a producer cut off mid-stream) are
+        # accepted down to one per min_ping_interval_s, also with no call in flight; a peer
+        # that pings faster gets gRPC's GOAWAY (too_many_pings) after its strikes.
+        ("grpc.http2.min_ping_interval_without_data_ms", round(min_ping_interval_s * 1000)),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.keepalive_permit_without_calls", 1),
     ]
 
 
@@ -928,6 +940,8 @@ class ServerSettings:
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S
     exposure: Exposure = field(default_factory=Exposure)
     max_streams: int = DEFAULT_MAX_STREAMS
+    #: The most frequent keepalive pings a peer may send (faster: GOAWAY too_many_pings).
+    min_ping_interval_s: float = MIN_PING_INTERVAL_S
     metrics: ProducerMetrics | None = None
     #: The reply log's bounds (entries, bytes, replies kept, TTL, detach grace).
     log_limits: LogLimits | None = None
@@ -943,7 +957,9 @@ async def start_server(
     listens; reflection lists ReplyStream, Health and itself."""
     exposure = settings.exposure
     max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
-    server = grpc.aio.server(options=server_options(max_connection_age_s, max_streams))
+    server = grpc.aio.server(
+        options=server_options(max_connection_age_s, max_streams, settings.min_ping_interval_s)
+    )
     if isinstance(source, Recording):
         source = RecordingSource(source)
     servicer = ReplyStreamServicer(source, settings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def _leaf(
     common_name: str,
     *,
     server: bool,
+    ips: Sequence[str] = (),
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
@@ -86,6 +88,7 @@ def _leaf(
                     x509.DNSName(SERVER_NAME),
                     x509.DNSName("localhost"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
                 ]
             ),
             critical=False,
@@ -97,11 +100,13 @@ def _leaf(
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def make_pki(directory: Path) -> Pki:
+def make_pki(directory: Path, server_ips: Sequence[str] = ()) -> Pki:
+    """``server_ips``: addresses the server certificate names besides 127.0.0.1 (a server
+    on a test host)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key = _ca("replywire test CA")
     other, _ = _ca("some other CA")
-    server, server_key = _leaf(ca, ca_key, SERVER_NAME, server=True)
+    server, server_key = _leaf(ca, ca_key, SERVER_NAME, server=True, ips=server_ips)
     client, client_key = _leaf(ca, ca_key, "consumer-a", server=False)
     pki = Pki(
         ca=directory / "ca.pem",

@@ -14,6 +14,7 @@ Use in-process::
     await fake.stop()
 
 or as a process: ``python -m tests.fake_gemini --port 0 [--api-key KEY] [--ready-file F]``
+(``--host ADDRESS --tls-cert C --tls-key K`` to serve HTTPS on another test host)
 prints ``listening on 127.0.0.1:PORT`` (flushed; and writes ``HOST:PORT`` to the
 ready file, atomically), serves until SIGTERM/SIGINT and
 answers ``GET /_fake/log`` with :attr:`FakeGemini.log` as JSON.
@@ -123,6 +124,7 @@ import re
 import secrets
 import signal
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -405,6 +407,7 @@ class FakeGemini:
         self._server: asyncio.Server | None = None
         self._host = "127.0.0.1"
         self._port = 0
+        self._scheme = "http"
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scripts: dict[str, Callable[[_Turn], list[_Step]]] = {
             DEFAULT_MODEL: self._script_ok,
@@ -426,13 +429,17 @@ class FakeGemini:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Listen on ``host:port`` (0 = a free port); return the bound port."""
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> int:
+        """Listen on ``host:port`` (0 = a free port), over TLS with ``tls``; return the
+        bound port."""
         if self._server is not None:
             raise RuntimeError("already started")
         self._server = await asyncio.start_server(
-            self._handle, host, port, limit=MAX_HEAD_BYTES, reuse_address=True
+            self._handle, host, port, limit=MAX_HEAD_BYTES, reuse_address=True, ssl=tls
         )
+        self._scheme = "http" if tls is None else "https"
         self._host = host
         self._port = int(self._server.sockets[0].getsockname()[1])
         return self._port
@@ -457,7 +464,7 @@ class FakeGemini:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        return f"{self._scheme}://{self._host}:{self._port}"
 
     def url(self, model: str = DEFAULT_MODEL, query: str = "alt=sse") -> str:
         """The streaming URL for ``model`` (the script name)."""
@@ -1084,7 +1091,11 @@ async def _serve(args: argparse.Namespace) -> int:
         google_auth_errors=args.google_auth_errors,
         pacing=Pacing(drip_delay=args.drip_delay_s),
     )
-    port = await fake.start(args.host, args.port)
+    tls = None
+    if args.tls_cert is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    port = await fake.start(args.host, args.port, tls)
     print(f"listening on {args.host}:{port}", flush=True)
     if args.ready_file is not None:
         write_atomically(args.ready_file, f"{args.host}:{port}".encode())
@@ -1117,6 +1128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="once listening, write HOST:PORT to this file (atomically)",
     )
+    parser.add_argument(
+        "--tls-cert", type=Path, default=None, help="serve HTTPS with this certificate"
+    )
+    parser.add_argument("--tls-key", type=Path, default=None, help="... and this key")
     parser.add_argument(
         "--google-auth-errors",
         action="store_true",

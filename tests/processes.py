@@ -82,13 +82,19 @@ class Producer:
 
 @contextmanager
 def producer(
-    tmp_path: Path, *args: str, name: str = "producer", env: dict[str, str] | None = None
+    tmp_path: Path,
+    *args: str,
+    name: str = "producer",
+    env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> Iterator[Producer]:
-    """``python -m producer --port 0 ...``; yields once it prints its port; stops it after."""
+    """``python -m producer --port 0 ...``; yields once it prints its port; stops it after.
+    ``prefix`` runs it through a command, e.g. on a test host (tests/netns.py)."""
     trace_path = tmp_path / f"{name}.trace.jsonl"
+    command = [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json", *args]
     with trace_path.open("w") as trace_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json", *args],
+            [*prefix, *command],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=trace_file,
@@ -119,11 +125,14 @@ class FakeGeminiProcess:
 
 
 @contextmanager
-def fake_gemini(api_key: str, *args: str) -> Iterator[FakeGeminiProcess]:
-    """``python -m tests.fake_gemini --port 0 ARGS``: a real HTTP server speaking Gemini's
-    SSE."""
+def fake_gemini(
+    api_key: str, *args: str, prefix: Sequence[str] = ()
+) -> Iterator[FakeGeminiProcess]:
+    """``python -m tests.fake_gemini --port 0``: a real HTTP server speaking Gemini's SSE
+    (``prefix`` runs it through a command, e.g. on a test host; ``args``: its flags)."""
+    command = [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key, *args],
+        [*prefix, *command, *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -172,10 +181,12 @@ def consumer_command(target: str, *args: str) -> list[str]:
     ]
 
 
-def run_consumer(target: str, *args: str, timeout: float = 60.0) -> ConsumerRun:
-    """``python -m consumer stream ...`` to completion (bounded)."""
+def run_consumer(
+    target: str, *args: str, timeout: float = 60.0, prefix: Sequence[str] = ()
+) -> ConsumerRun:
+    """``python -m consumer stream ...`` to completion (bounded), through ``prefix``."""
     done = subprocess.run(
-        consumer_command(target, *args),
+        [*prefix, *consumer_command(target, *args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -188,12 +199,14 @@ def run_consumer(target: str, *args: str, timeout: float = 60.0) -> ConsumerRun:
 
 
 @contextmanager
-def consumer_process(tmp_path: Path, target: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+def consumer_process(
+    tmp_path: Path, target: str, *args: str, prefix: Sequence[str] = ()
+) -> Iterator[subprocess.Popen[str]]:
     """A consumer left running (for kill tests); its stdout and trace go to files."""
     out = (tmp_path / "consumer.out").open("w")
     err = (tmp_path / "consumer.trace.jsonl").open("w")
     process = subprocess.Popen(
-        consumer_command(target, *args), cwd=ROOT, stdout=out, stderr=err, text=True
+        [*prefix, *consumer_command(target, *args)], cwd=ROOT, stdout=out, stderr=err, text=True
     )
     try:
         yield process

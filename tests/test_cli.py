@@ -181,7 +181,7 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
     assert demo_block(run.stdout) in README, (
         "regenerate: python -m tools.docs --update README.md --run"
     )
-    # Both traces, JSON lines at info, every row's stream id on both sides.
+    # Both traces, JSON lines at debug, every row's stream id on both sides.
     (traces,) = tmp_path.glob("replywire-demo-*")
     stream_ids = [line.split()[line.split().index("lp") - 1] for line in lines if " lp " in line]
     stream_ids += [
@@ -205,6 +205,29 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
         (r["side"], r["to_state"]) for r in records if r.get("to_state") in ("completed", "invalid")
     ]
     assert sorted(ends) == [("consumer", "invalid"), ("producer", "completed")]
+    # Each stream's timeline page, all linked from one index, and the printed trace command.
+    index = (traces / "timelines.html").read_text(encoding="utf-8")
+    for stream_id in stream_ids:
+        page = (traces / f"timeline-{stream_id}.html").read_text(encoding="utf-8")
+        assert f"<h1>Stream {stream_id}: " in page  # and the row's run
+        assert 'id="lane-producer"' in page and 'id="lane-consumer"' in page
+        assert f'href="timeline-{stream_id}.html"' in index
+    assert "<h1>Stream demo-18: replace-file + stall</h1>" in (
+        traces / "timeline-demo-18.html"
+    ).read_text(encoding="utf-8")
+    assert "<td>replace-file + stall</td><td>incomplete / idle_timeout</td>" in index
+    (trace,) = [line.strip() for line in lines if " consumer trace " in line]
+    assert trace == (
+        f".venv/bin/python -m consumer trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        "--stream demo-13"
+    )
+    shown = subprocess.run(
+        trace, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert shown.stdout.startswith("stream demo-13 (replace-file): invalid / truncated_frame;")
+    sent = sum(1 for r in records if r["event"] == "chunk_sent")
+    assert sent > 0, "the demo keeps its traces at debug: every chunk is in them"
+    assert f"chunk_sent ×{sent} " in shown.stdout
 
 
 def test_help_shows_the_defaults_and_the_case_ids() -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
+from tests.test_timeline import parse_table
 from tools import view_samples
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,6 +42,7 @@ VIEW = "tests/test_view.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
 REPLICAS = f"{HERE}::test_replicas_recipe"
+TIMELINE = f"{HERE}::test_timeline_recipe"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -110,11 +112,15 @@ RUN_BY = {
     ".venv/bin/python -m bench.throughput": BENCH,
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
+    "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
+        "tests/test_timeline.py::test_make_trace (on real traces)"
+    ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
 }
 for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
+    (sh_block("--stream-id r1"), TIMELINE),
     (sh_block("tests.fake_gemini"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
     (sh_block("two replicas sharing one reply log"), REPLICAS),
@@ -222,6 +228,43 @@ def test_traces_recipe(tmp_path: Path) -> None:
     assert {r["stream_id"] for r in pauses} == {"s2"}
 
 
+def rows_by_component(table: str) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """A timeline table's rows per side/component: (event, from -> to, field names). Each
+    component's own rows keep their order; how the components interleave is timing."""
+    rows: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for row in parse_table(table):
+        keys = re.findall(r"(\w+)=", row["fields"])
+        rows.setdefault(row["side"], []).append((row["event"], row["from -> to"], keys))
+    return rows
+
+
+def result_event_kinds(text: str) -> list[str]:
+    """The kinds on a timeline's "result events" line, in order."""
+    (line,) = [line for line in text.splitlines() if line.startswith("result events ")]
+    return re.findall(r"(?:: |; )(\w+)", line)
+
+
+def test_timeline_recipe(tmp_path: Path) -> None:
+    """The timeline recipe as written; its table has the README sample's rows, component by
+    component (times and values are the run's own), and `make trace` lists the stream."""
+    done = run_recipe(sh_block("--stream-id r1"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    (directory,) = made_dirs(tmp_path)
+    result = json.loads((directory / "r1.json").read_text())
+    assert (result["status"], result["stats"]["reconnects"]) == ("complete", 1)
+    page = (directory / "r1.html").read_text(encoding="utf-8")
+    assert 'id="lane-producer"' in page and 'id="lane-consumer"' in page
+    table, rest = done.stdout.split("\ntimeline: ", 1)
+    assert rest.startswith(f"{directory}/r1.html (")
+    (sample,) = [b for b in blocks("") if b.startswith("$ python -m consumer trace ")]
+    assert table.splitlines()[0].startswith("stream r1 (replace-file): complete;")
+    assert rows_by_component(table) == rows_by_component(sample)
+    assert result_event_kinds(table) == result_event_kinds(sample) != []
+    listing = {row["stream id"]: row for row in parse_table(rest.split("\n", 1)[1])}
+    assert list(listing) == ["r1"]
+    assert (listing["r1"]["case"], listing["r1"]["verdict"]) == ("replace-file", "complete")
+
+
 @NEEDS_JQ
 def test_replicas_recipe(tmp_path: Path) -> None:
     """Two replicas on a private Redis server; the one serving the stream is killed: the
@@ -235,7 +278,7 @@ def test_replicas_recipe(tmp_path: Path) -> None:
     assert done.stdout == shown + "\n"
     assert f"It prints `{shown}`" in README
     (directory,) = made_dirs(tmp_path)
-    assert json.loads((directory / "r1.json").read_text())["stream_id"] == "r1"
+    assert json.loads((directory / "replicated.json").read_text())["stream_id"] == "replicated"
 
 
 @NEEDS_JQ

@@ -1,0 +1,546 @@
+"""A timeline as one self-contained HTML page: an SVG with a producer and a consumer lane.
+
+Theory of operation
+-------------------
+:func:`render_html` lays out a :class:`shared.timeline.Timeline` and returns the
+page as text: no script, no external style, font or image, so it opens offline
+in any browser. Two lanes share one time axis:
+
+* producer: each delivery (one ``Open``) as a thin bar, stalls as spans, each
+  chunk sent as a tick, faults as triangles, a resume (``attach``) as a dashed
+  line, the delivery's end as a bar;
+* consumer: each chunk received and each frame applied as ticks (two rows),
+  reads paused as spans, resumes as dashed lines with their attempt, the
+  terminal as a bar, and the verdict as a line and a box at the right.
+
+Every mark is one element with ``class="mark KIND"`` (``shared.timeline.MarkKind``)
+or ``class="span KIND"`` (``SpanKind``), a ``data-t`` offset in ms and a
+``<title>`` (shown on hover), inside ``<g id="lane-producer">`` or
+``<g id="lane-consumer">``: the tests count them against the trace records.
+
+The axis is not linear: half the width is spread by the order of the distinct
+times, half by time itself, so that a burst of chunks within a millisecond and a
+500 ms stall are both readable; the ticks carry real offsets. A row with more than
+``max_marks`` marks (a slow reader's thousands of one-byte chunks) is drawn in bins,
+one per pixel column, each with its count (``data-n``), so a page stays small. Labels go in the
+first of three rows where they do not overlap; a label that fits nowhere is left
+to its mark's title.
+
+Pure: returns text; ``consumer/traces.py`` writes it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from html import escape
+from typing import Final
+
+from shared.timeline import (
+    CONSUMER,
+    PRODUCER,
+    SIDES,
+    Entry,
+    MarkKind,
+    Row,
+    Span,
+    SpanKind,
+    StreamSummary,
+    Timeline,
+    format_fields,
+    result_events,
+    summary_line,
+    table_rows,
+)
+
+WIDTH: Final = 1200
+PLOT_LEFT: Final = 120
+PLOT_RIGHT: Final = 980
+#: Approximate width of one character of the labels (11 px sans-serif).
+CHAR_PX: Final = 6.2
+MIN_TICK_GAP_PX: Final = 70
+MAX_TITLE_CHARS: Final = 300
+#: Marks one row draws one by one (chunks sent, received, frames applied, pauses); past it,
+#: the row's marks are drawn as bins, one per pixel column, each with its count (data-n).
+DEFAULT_MAX_MARKS: Final = 2000
+TICK_KINDS: Final = (MarkKind.SENT, MarkKind.RECEIVED, MarkKind.APPLIED)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneLayout:
+    """Vertical positions (px) of one lane's rows."""
+
+    top: float
+    bottom: float
+    labels: tuple[float, float, float]
+    states: float
+    rows: dict[StrEnum, tuple[float, float]]
+
+
+LANES: Final = {
+    PRODUCER: LaneLayout(
+        top=30,
+        bottom=170,
+        labels=(46, 60, 74),
+        states=88,
+        rows={
+            SpanKind.DELIVERY: (98, 104),
+            SpanKind.STALLED: (108, 124),
+            MarkKind.SENT: (130, 162),
+        },
+    ),
+    CONSUMER: LaneLayout(
+        top=185,
+        bottom=345,
+        labels=(306, 320, 334),
+        states=292,
+        rows={
+            MarkKind.RECEIVED: (206, 232),
+            MarkKind.APPLIED: (238, 264),
+            SpanKind.PAUSED: (268, 282),
+        },
+    ),
+}
+ROW_NAMES: Final[dict[StrEnum, str]] = {
+    SpanKind.DELIVERY: "deliveries",
+    SpanKind.STALLED: "stalls",
+    MarkKind.SENT: "chunks sent",
+    MarkKind.RECEIVED: "chunks received",
+    MarkKind.APPLIED: "frames applied",
+    SpanKind.PAUSED: "reads paused",
+}
+AXIS_Y: Final = 362
+HEIGHT: Final = 392
+
+STYLE: Final = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1f24; }
+h1 { font-size: 1.3em; margin: 0 0 .3em; } h2 { font-size: 1.1em; margin: 1.2em 0 .3em; }
+.summary { margin: 0 0 1em; }
+svg { border: 1px solid #d0d7de; background: #fff; max-width: 100%; height: auto; }
+svg text { font: 11px sans-serif; fill: #1b1f24; }
+svg .lane-bg { fill: #f6f8fa; }
+svg .lane-name { font-weight: bold; font-size: 13px; }
+svg .row-name { fill: #57606a; }
+svg .sent { fill: #0969da; } svg .received { fill: #1a7f37; } svg .applied { fill: #8250df; }
+svg .span.delivery { fill: #afb8c1; } svg .span.stalled { fill: #fb8f44; opacity: .6; }
+svg .span.paused { fill: #d4a72c; opacity: .7; }
+svg .state, svg .note { fill: #6e7781; }
+svg .fault { fill: #cf222e; }
+svg .label-fault { fill: #cf222e; } svg .label-resume { fill: #8250df; }
+svg .resume { stroke: #8250df; stroke-width: 2; stroke-dasharray: 5 3; }
+svg .terminal, svg .end { fill: #1b1f24; }
+svg .verdict { stroke-width: 2; }
+svg .accepted { stroke: #1a7f37; fill: #dafbe1; } svg .rejected { stroke: #cf222e; fill: #ffebe9; }
+svg .axis { stroke: #8c959f; }
+table { border-collapse: collapse; font: 12px ui-monospace, monospace; margin-top: 1em; }
+th, td { text-align: left; padding: 1px 8px; border-bottom: 1px solid #eaeef2; }
+td { vertical-align: top; white-space: nowrap; } td:last-child { white-space: normal; }
+td.t { text-align: right; }
+.legend span { display: inline-block; margin-right: 1.2em; }
+.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+"""
+
+LEGEND: Final = (
+    ("#0969da", "chunk sent"),
+    ("#1a7f37", "chunk received"),
+    ("#8250df", "frame applied / resume"),
+    ("#d4a72c", "reads paused"),
+    ("#fb8f44", "stall"),
+    ("#cf222e", "fault"),
+    ("#1b1f24", "terminal / end"),
+    ("#6e7781", "other state change"),
+)
+
+
+class TimeScale:
+    """Time (ms) to x (px): half by rank among the distinct times, half linear."""
+
+    def __init__(self, times: Iterable[float], left: float, right: float) -> None:
+        self.times = sorted(set(times))
+        self.left, self.right = left, right
+
+    def rank(self, t: float) -> float:
+        times = self.times
+        if len(times) < 2:
+            return 0.5
+        index = bisect_left(times, t)
+        if index <= 0:
+            return 0.0
+        if index >= len(times):
+            return 1.0
+        before, after = times[index - 1], times[index]
+        if after == t:
+            return index / (len(times) - 1)
+        return (index - 1 + (t - before) / (after - before)) / (len(times) - 1)
+
+    def x(self, t: float) -> float:
+        times = self.times
+        span = times[-1] - times[0] if len(times) > 1 else 0.0
+        linear = (t - times[0]) / span if span > 0 else 0.5
+        linear = min(max(linear, 0.0), 1.0)
+        return self.left + (self.right - self.left) * (0.5 * self.rank(t) + 0.5 * linear)
+
+    def ticks(self, count: int = 8) -> list[float]:
+        """Up to ``count`` of the times, spread evenly in x and at least a label apart."""
+        if not self.times:
+            return []
+        wanted = [
+            self.times[round(i * (len(self.times) - 1) / max(count - 1, 1))] for i in range(count)
+        ]
+        chosen: list[float] = []
+        for t in sorted(set(wanted)):
+            if not chosen or self.x(t) - self.x(chosen[-1]) >= MIN_TICK_GAP_PX:
+                chosen.append(t)
+        return chosen
+
+
+def offset_text(ms: float) -> str:
+    return f"+{ms / 1000:.3f} s" if ms >= 1000 else f"+{ms:.3f} ms"
+
+
+def _title(entry: Entry) -> str:
+    parts = [offset_text(entry.at_ms), entry.where, entry.event, entry.change]
+    text = " ".join(part for part in parts if part) + " " + format_fields(entry.fields)
+    return escape(text.strip()[:MAX_TITLE_CHARS])
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+class _Labels:
+    """Greedy label placement in a lane's three rows."""
+
+    def __init__(self, rows: Sequence[float]) -> None:
+        self.ends = {y: float("-inf") for y in rows}
+
+    def place(self, x: float, text: str) -> tuple[float, float] | None:
+        """Where the label starts and its row: after ``x``, or ending at it near the edge."""
+        width = len(text) * CHAR_PX
+        start = x if x + width <= WIDTH - 4 else max(x - width - 8, 4)
+        for y, end in self.ends.items():
+            if start >= end + 4:
+                self.ends[y] = start + width
+                return start, y
+        return None
+
+
+class _Drawing:
+    def __init__(self, timeline: Timeline, max_marks: int) -> None:
+        if max_marks < 1:
+            raise ValueError("max marks must be >= 1")
+        self.timeline = timeline
+        times = [e.at_ms for e in timeline.entries]
+        self.scale = TimeScale(times, PLOT_LEFT, PLOT_RIGHT)
+        self.parts: dict[str, list[str]] = {side: [] for side in SIDES}
+        self.labels = {side: _Labels(LANES[side].labels) for side in SIDES}
+        self.max_marks = max_marks
+        counts = Counter(e.kind for e in timeline.entries if e.kind in TICK_KINDS)
+        #: The tick rows with more marks than max_marks: their marks wait here to be binned.
+        self.binned: dict[MarkKind, list[Entry]] = {
+            kind: [] for kind, count in counts.items() if count > max_marks
+        }
+
+    def label(self, side: str, x: float, text: str, css: str) -> None:
+        place = self.labels[side].place(x, text)
+        if place is not None:
+            start, y = place
+            self.parts[side].append(
+                f'<text class="label label-{css}" x="{_num(start)}" y="{_num(y)}">'
+                f"{escape(text)}</text>"
+            )
+
+    def tick(self, entry: Entry, width: float = 1.2) -> None:
+        if entry.kind in self.binned:
+            self.binned[entry.kind].append(entry)
+            return
+        top, bottom = LANES[entry.side].rows[entry.kind]
+        x = self.scale.x(entry.at_ms)
+        # Short titles: a slow stream has thousands of these.
+        size = f", {entry.fields['size']} B" if "size" in entry.fields else ""
+        self.parts[entry.side].append(
+            f'<rect class="mark {entry.kind}" data-t="{entry.at_ms:.3f}" x="{_num(x - width / 2)}" '
+            f'y="{_num(top)}" width="{_num(width)}" height="{_num(bottom - top)}">'
+            f"<title>{escape(offset_text(entry.at_ms))} {escape(entry.label)}{size}</title></rect>"
+        )
+
+    def dot(self, entry: Entry) -> None:
+        x, y = self.scale.x(entry.at_ms), LANES[entry.side].states
+        self.parts[entry.side].append(
+            f'<circle class="mark {entry.kind}" data-t="{entry.at_ms:.3f}" cx="{_num(x)}" '
+            f'cy="{_num(y)}" r="3"><title>{_title(entry)}</title></circle>'
+        )
+
+    def bar(self, entry: Entry) -> None:
+        """A terminal or a delivery's end: a bar across the lane, labelled."""
+        lane = LANES[entry.side]
+        x = self.scale.x(entry.at_ms)
+        top = lane.top + 4 if entry.side == CONSUMER else lane.states - 6
+        bottom = lane.states + 6 if entry.side == CONSUMER else lane.bottom - 4
+        self.parts[entry.side].append(
+            f'<rect class="mark {entry.kind}" data-t="{entry.at_ms:.3f}" x="{_num(x - 1.5)}" '
+            f'y="{_num(top)}" width="3" height="{_num(bottom - top)}">'
+            f"<title>{_title(entry)}</title></rect>"
+        )
+        self.label(entry.side, x + 3, entry.label, str(entry.kind))
+
+    def fault(self, entry: Entry) -> None:
+        x, y = self.scale.x(entry.at_ms), LANES[entry.side].states
+        left, right, top, bottom = _num(x - 6), _num(x + 6), _num(y - 7), _num(y + 5)
+        self.parts[entry.side].append(
+            f'<path class="mark fault" data-t="{entry.at_ms:.3f}" '
+            f'd="M{_num(x)} {top}L{right} {bottom}L{left} {bottom}Z">'
+            f"<title>{_title(entry)}</title></path>"
+        )
+        self.label(entry.side, x + 6, entry.label, "fault")
+
+    def resume(self, entry: Entry) -> None:
+        lane = LANES[entry.side]
+        x = _num(self.scale.x(entry.at_ms))
+        self.parts[entry.side].append(
+            f'<line class="mark resume" data-t="{entry.at_ms:.3f}" x1="{x}" x2="{x}" '
+            f'y1="{_num(lane.top + 2)}" y2="{_num(lane.bottom - 2)}">'
+            f"<title>{_title(entry)}</title></line>"
+        )
+        self.label(entry.side, self.scale.x(entry.at_ms) + 3, entry.label, "resume")
+
+    def verdict(self, entry: Entry) -> None:
+        lane = LANES[CONSUMER]
+        x = _num(self.scale.x(entry.at_ms))
+        css = "accepted" if self.timeline.verdict and self.timeline.verdict.accepted else "rejected"
+        self.parts[CONSUMER].append(
+            f'<line class="mark verdict {css}" data-t="{entry.at_ms:.3f}" x1="{x}" x2="{x}" '
+            f'y1="{_num(lane.top + 2)}" y2="{_num(lane.bottom - 2)}">'
+            f"<title>{_title(entry)}</title></line>"
+        )
+
+    def bins(self) -> None:
+        """Each binned row: one rect per pixel column, with how many marks it stands for."""
+        for kind, entries in self.binned.items():
+            columns: dict[int, list[Entry]] = {}
+            for entry in entries:
+                columns.setdefault(int(self.scale.x(entry.at_ms)), []).append(entry)
+            for column, group in columns.items():
+                side = group[0].side
+                top, bottom = LANES[side].rows[kind]
+                first, last = group[0].at_ms, group[-1].at_ms
+                title = (
+                    f"{offset_text(first)} to {offset_text(last)}: {len(group)} {ROW_NAMES[kind]}"
+                )
+                self.parts[side].append(
+                    f'<rect class="mark {kind} bin" data-t="{first:.3f}" data-end="{last:.3f}" '
+                    f'data-n="{len(group)}" x="{column}" y="{_num(top)}" width="1" '
+                    f'height="{_num(bottom - top)}"><title>{escape(title)}</title></rect>'
+                )
+
+    def span(self, spans: Sequence[Span]) -> None:
+        """One span, or (past max_marks) several whose pixels touch, drawn as one."""
+        first = spans[0]
+        top, bottom = LANES[first.side].rows[first.kind]
+        ends = [s.end_ms if s.end_ms is not None else self.timeline.duration_ms for s in spans]
+        x1, x2 = self.scale.x(first.start_ms), self.scale.x(max(ends))
+        open_end = spans[-1].end_ms is None
+        until = "the end" if open_end else offset_text(max(ends))
+        if len(spans) == 1:
+            title = f"{first.label}: {offset_text(first.start_ms)} to {until}"
+        else:
+            total = sum(end - s.start_ms for s, end in zip(spans, ends, strict=True))
+            title = (
+                f"{len(spans)} × {first.kind}, {offset_text(first.start_ms)} to {until}, "
+                f"{total:.3f} ms in all"
+            )
+        count = f' data-n="{len(spans)}"' if len(spans) > 1 else ""
+        self.parts[first.side].append(
+            f'<rect class="span {first.kind}" data-t="{first.start_ms:.3f}" '
+            f'data-end="{"" if open_end else f"{max(ends):.3f}"}"{count} '
+            f'x="{_num(x1)}" y="{_num(top)}" width="{_num(max(x2 - x1, 1.0))}" '
+            f'height="{_num(bottom - top)}"><title>{escape(title)}</title></rect>'
+        )
+
+    def spans(self) -> None:
+        for kind in SpanKind:
+            spans = self.timeline.spans_of(kind)
+            if len(spans) <= self.max_marks:
+                for span in spans:
+                    self.span([span])
+                continue
+            group: list[Span] = []
+            reach = float("-inf")
+            for span in spans:
+                end = span.end_ms if span.end_ms is not None else self.timeline.duration_ms
+                if group and self.scale.x(span.start_ms) > reach + 1:
+                    self.span(group)
+                    group, reach = [], float("-inf")
+                group.append(span)
+                reach = max(reach, self.scale.x(end))
+            self.span(group)
+
+    def entry(self, entry: Entry) -> None:
+        kind = entry.kind
+        if kind in (MarkKind.SENT, MarkKind.RECEIVED, MarkKind.APPLIED):
+            self.tick(entry)
+        elif kind in (MarkKind.TERMINAL, MarkKind.END):
+            self.bar(entry)
+        elif kind is MarkKind.FAULT:
+            self.fault(entry)
+        elif kind is MarkKind.RESUME:
+            self.resume(entry)
+        elif kind is MarkKind.VERDICT:
+            self.verdict(entry)
+        elif kind in (MarkKind.STATE, MarkKind.NOTE) and not entry.bulk:
+            self.dot(entry)
+        # PAUSED / RESUMED entries are drawn as their spans.
+
+    def draw(self) -> None:
+        self.spans()
+        # The notable marks first, so that they get the label rows before the others.
+        order = {MarkKind.FAULT: 0, MarkKind.RESUME: 1, MarkKind.TERMINAL: 2, MarkKind.END: 3}
+        for entry in sorted(self.timeline.entries, key=lambda e: order.get(e.kind, 9)):
+            self.entry(entry)
+        self.bins()
+
+
+def _lane(side: str, parts: list[str]) -> str:
+    lane = LANES[side]
+    rows = "".join(
+        f'<text class="row-name" x="8" y="{_num((top + bottom) / 2 + 4)}">{ROW_NAMES[row]}</text>'
+        for row, (top, bottom) in lane.rows.items()
+    )
+    return (
+        f'<g id="lane-{side}" class="lane">'
+        f'<rect class="lane-bg" x="2" y="{_num(lane.top)}" width="{WIDTH - 4}" '
+        f'height="{_num(lane.bottom - lane.top)}"/>'
+        f'<text class="lane-name" x="8" y="{_num(lane.top + 16)}">{side}</text>{rows}'
+        + "".join(parts)
+        + "</g>"
+    )
+
+
+def _axis(scale: TimeScale) -> str:
+    parts = [f'<line class="axis" x1="{PLOT_LEFT}" x2="{PLOT_RIGHT}" y1="{AXIS_Y}" y2="{AXIS_Y}"/>']
+    for t in scale.ticks():
+        x = _num(scale.x(t))
+        parts.append(
+            f'<line class="axis" x1="{x}" x2="{x}" y1="{AXIS_Y - 4}" y2="{AXIS_Y + 4}"/>'
+            f'<text class="tick" x="{x}" y="{AXIS_Y + 18}" text-anchor="middle">'
+            f"{offset_text(t)}</text>"
+        )
+    return f'<g id="axis">{"".join(parts)}</g>'
+
+
+def _verdict_box(timeline: Timeline) -> str:
+    verdict = timeline.verdict
+    if verdict is None:
+        status, reason, css = "no verdict", "in the traces", "rejected"
+    else:
+        status, reason = verdict.status, verdict.reason or "accepted"
+        css = "accepted" if verdict.accepted else "rejected"
+    x, y = PLOT_RIGHT + 30, LANES[CONSUMER].top + 20
+    return (
+        f'<g id="verdict"><rect class="{css}" x="{x}" y="{y}" width="180" '
+        f'height="54" rx="4"/><text x="{x + 10}" y="{y + 22}" style="font-weight:bold;'
+        f'font-size:14px">{escape(status)}</text><text x="{x + 10}" y="{y + 40}">'
+        f"{escape(reason)}</text></g>"
+    )
+
+
+def render_svg(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS) -> str:
+    drawing = _Drawing(timeline, max_marks)
+    drawing.draw()
+    lanes = "".join(_lane(side, drawing.parts[side]) for side in SIDES)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline" width="{WIDTH}" '
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'aria-label="timeline of stream {escape(timeline.stream_id)}">'
+        f"{lanes}{_axis(drawing.scale)}{_verdict_box(timeline)}</svg>"
+    )
+
+
+def _table(rows: Sequence[Row]) -> str:
+    head = "".join(f"<th>{name}</th>" for name in ("+ms", "side", "event", "from -> to", "fields"))
+    body = "".join(
+        f'<tr><td class="t">{row.at_ms:.3f}</td><td>{escape(row.where)}</td>'
+        f"<td>{escape(row.event)}</td><td>{escape(row.change)}</td>"
+        f"<td>{escape(row.fields)}</td></tr>"
+        for row in rows
+    )
+    return f'<table id="records"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _result_events(timeline: Timeline) -> str:
+    events = result_events(timeline)
+    if not events:
+        return ""
+    rows = "".join(
+        f'<tr><td class="t">{event.at_ms:.3f}</td><td>{escape(event.kind)}</td>'
+        f"<td>{escape(event.detail)}</td></tr>"
+        for event in events
+    )
+    return (
+        "<h2>Result events</h2><p>The result document's <code>events</code> carry no times; "
+        "these are the times of the trace records that made them.</p>"
+        '<table id="result-events"><thead><tr><th>+ms</th><th>kind</th><th>detail</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _legend() -> str:
+    return (
+        '<p class="legend">'
+        + "".join(
+            f'<span><i style="background:{color}"></i>{name}</span>' for color, name in LEGEND
+        )
+        + "</p>"
+    )
+
+
+def render_html(timeline: Timeline, max_marks: int = DEFAULT_MAX_MARKS, caption: str = "") -> str:
+    """The whole page: heading (with ``caption``, say what the stream was), summary, the
+    picture, a legend, the table."""
+    started = escape(timeline.started)
+    notes = [
+        f"Offsets count from the stream's first record ({started}). The axis is not linear: "
+        "half the width follows the order of the records, half their time; the ticks give "
+        "real offsets. Hover over a mark for its record."
+    ]
+    if not timeline.has_chunks:
+        notes.append(
+            "No per-chunk records: no chunk was sent, or the traces are at info (chunk_sent, "
+            "chunk_received and frame_applied are written at debug: run both processes with "
+            "--log-level debug to see every chunk)."
+        )
+    paragraphs = "".join(f'<p class="note">{note}</p>' for note in notes)
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>replywire timeline: {escape(timeline.stream_id)}</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f"<h1>Stream {escape(timeline.stream_id)}{escape(f': {caption}' if caption else '')}</h1>"
+        f'<p class="summary">{escape(summary_line(timeline))}</p>'
+        f"{render_svg(timeline, max_marks)}{_legend()}{paragraphs}"
+        f"<h2>Records</h2>{_table(table_rows(timeline))}{_result_events(timeline)}"
+        "</body></html>\n"
+    )
+
+
+def render_index(
+    summaries: Sequence[StreamSummary], pages: Sequence[str], captions: Sequence[str]
+) -> str:
+    """A page linking each stream's timeline page (relative links, same directory)."""
+    rows = "".join(
+        f'<tr><td><a href="{escape(page)}">{escape(s.stream_id)}</a></td>'
+        f"<td>{escape(caption or s.case_id or '-')}</td><td>{escape(s.verdict)}</td>"
+        f"<td>{s.records[PRODUCER]}</td><td>{s.records[CONSUMER]}</td></tr>"
+        for s, page, caption in zip(summaries, pages, captions, strict=True)
+    )
+    head = "".join(
+        f"<th>{name}</th>" for name in ("stream", "run", "verdict", "producer", "consumer")
+    )
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>replywire timelines</title><style>{STYLE}</style></head><body>"
+        "<h1>Timelines</h1><p>Records per side, and each stream's verdict.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></body></html>\n"
+    )
