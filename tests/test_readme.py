@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import ROOT, wait_for
+from tests.redis_server import redis_server
 from tests.test_timeline import parse_table
 from tools import view_samples
 
@@ -40,6 +41,7 @@ TWO_TERMINALS = f"{HERE}::test_two_terminals"
 VIEW = "tests/test_view.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
+REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
 
 
@@ -124,6 +126,7 @@ for _block, _test in (
     (sh_block("--stream-id r1"), TIMELINE),
     (sh_block("tests.fake_gemini"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
+    (sh_block("two replicas sharing one reply log"), REPLICAS),
 ):
     RUN_BY.update(dict.fromkeys(commands_of_sh(_block), _test))
 
@@ -148,7 +151,7 @@ def test_every_command_shown_is_run_or_explained() -> None:
 
 
 def run_recipe(
-    block: str, tmp_path: Path, timeout: float = 150
+    block: str, tmp_path: Path, timeout: float = 150, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """A README block as written, in its own session (so every process it left is stoppable)."""
     process = subprocess.Popen(
@@ -157,7 +160,7 @@ def run_recipe(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})},
         start_new_session=True,
     )
     try:
@@ -263,6 +266,22 @@ def test_timeline_recipe(tmp_path: Path) -> None:
     listing = {row["stream id"]: row for row in parse_table(rest.split("\n", 1)[1])}
     assert list(listing) == ["r1"]
     assert (listing["r1"]["case"], listing["r1"]["verdict"]) == ("replace-file", "complete")
+
+
+@NEEDS_JQ
+def test_replicas_recipe(tmp_path: Path) -> None:
+    """Two replicas on a private Redis server; the one serving the stream is killed: the
+    consumer resumes on the other and prints what the README says."""
+    with redis_server() as server:
+        done = run_recipe(
+            sh_block("two replicas sharing one reply log"), tmp_path, env={"REDIS_URL": server.url}
+        )
+    assert done.returncode == 0, done.stderr
+    shown = '{"status":"complete","reason":null,"reconnects":1}'
+    assert done.stdout == shown + "\n"
+    assert f"It prints `{shown}`" in README
+    (directory,) = made_dirs(tmp_path)
+    assert json.loads((directory / "replicated.json").read_text())["stream_id"] == "replicated"
 
 
 @NEEDS_JQ
