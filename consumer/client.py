@@ -78,6 +78,9 @@ DEFAULT_RESUME_ATTEMPTS: Final = 3
 CANCEL_TIMEOUT_S: Final = 2.0
 #: Named endings of the producer that are a broken transport, not a verdict: resumable.
 RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
+#: How a reply ended on the producer that its reader is told as the RPC's status details
+#: (after content, or on a resume): the result's own reason, never resumed.
+REPLY_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value
@@ -441,8 +444,7 @@ class StreamSession:
             if processing in done:
                 outcome = processing.result()
             elif stop_waiter in done:
-                await self._cancel_generation(stub)
-                outcome = self.consumer.abort(Reason.CONSUMER_CANCELLED)
+                outcome = await self._stop_on_request(stub, processing)
             else:
                 outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
         finally:
@@ -453,6 +455,18 @@ class StreamSession:
             self._pauses += self.reader.pauses
             self._paused_s += self.reader.paused_s
         return outcome
+
+    async def _stop_on_request(
+        self, stub: pb_grpc.ReplyStreamStub, processing: asyncio.Task[Any]
+    ) -> StreamResult:
+        """Ctrl-C mid-call: stop applying (the generation's end that the Cancel brings must
+        not end the stream first), send ``Cancel``, end ``consumer_cancelled``."""
+        processing.cancel()
+        await asyncio.gather(processing, return_exceptions=True)
+        await self._cancel_generation(stub)
+        if self.consumer.finished:  # the processor ended the stream just before
+            return self.consumer.result()
+        return self.consumer.abort(Reason.CONSUMER_CANCELLED)
 
     async def _cancel_generation(self, stub: pb_grpc.ReplyStreamStub) -> None:
         """A deliberate stop: ask the producer to stop generating this reply at once (a
@@ -545,7 +559,7 @@ class StreamSession:
             return self._not_streamed(Reason(end.details), transport)
         if nothing_received and dropped_by_grpc(end):
             return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
-        return self.consumer.transport_error(transport)
+        return self.consumer.transport_error(transport, reason=_transport_reason(end))
 
     def _not_streamed(self, reason: Reason, transport: dict[str, Any]) -> StreamResult:
         """The producer's answer instead of a stream: its reason, with its own status."""
@@ -694,6 +708,14 @@ async def stream_reply(
         return await client.stream(
             request, logger=logger, interrupted=interrupted, observer=observer
         )
+
+
+def _transport_reason(end: StreamEnded) -> Reason:
+    """The reason of a call that broke: the reply's own ending when the producer named one
+    (``generator_lost``, ``reply_abandoned``), else ``transport_io_error``."""
+    if end.details in KNOWN_REASONS and Reason(end.details) in REPLY_ENDINGS:
+        return Reason(end.details)
+    return Reason.TRANSPORT_IO_ERROR
 
 
 def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:

@@ -46,6 +46,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     "reply nor can make it again.",
     R.RESUME_BINDING_MISMATCH: "The resumed request does not match the reply the producer kept.",
     R.GENERATOR_LOST: "The producer replica generating this reply went silent.",
+    R.REPLY_ABANDONED: "Nobody came back for this reply within the producer's detach grace, "
+    "so it stopped generating it.",
     R.CONSUMER_ALREADY_FINISHED: "Data arrived after the consumer had already reached its verdict.",
     R.TRANSPORT_REQUIRES_BYTES: "The transport handed over something that is not bytes.",
     R.STREAM_BYTE_LIMIT: "The stream sent more bytes than the consumer accepts "

@@ -7,6 +7,8 @@ Key layout, under a prefix (default ``replywire:replies:``), per stream id::
                              wire bytes; then one end entry, field ``e`` = "" (the
                              terminal frame was the last entry) or the error reason code
     PREFIX ID:lease  string  the generating process's token, ``SET ... PX lease``
+    PREFIX ID:cancel list    callers whose ``Cancel`` reached another replica: the
+                             generator pops them (``BLPOP``) and stops if one started it
 
 The generator holds the lease: it claims it with ``SET NX PX`` when it creates the
 reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
@@ -16,6 +18,11 @@ stream to its end entry; a reader that waits while the lease is gone and no end 
 came ends with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
 generator's last refresh). Another process may then create the reply anew (a source
 that regenerates): the create claims the lease first, then empties the stream.
+
+A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
+the log (``request_cancel``): the caller's name is pushed on the cancel list while the
+lease is held, and the generator, which waits on that list between lease refreshes,
+sees it at once; the relaying replica waits (bounded) for the reply's end entry.
 
 Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
@@ -28,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -40,22 +47,27 @@ from shared.errors import Reason
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0
 READ_COUNT: Final = 256
+#: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
+#: takes them.
+MAX_CANCEL_REQUESTS: Final = 16
+#: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
+CANCEL_POLL_S: Final = 0.05
 
-# KEYS: lease, log, meta. ARGV: token, lease ms, expire ms, binding, wire.
+# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire.
 _CREATE: Final = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-# KEYS: lease, log, meta. ARGV: token, entry id, field, value, maxlen, expire ms.
+# KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms.
 _WRITE: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
-if ARGV[3] == 'e' then redis.call('DEL', KEYS[1]) end
+if ARGV[3] == 'e' then redis.call('DEL', KEYS[1], KEYS[4]) end
 return 1
 """
 # KEYS: lease, log, meta. ARGV: token, lease ms, expire ms.
@@ -68,11 +80,23 @@ return 1
 """
 
 
+# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept. Queued only while a
+# generator holds the lease; the newest requests are kept.
+_CANCEL: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+
 class _Scripts:
     def __init__(self, client: Any) -> None:
         self.create = client.register_script(_CREATE)
         self.write = client.register_script(_WRITE)
         self.refresh = client.register_script(_REFRESH)
+        self.cancel = client.register_script(_CANCEL)
 
 
 def _ms(seconds: float) -> int:
@@ -101,6 +125,12 @@ class RedisReply:
         self._size = 0
         self._ended = False
         self._refresher: asyncio.Task[None] | None = None
+        self._on_cancel: Callable[[str], None] | None = None
+
+    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
+        """While this process generates the reply, call ``on_cancel(caller)`` for each
+        ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
+        self._on_cancel = on_cancel
 
     def generate(self, token: str) -> None:
         """This process generates the reply: refresh its lease until it ends."""
@@ -110,7 +140,7 @@ class RedisReply:
     async def _refresh(self) -> None:
         limits = self._log.limits
         while True:
-            await asyncio.sleep(limits.lease_s / 3)
+            await self._await_cancel(limits.lease_s / 3)
             try:
                 owned = await self._log.scripts.refresh(
                     keys=self._keys,
@@ -121,6 +151,20 @@ class RedisReply:
                 continue
             if not owned:
                 return
+
+    async def _await_cancel(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a relayed ``Cancel``, handing its caller on."""
+        if self._on_cancel is None:
+            await asyncio.sleep(timeout_s)
+            return
+        try:
+            popped = await self._log.client.blpop([self._keys[3]], timeout=timeout_s)
+        except aioredis.RedisError as error:  # the lease refresh below says more
+            structlog.get_logger().warning("cancel_watch_failed", detail=str(error))
+            await asyncio.sleep(timeout_s)
+            return
+        if popped:
+            self._on_cancel(popped[1].decode())
 
     async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
         limits = self._log.limits
@@ -199,16 +243,16 @@ class RedisReplyLog:
         self.scripts = _Scripts(self.client)
 
     def keys(self, stream_id: str) -> list[str]:
-        """The lease, log and meta keys of a stream id."""
+        """The lease, log, meta and cancel keys of a stream id."""
         base = f"{self.prefix}{stream_id}:"
-        return [base + "lease", base + "log", base + "meta"]
+        return [base + "lease", base + "log", base + "meta", base + "cancel"]
 
     async def check(self) -> None:
         """Raises ``redis.RedisError`` unless the server answers."""
         await self.client.ping()
 
     async def find(self, stream_id: str) -> RedisReply | None:
-        lease, log_key, meta = self.keys(stream_id)
+        lease, log_key, meta, _ = self.keys(stream_id)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
             fields, leased, tail = await pipe.execute()
@@ -242,6 +286,37 @@ class RedisReplyLog:
         reply = RedisReply(self, stream_id, binding_sha256, wire)
         reply.generate(token)
         return reply
+
+    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
+        """Relay ``caller``'s ``Cancel`` to the replica generating the reply; True once the
+        reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody generates
+        it, the generator did not stop in time (or not for this caller), or Redis fails."""
+        lease, _, _, cancel = self.keys(stream_id)
+        expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
+        try:
+            args = [caller, expire_ms, MAX_CANCEL_REQUESTS]
+            if not await self.scripts.cancel(keys=[lease, cancel], args=args):
+                return False
+            return await self._ended_cancelled(stream_id, wait_s)
+        except aioredis.RedisError as error:
+            structlog.get_logger().warning("cancel_not_relayed", detail=str(error))
+            return False
+
+    async def _ended_cancelled(self, stream_id: str, wait_s: float) -> bool:
+        """Whether the reply ends ``consumer_cancelled`` within ``wait_s`` (polled)."""
+        lease, log_key, _, _ = self.keys(stream_id)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait_s
+        while True:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.exists(lease).xrevrange(log_key, count=1)
+                leased, tail = await pipe.execute()
+            last: dict[bytes, bytes] = tail[0][1] if tail else {}
+            if b"e" in last or not leased:
+                return last.get(b"e") == Reason.CONSUMER_CANCELLED.value.encode()
+            if loop.time() >= until:
+                return False
+            await asyncio.sleep(CANCEL_POLL_S)
 
     async def aclose(self) -> None:
         with contextlib.suppress(aioredis.RedisError):

@@ -14,8 +14,10 @@ bounded (``LogLimits``): frames and bytes per reply, replies kept, and how long 
 reply is kept (its TTL). A reply over its frame or byte bound ends with the error ending
 ``internal_error``. ``Generation`` runs a reply's frames into the log as a task of its
 own, so that generation goes on after its consumer disconnects, for ``detach_grace_s``:
-if no delivery attaches again by then, the generation is cancelled (its upstream
-closed) and the log ends with the error ending ``producer_shutdown``.
+if no delivery attaches again by then, the generation is stopped (its upstream
+closed) and the log ends with the error ending ``reply_abandoned``. A generation is
+stopped with its own reason (``Generation.stop``): ``consumer_cancelled`` (the ``Cancel``
+RPC), ``producer_shutdown`` (the producer stops), ``reply_abandoned`` (the grace).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
+
+import structlog
 
 from shared.errors import Reason, RequestRefused
 
@@ -100,6 +104,11 @@ class LoggedReply(Protocol):
         ``LogEnded`` after the last entry when the reply ended with an error."""
         ...
 
+    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
+        """The generator's side: call ``on_cancel(caller)`` for each ``Cancel`` relayed
+        through the log by another replica (a log of one process relays none)."""
+        ...
+
 
 class ReplyLog(Protocol):
     limits: LogLimits
@@ -114,6 +123,11 @@ class ReplyLog(Protocol):
         generated or complete; the memory log refuses ``stream_limit`` when max replies
         are kept and none has ended (an ended one is dropped to make room, the oldest
         first)."""
+        ...
+
+    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
+        """Relay a ``Cancel`` to the replica generating the reply (a shared log); True once
+        the reply ended ``consumer_cancelled`` within ``wait_s``."""
         ...
 
     async def aclose(self) -> None: ...
@@ -168,6 +182,9 @@ class MemoryReply:
             self.error = error
             self.ended_at = self._clock()
             self._changed.notify_all()
+
+    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
+        return None  # every Cancel reaches this process itself
 
     async def read(self, after: int) -> AsyncIterator[Entry]:
         index = max(after, 0)
@@ -238,6 +255,9 @@ class MemoryReplyLog:
         self._replies[stream_id] = reply
         return reply
 
+    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
+        return False  # no other process generates a reply of this log
+
     async def aclose(self) -> None:
         return None
 
@@ -246,8 +266,9 @@ class Generation:
     """One reply's generation as a task of its own: ``frames`` are logged as they come.
 
     Deliveries ``attach()`` and ``detach()``; when the last one detaches before the reply
-    ended, generation goes on for ``grace_s``; if none attaches by then it is cancelled,
-    ``on_abandoned`` runs (it closes the upstream), and the log ends ``producer_shutdown``.
+    ended, generation goes on for ``grace_s``; if none attaches by then it is stopped
+    (``reply_abandoned``). A stopped generation's task is cancelled, ``on_abandoned`` runs
+    (it closes the upstream), and the log ends with the stop's reason.
     """
 
     def __init__(
@@ -265,6 +286,8 @@ class Generation:
         self._on_abandoned = on_abandoned
         self._grace: asyncio.TimerHandle | None = None
         self._frames = frames
+        #: Why the generation was stopped (the log's error ending); None: not stopped.
+        self.stopped: Reason | None = None
         self.task = asyncio.create_task(self._run(), name=f"generation-{reply.stream_id}")
 
     async def _run(self) -> None:
@@ -275,7 +298,7 @@ class Generation:
         except LogEnded as ended:  # the frames said the reply ends in error
             await self.reply.end(ended.reason)
         except asyncio.CancelledError:
-            await self.reply.end(Reason.PRODUCER_SHUTDOWN.value)
+            await self.reply.end((self.stopped or Reason.PRODUCER_SHUTDOWN).value)
             if self._on_abandoned is not None:
                 await self._on_abandoned()
             raise
@@ -297,7 +320,19 @@ class Generation:
             loop = asyncio.get_running_loop()
             self._grace = loop.call_later(self.grace_s, self._abandon)
 
+    def stop(self, reason: Reason) -> bool:
+        """Stop generating now; the log ends ``reason``. False if it had already ended."""
+        if self.task.done():
+            return False
+        if self.stopped is None:
+            self.stopped = reason
+            structlog.get_logger().info(
+                "generation_stopped", stream_id=self.reply.stream_id, reason=reason.value
+            )
+        self.task.cancel()
+        return True
+
     def _abandon(self) -> None:
         self._grace = None
         if self._attached == 0:
-            self.task.cancel()
+            self.stop(Reason.REPLY_ABANDONED)

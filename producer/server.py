@@ -376,25 +376,47 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         request: pb.CancelRequest | MalformedRequest,
         context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
     ) -> pb.CancelReply:
-        """A deliberate stop: the generation of this stream id's reply is cancelled at once
-        (its upstream closed, its log ended), not after the detach grace. Authenticated like
-        ``Open``; only the caller that started the generation may stop it."""
+        """A deliberate stop: the generation of this stream id's reply is stopped at once
+        (its upstream closed, its log ended ``consumer_cancelled``), not after the detach
+        grace, here or, through a shared log, on the replica that generates it.
+        Authenticated like ``Open``; only the caller that started the generation may stop
+        it."""
         structlog.contextvars.clear_contextvars()
         caller = await self._authenticate(context)
         stream_id = await self._check_cancel(request, context, caller)
         structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
         generation = self._generations.get(stream_id)
-        cancelled = (
-            generation is not None
-            and not generation.task.done()
-            and self._owners.get(stream_id) == caller
-        )
-        if cancelled:
-            assert generation is not None
-            generation.task.cancel()
+        relayed = generation is None or generation.task.done()
+        if relayed:
+            cancelled = await self.replies.request_cancel(stream_id, caller, RELAY_CANCEL_WAIT_S)
+        else:
+            cancelled = self._cancel_here(stream_id, caller)
         self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
-                       cancelled=cancelled)  # fmt: skip
+                       cancelled=cancelled, relayed=relayed)  # fmt: skip
         return pb.CancelReply(cancelled=cancelled)
+
+    def _cancel_here(self, stream_id: str, caller: str) -> bool:
+        """Stop this process's generation of the reply if ``caller`` started it."""
+        generation = self._generations.get(stream_id)
+        if generation is None or self._owners.get(stream_id) != caller:
+            return False
+        return generation.stop(Reason.CONSUMER_CANCELLED)
+
+    def _watch_relayed_cancels(self, reply: LoggedReply) -> None:
+        """A ``Cancel`` another replica relays through the shared log stops the generation
+        here as if it had come here."""
+
+        def relayed(caller: str) -> None:
+            generation = self._generations.get(reply.stream_id)
+            cancelled = (
+                generation is not None
+                and generation.reply is reply
+                and self._cancel_here(reply.stream_id, caller)
+            )
+            self._log.info("stream_cancel_relayed", stream_id=reply.stream_id, caller=caller,
+                           cancelled=cancelled)  # fmt: skip
+
+        reply.watch_cancel(relayed)
 
     async def _check_cancel(
         self,
@@ -571,7 +593,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         if reply.error is not None:
             if self.source.regenerates:
                 return False  # generated again, from the start
-            raise RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {reply.error}")
+            raise _ended_reply_refusal(reply.error)
         self._attach_to(reply, delivery)
         return True
 
@@ -656,6 +678,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             reply = await self.replies.create(stream_id, binding, checked.wire.value)
         except ReplyBusy:
             return False
+        self._watch_relayed_cancels(reply)
         codec = codec_for(checked.wire)
         if live is not None:
             generation = self._live_generation(reply, plan, live, codec)
@@ -800,11 +823,27 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await asyncio.wait(remaining, timeout=SHUTDOWN_ABORT_S)
         # Replies still generating for a consumer that left (its detach grace) end now: a
         # live one's upstream is closed and its ledger entry leaves reserved before exit.
-        generating = [g.task for g in self._generations.values() if not g.task.done()]
-        for task in generating:
-            task.cancel()
+        generating = [
+            g.task for g in self._generations.values() if g.stop(Reason.PRODUCER_SHUTDOWN)
+        ]
         if generating:
             await asyncio.wait(generating, timeout=SHUTDOWN_ABORT_S)
+
+
+#: Endings of a reply that a late resume is told as they are (not ``resume_unavailable``):
+#: its reader ends with that reason, as a reader attached at the time did.
+_TOLD_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
+#: How long a replica that relays a ``Cancel`` waits for the generator to confirm it (within
+#: the consumer's own wait for the answer, ``consumer.client.CANCEL_TIMEOUT_S``).
+RELAY_CANCEL_WAIT_S: Final = 1.5
+
+
+def _ended_reply_refusal(ending: str) -> RequestRefused:
+    """Why a reply that ended without its terminal (and cannot be made again) is not
+    delivered: its own ending when that names what happened, else ``resume_unavailable``."""
+    if ending in _TOLD_ENDINGS:
+        return RequestRefused(Reason(ending), "the reply ended so")
+    return RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {ending}")
 
 
 async def _abort_unless_gone(

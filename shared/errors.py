@@ -68,6 +68,7 @@ class Reason(StrEnum):
     RESUME_UNAVAILABLE = "resume_unavailable"
     RESUME_BINDING_MISMATCH = "resume_binding_mismatch"
     GENERATOR_LOST = "generator_lost"
+    REPLY_ABANDONED = "reply_abandoned"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -195,6 +196,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.GENERATOR_LOST: _info(
         _E, "UNAVAILABLE", "the replica generating a shared reply went silent (its lease lapsed)"
+    ),
+    Reason.REPLY_ABANDONED: _info(
+        _E, "UNAVAILABLE", "no consumer came back within --detach-grace-s: generation stopped"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"

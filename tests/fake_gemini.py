@@ -1086,7 +1086,11 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    fake = FakeGemini(api_key=args.api_key, google_auth_errors=args.google_auth_errors)
+    fake = FakeGemini(
+        api_key=args.api_key,
+        google_auth_errors=args.google_auth_errors,
+        pacing=Pacing(drip_delay=args.drip_delay_s),
+    )
     tls = None
     if args.tls_cert is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -1132,6 +1136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--google-auth-errors",
         action="store_true",
         help="answer a missing key with 403 and a wrong key with 400 API_KEY_INVALID (as Google)",
+    )
+    parser.add_argument(
+        "--drip-delay-s",
+        type=float,
+        default=Pacing().drip_delay,
+        help="seconds between the 8-byte pieces of a fake-slow-drip reply",
     )
     return asyncio.run(_serve(parser.parse_args(argv)))
 

@@ -4,18 +4,28 @@ breaks resumes on the same producer and completes, and the provider is called on
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.processes import FakeGeminiProcess, fake_gemini, run_consumer
+from consumer.children import stop_process
+from tests.processes import (
+    FakeGeminiProcess,
+    consumer_process,
+    fake_gemini,
+    run_consumer,
+    wait_for,
+)
 from tests.reset_proxy import ResetProxy
 from tests.test_gemini import API_KEY, gemini_producer
 
 pytestmark = pytest.mark.timeout(180)
 
 CASE = "backup-schedule"
+#: A bounded wait for what must happen at once (far longer than the grace it follows).
+PROMPTLY_S = 15.0
 
 
 @pytest.fixture(scope="module")
@@ -65,5 +75,41 @@ def test_a_producer_that_stops_ends_the_replies_still_generating(
     closed = [r for r in running.trace() if r["event"] == "provider_stream_closed"]
     assert len(closed) == 1
     assert len(fake.log()) == before + 1
+    entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
+    assert len(entries) == 1 and entries[0]["state"] != "reserved"
+
+
+def test_a_live_reply_nobody_comes_back_for_ends_reply_abandoned(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    """Its consumer vanished (SIGKILL: no Cancel) mid-reply and nobody attaches within
+    --detach-grace-s: the generation stops with its own reason, the upstream is closed, the
+    ledger settles, and a later Open of the stream id is told ``reply_abandoned`` (the live
+    reply cannot be made again)."""
+    stream_id = "abandoned"
+    before = len(fake.log())
+    with gemini_producer(
+        tmp_path, fake, "--detach-grace-s", "0.5", model="fake-slow-drip"
+    ) as running:
+        with consumer_process(tmp_path, running.target, "--case", CASE,
+                              "--stream-id", stream_id) as consumer:  # fmt: skip
+            wait_for(
+                lambda: any(r["event"] == "chunk_sent" for r in running.stream_trace(stream_id)),
+                timeout=30,
+            )
+            stop_process(consumer, signal.SIGKILL)
+        wait_for(
+            lambda: any(r["event"] == "provider_stream_closed" for r in running.trace()),
+            timeout=PROMPTLY_S,
+        )
+        late = run_consumer(running.target, "--case", CASE, "--stream-id", stream_id)
+        records = running.trace()
+    stopped = [r for r in records if r["event"] == "generation_stopped"]
+    assert [(r["stream_id"], r["reason"]) for r in stopped] == [(stream_id, "reply_abandoned")]
+    assert late.returncode == 5
+    assert (late.result["status"], late.result["reason"]) == ("error", "reply_abandoned")
+    assert late.result["accepted_answer"] is None
+    assert len(fake.log()) == before + 1
+    assert fake.log()[before]["body_completed"] is False
     entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
     assert len(entries) == 1 and entries[0]["state"] != "reserved"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import ROOT, wait_for
+from tests.redis_server import redis_server
 from tests.test_timeline import parse_table
 from tools import view_samples
 
@@ -40,6 +41,7 @@ TWO_TERMINALS = f"{HERE}::test_two_terminals"
 VIEW = "tests/test_view.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
+REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
 
 
@@ -107,7 +109,10 @@ RUN_BY = {
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
     ".venv/bin/python -m bench.flow_window": BENCH,
-    ".venv/bin/python -m bench.throughput": BENCH,
+    ".venv/bin/python -m bench.profile decoders": BENCH,
+    ".venv/bin/python -m bench.profile streams": BENCH,
+    "make bench": "tests/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "
+    "BENCH_OUT in a temporary directory: the full size takes ~15 minutes)",
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
@@ -121,6 +126,7 @@ for _block, _test in (
     (sh_block("--stream-id r1"), TIMELINE),
     (sh_block("tests.fake_gemini"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
+    (sh_block("two replicas sharing one reply log"), REPLICAS),
 ):
     RUN_BY.update(dict.fromkeys(commands_of_sh(_block), _test))
 
@@ -145,7 +151,7 @@ def test_every_command_shown_is_run_or_explained() -> None:
 
 
 def run_recipe(
-    block: str, tmp_path: Path, timeout: float = 150
+    block: str, tmp_path: Path, timeout: float = 150, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """A README block as written, in its own session (so every process it left is stoppable)."""
     process = subprocess.Popen(
@@ -154,7 +160,7 @@ def run_recipe(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})},
         start_new_session=True,
     )
     try:
@@ -263,6 +269,22 @@ def test_timeline_recipe(tmp_path: Path) -> None:
 
 
 @NEEDS_JQ
+def test_replicas_recipe(tmp_path: Path) -> None:
+    """Two replicas on a private Redis server; the one serving the stream is killed: the
+    consumer resumes on the other and prints what the README says."""
+    with redis_server() as server:
+        done = run_recipe(
+            sh_block("two replicas sharing one reply log"), tmp_path, env={"REDIS_URL": server.url}
+        )
+    assert done.returncode == 0, done.stderr
+    shown = '{"status":"complete","reason":null,"reconnects":1}'
+    assert done.stdout == shown + "\n"
+    assert f"It prints `{shown}`" in README
+    (directory,) = made_dirs(tmp_path)
+    assert json.loads((directory / "replicated.json").read_text())["stream_id"] == "replicated"
+
+
+@NEEDS_JQ
 def test_fake_gemini_walkthrough(tmp_path: Path) -> None:
     done = run_recipe(sh_block("tests.fake_gemini"), tmp_path)
     assert done.returncode == 0, done.stderr
@@ -340,7 +362,14 @@ def test_development_commands() -> None:
 
 
 def test_benchmarks() -> None:
-    for module in ("bench.flow_window", "bench.throughput"):
-        done = shell(f".venv/bin/python -m {module}")
+    for what in ("decoders", "streams"):
+        done = shell(f".venv/bin/python -m bench.profile {what}")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip()
+        assert "Ordered by: internal time" in done.stdout
+    done = shell(".venv/bin/python -m bench.flow_window")
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
+        "grpc defaults",
+        "window 64 KiB, BDP off",
+        "window 16 KiB, BDP off",
+    }

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from producer.redis_replylog import RedisReply, RedisReplyLog
+from producer.redis_replylog import MAX_CANCEL_REQUESTS, RedisReply, RedisReplyLog
 from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy
 from shared.errors import Reason
 from tests.redis_server import RedisServer, redis_server
@@ -82,7 +82,7 @@ def test_an_error_ending_and_the_bounds(server: RedisServer) -> None:
         found = await b.find("t")
         assert found is not None and found.error == Reason.INTERNAL_ERROR.value
         # Ended: its keys expire ttl_s after the end, its lease is gone.
-        lease, log_key, meta = a.keys("s")
+        lease, log_key, meta, _ = a.keys("s")
         for key in (log_key, meta):
             assert 0 < await a.client.pttl(key) <= 30_000
         assert not await a.client.exists(lease)
@@ -149,3 +149,48 @@ def test_two_replicas_creating_one_reply_at_once_one_generates(server: RedisServ
         await close(a, b)
 
     asyncio.run(scenario())
+
+
+def test_a_cancel_relayed_by_another_replica_reaches_the_generator_at_once(
+    server: RedisServer,
+) -> None:
+    """b relays two callers' Cancel while a generates: a's watcher hears each at once (long
+    before a lease refresh would), in order; b is answered ``True`` once the reply ended
+    ``consumer_cancelled``, ``False`` when it did not end in time, or when nothing is
+    generated. A new generation of the stream id does not inherit a stale request."""
+    lease_s = 30.0  # the watcher waits up to 10 s between refreshes: a prompt hear is BLPOP's
+
+    async def scenario() -> None:
+        shared = LogLimits(lease_s=lease_s)
+        a = RedisReplyLog(server.url, shared, prefix="t-cancel:")
+        b = RedisReplyLog(server.url, shared, prefix="t-cancel:")
+        assert await b.request_cancel("s", "alice", 0.1) is False  # nothing generated
+        reply = await a.create("s", "b" * 64, "lp")
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        reply.watch_cancel(heard.put_nowait)
+        await reply.append(Entry(1, b"x"))
+        assert await b.request_cancel("s", "mallory", 0.2) is False  # not stopped in time
+        assert await asyncio.wait_for(heard.get(), 5) == "mallory"
+        relayed = asyncio.create_task(b.request_cancel("s", "alice", 5))
+        assert await asyncio.wait_for(heard.get(), 5) == "alice"
+        await reply.end(Reason.CONSUMER_CANCELLED.value)
+        assert await relayed is True
+        assert await b.request_cancel("s", "alice", 0.1) is False  # ended: no generator
+        # Bounded: a flood of relays keeps only the newest requests.
+        flooded = await a.create("f", "b" * 64, "lp")
+        for index in range(MAX_CANCEL_REQUESTS + 5):
+            assert await b.request_cancel("f", f"c{index}", 0) is False
+        queued = await a.client.lrange(a.keys("f")[3], 0, -1)
+        assert [q.decode() for q in queued] == [f"c{i}" for i in range(5, MAX_CANCEL_REQUESTS + 5)]
+        await flooded.end()
+        # A stale request left by a relay that came just before the reply ended...
+        await a.client.rpush(a.keys("s")[3], "stale")
+        again = await a.create("s", "b" * 64, "lp")  # (after an error: generated again)
+        heard_again: asyncio.Queue[str] = asyncio.Queue()
+        again.watch_cancel(heard_again.put_nowait)
+        assert await a.client.llen(a.keys("s")[3]) == 0
+        await again.end()
+        assert heard_again.empty()
+        await close(a, b)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import structlog
 
 from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
@@ -32,18 +35,25 @@ from producer.redis_replylog import RedisReplyLog
 from producer.replylog import Entry, LogLimits
 from producer.server import ServerSettings, start_server, stop_server
 from producer.sources.recording import RecordingSource
+from producer.states import StreamState
 from shared.digest import digest
 from shared.errors import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.processes import ROOT, consumer_process, producer, run_consumer, wait_for
+from tests.processes import ROOT, Producer, consumer_process, producer, run_consumer, wait_for
 from tests.redis_server import free_port, redis_server
 from tests.reset_proxy import ResetProxy
 from tests.test_resume import CASE, essence
 
 LEASE_S = "1"
+FINAL_STATES = frozenset(
+    state.value
+    for state in StreamState
+    if state not in (StreamState.RECEIVED, StreamState.VERIFIED, StreamState.STREAMING,
+                     StreamState.STALLED)
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("log", ["kept", "lost"])
@@ -161,3 +171,104 @@ def test_a_reply_log_that_does_not_answer_stops_the_producer() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("producer: cannot use --reply-log redis://127.0.0.1:")
     assert done.stderr.count("\n") == 1 and "hunter2" not in done.stderr
+
+
+#: Evidence 4: streams in flight when one of two replicas gets SIGTERM.
+IN_FLIGHT = 20
+#: The SIGTERMed replica's --shutdown-grace-s: streams that can finish within it do so there.
+SHUTDOWN_GRACE_S = "1"
+
+
+def test_sigterm_on_one_of_two_replicas_with_streams_in_flight(
+    tmp_path: Path, recording: Recording
+) -> None:
+    """20 streams over one multi-address target (round_robin over replicas a and b, one
+    Redis reply log); a gets SIGTERM while every stream is under way. Each stream either
+    completes on a within its grace, or a ends it (``shutdown``, ``UNAVAILABLE`` /
+    ``producer_shutdown``) and it resumes on b: every one ends complete with the unbroken
+    result, and each replica's trace has each of its deliveries' final state."""
+    with redis_server() as server:
+        shared = ("--reply-log", server.url, "--reply-log-lease-s", LEASE_S, "--log-level", "debug")
+        with (
+            producer(tmp_path, *shared, "--shutdown-grace-s", SHUTDOWN_GRACE_S, name="a") as a,
+            producer(tmp_path, *shared, name="b") as b,
+        ):
+            target = f"ipv4:127.0.0.1:{a.port},127.0.0.1:{b.port}"
+            unbroken = run_consumer(b.target, "--case", CASE, "--stream-id", "unbroken")
+            assert unbroken.returncode == 0, unbroken.result
+            stream_ids = [f"flight-{i:02d}" for i in range(IN_FLIGHT)]
+            with ThreadPoolExecutor(1) as pool:
+                running = pool.submit(resuming_replies, target, recording, stream_ids)
+                wait_for(lambda: _streaming(a, b) >= set(stream_ids), timeout=60, interval=0.1)
+                on_a = set(stream_ids) & {str(r.get("stream_id")) for r in a.trace()}
+                assert on_a, "round_robin sent none of them to a"
+                assert stop_process(a.process, signal.SIGTERM) == 0
+                results = running.result(timeout=120)
+            a_trace, b_trace = a.trace(), b.trace()
+    for stream_id, result in zip(stream_ids, results, strict=True):
+        assert essence(result) == essence(unbroken.result), (stream_id, result)
+    finals_a, finals_b = _finals(a_trace), _finals(b_trace)
+    completed_on_a = {s for s in on_a if finals_a[s] == ["completed"]}
+    resumed = {s for s in on_a if finals_a[s] == ["shutdown"]}
+    assert completed_on_a | resumed == on_a
+    assert resumed, "the grace let every stream finish: nothing resumed"
+    for stream_id in resumed:
+        # b attached to the reply a logged and delivered the rest.
+        delivered = [r for r in b_trace if r.get("stream_id") == stream_id
+                     and r.get("input") == "attach"]  # fmt: skip
+        assert len(delivered) == 1 and delivered[0]["resume_after"] >= 1
+        assert finals_b[stream_id] == ["completed"]
+        assert results[stream_ids.index(stream_id)]["stats"]["reconnects"] >= 1
+    for stream_id in set(stream_ids) - on_a:
+        assert finals_b[stream_id] == ["completed"]
+    # a's own count: every stream it opened ended once, as completed or shutdown.
+    (stopped,) = [r for r in a_trace if r["event"] == "producer_stopped"]
+    assert stopped["streams_opened"] == len(on_a) + stopped["streams_refused"]
+    assert (stopped["streams_completed"], stopped["streams_shutdown"]) == (
+        len(completed_on_a),
+        len(resumed),
+    )
+    print(f"on a: {len(on_a)}; completed there: {len(completed_on_a)}; resumed on b: "
+          f"{len(resumed)}")  # fmt: skip
+
+
+def resuming_replies(
+    target: str, recording: Recording, stream_ids: list[str]
+) -> list[dict[str, Any]]:
+    """One in-process consumer per stream id, all at once, each with resumes on, the slow
+    half at 400 ms a frame and the others at 100 ms; their result documents, in order."""
+    log = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+    )
+    case = recording.case(CASE)
+    options = StreamOptions(target=target, deadline_s=60, resume_attempts=5, resume_backoff_s=0.05)
+
+    async def one(index: int, stream_id: str) -> dict[str, Any]:
+        request = ReplyRequest(
+            case_id=case.case_id,
+            binding=case.binding,
+            wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("frame"),
+            stream_id=stream_id,
+            chunk_interval_ms=400 if index % 2 else 100,
+        )
+        return (await stream_reply(request, options, logger=log)).to_dict()
+
+    async def all_of_them() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stream_ids))))
+
+    return asyncio.run(all_of_them())
+
+
+def _streaming(*replicas: Producer) -> set[str]:
+    """The stream ids some replica has sent a chunk of."""
+    return {r["stream_id"] for p in replicas for r in p.trace() if r["event"] == "chunk_sent"}
+
+
+def _finals(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each stream id's final states in one trace (one per delivery)."""
+    finals: dict[str, list[str]] = {}
+    for record in records:
+        if record["event"] == "state_changed" and record["to_state"] in FINAL_STATES:
+            finals.setdefault(record["stream_id"], []).append(record["to_state"])
+    return finals

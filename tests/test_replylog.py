@@ -76,7 +76,7 @@ def test_ended_replies_expire_and_make_room() -> None:
     asyncio.run(scenario())
 
 
-def test_generation_goes_on_for_the_grace_then_ends_producer_shutdown() -> None:
+def test_generation_goes_on_for_the_grace_then_ends_reply_abandoned() -> None:
     async def scenario() -> tuple[list[int], str | None, bool]:
         closed = asyncio.Event()
         gate = asyncio.Event()
@@ -100,4 +100,30 @@ def test_generation_goes_on_for_the_grace_then_ends_producer_shutdown() -> None:
         sequences = [entry.sequence for entry in reply.entries]
         return sequences, reply.error, generation.task.cancelled()
 
-    assert asyncio.run(scenario()) == ([1], Reason.PRODUCER_SHUTDOWN.value, True)
+    assert asyncio.run(scenario()) == ([1], Reason.REPLY_ABANDONED.value, True)
+
+
+@pytest.mark.parametrize("reason", [Reason.CONSUMER_CANCELLED, Reason.PRODUCER_SHUTDOWN])
+def test_a_stopped_generation_ends_the_log_with_the_reason_it_was_stopped_for(
+    reason: Reason,
+) -> None:
+    async def scenario() -> tuple[bool, str | None, bool, bool]:
+        gate = asyncio.Event()
+
+        async def frames() -> AsyncIterator[Entry]:
+            yield Entry(1, b"x")
+            await gate.wait()
+            yield Entry(2, b"y")
+
+        log = MemoryReplyLog()
+        reply = await log.create("s", "b", "lp")
+        generation = Generation(reply, frames(), grace_s=60)
+        generation.attach()
+        await asyncio.sleep(0)
+        stopped = generation.stop(reason)
+        again = generation.stop(Reason.REPLY_ABANDONED)  # the first reason stays
+        await asyncio.gather(generation.task, return_exceptions=True)
+        late = generation.stop(reason)  # ended: nothing to stop
+        return stopped, reply.error, again, late
+
+    assert asyncio.run(scenario()) == (True, reason.value, True, False)
