@@ -199,6 +199,18 @@ def dropped_by_grpc(end: StreamEnded) -> bool:
     return end.code is grpc.StatusCode.CANCELLED and end.details == "CANCELLED"
 
 
+def refused_by_http2(end: StreamEnded) -> bool:
+    """The producer's HTTP/2 layer refused the stream unprocessed (RST_STREAM with
+    REFUSED_STREAM, error code 7): its connection already held the streams it allows at
+    once (``--max-streams`` + 1), a burst on one shared connection racing the streams
+    that just ended. No stream began; it is the stream limit, said by the transport."""
+    return (
+        end.code is grpc.StatusCode.UNAVAILABLE
+        and "RST_STREAM" in end.details
+        and "error code 7" in end.details
+    )
+
+
 def backoff_s(options: StreamOptions, attempt: int) -> float:
     """Capped exponential backoff with jitter (half to all of it) before resume ``attempt``."""
     capped = min(options.resume_backoff_max_s, options.resume_backoff_s * 2.0 ** (attempt - 1))
@@ -559,6 +571,8 @@ class StreamSession:
             return self._not_streamed(Reason(end.details), transport)
         if nothing_received and dropped_by_grpc(end):
             return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
+        if nothing_received and refused_by_http2(end):
+            return self._not_streamed(Reason.STREAM_LIMIT, transport)
         return self.consumer.transport_error(transport, reason=_transport_reason(end))
 
     def _not_streamed(self, reason: Reason, transport: dict[str, Any]) -> StreamResult:
@@ -584,11 +598,41 @@ def channel_key(options: StreamOptions) -> ChannelKey:
     return (options.target, options.security, tuple(channel_options(options)))
 
 
+#: How long a new channel's first streams wait for its connection before they are sent.
+CONNECT_WAIT_S: Final = 5.0
+_SETTLED: Final = frozenset(
+    {
+        grpc.ChannelConnectivity.READY,
+        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        grpc.ChannelConnectivity.SHUTDOWN,
+    }
+)
+
+
+async def _connected(channel: grpc.aio.Channel) -> None:
+    """Wait (bounded) until a new channel is connected or has failed. Streams sent on it
+    before the producer's HTTP/2 SETTINGS arrive are not held to its concurrent-stream
+    bound: a burst past the bound is refused (RST_STREAM REFUSED_STREAM, UNAVAILABLE to
+    the caller); once connected, gRPC queues the excess until streams end. A channel that
+    failed, or is still connecting after the bound, is used as it is (its call fails or
+    waits as it would have)."""
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + CONNECT_WAIT_S
+    state = channel.get_state(try_to_connect=True)
+    while state not in _SETTLED and loop.time() < ends_at:
+        try:
+            await asyncio.wait_for(channel.wait_for_state_change(state), ends_at - loop.time())
+        except TimeoutError:
+            return
+        state = channel.get_state()
+
+
 @dataclass(slots=True, eq=False)
 class _Kept:
-    """A channel the client keeps, and how many streams use it now."""
+    """A channel the client keeps, how many streams use it now, and its first connection."""
 
     channel: grpc.aio.Channel
+    connecting: asyncio.Task[None]
     users: int = 0
     retired: bool = False
 
@@ -605,7 +649,9 @@ class ReplyClient:
     channel: the resume and later streams open a new one (the old one, in gRPC's
     reconnect backoff, is closed once its last stream ends). Many concurrent streams on
     one channel share one connection, and so the producer's per-connection stream bound
-    (``--max-streams`` + 1): beyond it gRPC queues them in the client.
+    (``--max-streams`` + 1): beyond it gRPC queues them in the client (a new channel's
+    first streams wait for its connection, so they are held to the bound too), and a
+    stream the producer's HTTP/2 layer still refuses at that bound is ``stream_limit``.
     """
 
     def __init__(
@@ -637,9 +683,12 @@ class ReplyClient:
         key = channel_key(options)
         kept = self._kept.get(key)
         if kept is None:
-            kept = self._kept[key] = _Kept(open_channel(options))
+            channel = open_channel(options)
+            kept = self._kept[key] = _Kept(channel, asyncio.create_task(_connected(channel)))
         kept.users += 1
         try:
+            if not kept.connecting.done():
+                await asyncio.shield(kept.connecting)
             yield kept.channel
         finally:
             kept.users -= 1
@@ -659,11 +708,12 @@ class ReplyClient:
 
     async def close(self) -> None:
         """Close every channel (a stream still running on one ends ``CANCELLED``)."""
-        channels = [kept.channel for kept in (*self._kept.values(), *self._retired)]
+        kept = [*self._kept.values(), *self._retired]
         self._kept.clear()
         self._retired.clear()
-        for channel in channels:
-            await channel.close(None)
+        for each in kept:
+            each.connecting.cancel()
+            await each.channel.close(None)
 
     async def stream(
         self,

@@ -12,10 +12,11 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+import grpc
 import pytest
 import structlog
 
-from consumer.client import ReplyClient, StreamOptions, stream_reply
+from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession, stream_reply
 from producer.cli import build_parser
 from producer.server import DEFAULT_MAX_PENDING, server_options
 from shared.errors import REASONS, Reason, Status
@@ -136,3 +137,31 @@ def test_max_pending_default_and_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("REPLYWIRE_MAX_PENDING", "7")
     assert build_parser().parse_args([]).max_pending == 7
     assert build_parser().parse_args(["--max-pending", "9"]).max_pending == 9
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected"),
+    [
+        # gRPC dropped it before the servicer (past --max-pending).
+        ("CANCELLED", "CANCELLED", ("refused", "producer_overloaded")),
+        # The producer's HTTP/2 layer refused it unprocessed: the connection's stream bound.
+        (
+            "UNAVAILABLE",
+            "Stream removed (RST_STREAM (Received RST_STREAM with error code 7))",
+            ("refused", "stream_limit"),
+        ),
+        # Anything else before a chunk stays a transport error.
+        ("UNAVAILABLE", "Connection reset by peer", ("error", "transport_io_error")),
+        ("CANCELLED", "Locally cancelled by application!", ("error", "transport_io_error")),
+    ],
+)
+def test_how_the_transport_refused_a_stream_is_named(
+    recording: Recording, code: str, details: str, expected: tuple[str, str]
+) -> None:
+    request = ReplyRequest(case_id=CASE, binding=recording.case(CASE).binding, stream_id="r")
+    session = StreamSession(
+        request.open_request(), request.consumer(), StreamOptions(target="x"), quiet()
+    )
+    result = session._ended(StreamEnded(grpc.StatusCode[code], details))
+    assert (result.status.value, result.reason) == expected
+    assert result.transport == {"grpc_code": code, "grpc_details": details}
