@@ -5,6 +5,7 @@ pseudo-terminal (the command line, as a person runs it); every reason code in wo
 from __future__ import annotations
 
 import asyncio
+import difflib
 import fcntl
 import io
 import json
@@ -403,6 +404,7 @@ MASKS = (
     (re.compile(r"(peer=ipv4:127\.0\.0\.1:)\d+"), r"\1PORT"),
     (re.compile(r"backoff_ms=[\d.]+"), "backoff_ms=N"),
     (re.compile(r"paused \d+×"), "paused N×"),
+    (re.compile(r"queue \d+/"), "queue N/"),
     # How many tries failed while a producer was down: timing (0 stays 0).
     (re.compile(r"\b(reconnects[ =])[1-9]\d*"), r"\1N"),
 )
@@ -468,7 +470,14 @@ def test_the_readme_view_samples_are_real_runs() -> None:
         if name.startswith("trace-"):
             assert timeline_shape(sample) == timeline_shape(shown), name
         else:
-            assert masked(sample, name) == masked(shown, name), name
+            assert masked(sample, name) == masked(shown, name), differences(name, shown, sample)
+
+
+def differences(name: str, shown: str, fresh: str) -> str:
+    """What differs, masked, as a diff from the README's sample to the fresh run's."""
+    before, after = ([*trace, *rest] for trace, rest in (masked(shown, name), masked(fresh, name)))
+    diff = difflib.unified_diff(before, after, "README", "this run", lineterm="")
+    return f"{name}:\n" + "\n".join(diff) + f"\n--- this run, unmasked:\n{fresh}"
 
 
 def test_the_tour_stops_and_restarts_the_producer_for_real() -> None:

@@ -22,6 +22,7 @@ import functools
 import io
 import logging
 import os
+import random
 import re
 import signal
 import socket
@@ -105,10 +106,27 @@ def console_producer(trace: Path) -> Iterator[str]:
         stop_producer(process)
 
 
-def free_port() -> str:
+@contextmanager
+def refusing_port() -> Iterator[str]:
+    """A port where connections are refused for as long as this holds it: bound, never
+    listening, so no other process can take it meanwhile."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
+        yield str(sock.getsockname()[1])
+
+
+def quiet_port() -> str:
+    """A free port below the range the system picks outgoing connections' ports from, so
+    none of those takes it while the tour's producer is stopped and started again."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return str(port)
+    raise RuntimeError("no free port between 20000 and 32000")
 
 
 def consumer_screen(target: str, *args: str) -> str:
@@ -262,7 +280,7 @@ def tour(directory: Path) -> dict[str, str]:
     """The tour's four streams through one producer (stopped twice, restarted once)."""
     traces = (directory / "producer.jsonl", directory / "consumer.jsonl")
     traces[1].touch()
-    producer = TourProducer(free_port(), traces[0])
+    producer = TourProducer(quiet_port(), traces[0])
     producer.start()
     try:
         screens = {
@@ -305,12 +323,12 @@ def samples() -> dict[str, str]:
     """Every sample section, by name (``view-*``, ``trace-*``), from real runs."""
     with tempfile.TemporaryDirectory() as directory:
         trace = Path(directory) / "producer.log"
-        nobody = free_port()
         with console_producer(trace) as target:
             consumer_screen(target)
             consumer_screen(target, "--fault", "truncate-tail")
             frame = live_frame(target)
-        nothing = consumer_screen(f"127.0.0.1:{nobody}")
+        with refusing_port() as nobody:
+            nothing = consumer_screen(f"127.0.0.1:{nobody}")
         served = trace.read_text(encoding="utf-8")
         toured = tour(Path(directory))
     # The producer's lines about the live frame's stream are left out: two streams show it.
