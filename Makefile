@@ -12,7 +12,7 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos test lint fuzz demo trace run-producer run-consumer lock clean
+.PHONY: setup protos test lint fuzz bench demo trace run-producer run-consumer lock clean
 
 setup: $(STAMP) $(GENERATED)
 
@@ -50,6 +50,13 @@ test: setup lint
 # The producer's request parsing under 100,000 fuzzed inputs (make test runs a few hundred).
 fuzz: setup
 	REPLYWIRE_FUZZ_EXAMPLES=100000 $(PY) -m pytest -q tests/test_fuzz.py
+
+# Every benchmark side by side into bench/results.md and bench/results.json (full: ~15 min on
+# 2 cores). BENCH_SIZE=tiny runs each once in seconds (make test does, in tests/test_bench.py).
+BENCH_SIZE ?= full
+BENCH_OUT ?= bench
+bench: setup
+	BENCH_SIZE=$(BENCH_SIZE) $(PY) -m bench --out $(BENCH_OUT)
 
 demo: setup
 	@$(PY) -m consumer demo

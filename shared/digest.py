@@ -20,11 +20,10 @@ def digest(value: Any) -> str:
 
 
 def _unique_pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in items:
-        if key in result:
-            raise ValueError("duplicate_json_key")
-        result[key] = value
+    # dict() keeps the last of equal keys: fewer keys than pairs means a duplicate.
+    result = dict(items)
+    if len(result) != len(items):
+        raise ValueError("duplicate_json_key")
     return result
 
 
@@ -32,12 +31,33 @@ def _reject_constant(value: str) -> Any:
     raise ValueError("invalid_json_constant")
 
 
+#: Built once: ``json.loads`` with any hook builds a new decoder and scanner per call.
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+_SCAN_ONCE = _STRICT_DECODER.scan_once  # type: ignore[attr-defined]  # set in __init__
+
+
 def strict_json(text: str | bytes) -> Any:
     """Parse JSON, refusing duplicate object keys and NaN / Infinity (the lab's ``strict_json``).
 
     Raises ``ValueError`` (``json.JSONDecodeError`` is one) or ``RecursionError``.
     """
-    return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+    if isinstance(text, bytes | bytearray):
+        # What json.loads does with bytes: UTF-8, -16 or -32, told by the first bytes.
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif not isinstance(text, str):
+        raise TypeError(f"the JSON object must be str or bytes, not {type(text).__name__}")
+    elif text.startswith("\ufeff"):  # as json.loads refuses a str that starts with a BOM
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    # The common case in one scanner call: a value from the first character to the last.
+    # Anything else (surrounding whitespace, extra data, no value) takes decode()'s path,
+    # which accepts or refuses it exactly as json.loads does.
+    try:
+        value, end = _SCAN_ONCE(text, 0)
+    except StopIteration:
+        return _STRICT_DECODER.decode(text)
+    if end != len(text):
+        return _STRICT_DECODER.decode(text)
+    return value
 
 
 def within_depth(value: Any, max_depth: int) -> bool:

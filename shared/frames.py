@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from shared.errors import Reason, RequestRefused
 
@@ -52,6 +53,35 @@ class Frame:
     reason: object = None
     #: done only, and only where the wire carries it (lp and ndjson; ndjson-lab has none).
     done_digest: DoneDigest | None = None
+
+
+# The slots' own setters: a frozen dataclass's __init__ goes through object.__setattr__
+# per field, which costs more than the rest of decoding a small frame.
+_NEW_FRAME: Final = object.__new__
+_SET_FIELDS: Final = tuple(
+    Frame.__dict__[name].__set__
+    for name in ("sequence", "kind", "binding_sha256", "text", "reason", "done_digest")
+)
+
+
+def decoded_frame(
+    sequence: object,
+    kind: FrameKind,
+    binding_sha256: object,
+    text: object = None,
+    reason: object = None,
+    done_digest: DoneDigest | None = None,
+) -> Frame:
+    """``Frame(...)`` for the decoders' per-frame path: an equal frame, in a third of the time."""
+    frame: Frame = _NEW_FRAME(Frame)
+    set_sequence, set_kind, set_binding, set_text, set_reason, set_digest = _SET_FIELDS
+    set_sequence(frame, sequence)
+    set_kind(frame, kind)
+    set_binding(frame, binding_sha256)
+    set_text(frame, text)
+    set_reason(frame, reason)
+    set_digest(frame, done_digest)
+    return frame
 
 
 def content_sha256(content: str) -> str:

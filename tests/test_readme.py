@@ -111,7 +111,10 @@ RUN_BY = {
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
     ".venv/bin/python -m bench.flow_window": BENCH,
-    ".venv/bin/python -m bench.throughput": BENCH,
+    ".venv/bin/python -m bench.profile decoders": BENCH,
+    ".venv/bin/python -m bench.profile streams": BENCH,
+    "make bench": "tests/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "
+    "BENCH_OUT in a temporary directory: the full size takes ~15 minutes)",
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
@@ -389,7 +392,14 @@ def test_development_commands() -> None:
 
 
 def test_benchmarks() -> None:
-    for module in ("bench.flow_window", "bench.throughput"):
-        done = shell(f".venv/bin/python -m {module}")
+    for what in ("decoders", "streams"):
+        done = shell(f".venv/bin/python -m bench.profile {what}")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip()
+        assert "Ordered by: internal time" in done.stdout
+    done = shell(".venv/bin/python -m bench.flow_window")
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
+        "grpc defaults",
+        "window 64 KiB, BDP off",
+        "window 16 KiB, BDP off",
+    }

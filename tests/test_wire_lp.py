@@ -7,9 +7,12 @@ Payloads in the refusal tests are written by hand in the protobuf wire format
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.errors import ProtocolFailure, Reason
 from shared.frames import DoneDigest, Frame, FrameKind
+from shared.pb import replywire_pb2 as pb
 from shared.wire import NEED_DATA, WireFormat, codec_for, lp
 from shared.wire.lp import HEADER_BYTES, LengthPrefixedCodec, LengthPrefixedDecoder
 
@@ -442,3 +445,87 @@ def test_hand_written_wire_format_helpers() -> None:
     assert lfield(3, lfield(1, b"a")) == b"\x1a\x03\x0a\x01a"
     assert tag(2, LEN) == b"\x12"
     assert header(258) == b"\x00\x00\x00\x01\x02"
+
+
+# --- one parse: the fast path agrees with the scanner on every payload ------------------
+
+
+def reference_parse(payload: bytes) -> Frame | Reason:
+    """The scanner first, then protobuf: how every payload was parsed before the fast path."""
+    try:
+        lp._scan(payload, 0, len(payload), lp._FRAME, top=True)
+        message = pb.Frame.FromString(payload)
+    except ProtocolFailure as failure:
+        return failure.reason
+    if message.WhichOneof("kind") is None:
+        return Reason.MISSING_FRAME_KIND
+    return lp_frame(message)
+
+
+def lp_frame(message: pb.Frame) -> Frame:
+    """The frame a message the scanner accepted stands for, built without parse_frame's path."""
+    which = FrameKind(str(message.WhichOneof("kind")))
+    sequence, binding = message.sequence, message.binding_sha256
+    if which is FrameKind.CONTENT_DELTA:
+        text = message.content_delta.text
+        return Frame(sequence=sequence, kind=which, binding_sha256=binding, text=text)
+    if which is FrameKind.DONE:
+        claim = DoneDigest(
+            content_sha256=message.done.content_sha256,
+            content_frames=message.done.content_frames,
+        )
+        return Frame(sequence=sequence, kind=which, binding_sha256=binding, done_digest=claim)
+    stop = message.error if which is FrameKind.ERROR else message.cancel
+    return Frame(sequence=sequence, kind=which, binding_sha256=binding, reason=stop.reason)
+
+
+def fast_parse(payload: bytes) -> Frame | Reason:
+    try:
+        return lp.parse_frame(payload)
+    except ProtocolFailure as failure:
+        return failure.reason
+
+
+# Payloads the size check alone would let through: a ten-byte varint whose last byte
+# carries bits past 64 (protobuf drops them; the value keeps bit 63, so the same size).
+OVERFLOWS = [
+    vfield(1, 1)[:1] + b"\xff" * 9 + b"\x03" + lfield(3, b""),
+    lfield(4, tag(2, VARINT) + b"\xff" * 9 + b"\x7f"),
+    lfield(4, tag(2, VARINT) + b"\x80" * 9 + b"\x03"),
+]
+# Valid payloads in a non-canonical encoding: the scanner accepts them, so must the fast path.
+NON_CANONICAL = [
+    vfield(1, 0) + lfield(3, lfield(1, b"a")),  # a default written out
+    b"\x08\x81\x00" + lfield(3, lfield(1, b"a")),  # an overlong varint
+    lfield(3, lfield(1, b"")) + vfield(1, 5),  # an empty string written out, fields reordered
+    vfield(1, 2**64 - 1) + lfield(4, lfield(1, b"") + vfield(2, 2**63)),
+]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [payload for _, payload, _ in REFUSALS] + STREAM_PAYLOADS + OVERFLOWS + NON_CANONICAL,
+)
+def test_one_parse_agrees_with_the_scanner(payload: bytes) -> None:
+    assert fast_parse(payload) == reference_parse(payload)
+
+
+def test_overflowing_varints_are_refused_precisely() -> None:
+    for payload in OVERFLOWS:
+        assert fast_parse(payload) is Reason.INVALID_FRAME_PAYLOAD
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(STREAM_PAYLOADS + NON_CANONICAL),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), min_size=1, max_size=3),
+    st.binary(max_size=12),
+)
+def test_one_parse_agrees_with_the_scanner_on_mutations(
+    payload: bytes, edits: list[tuple[int, int]], tail: bytes
+) -> None:
+    mutated = bytearray(payload)
+    for position, value in edits:
+        mutated[position % len(mutated)] = value
+    for candidate in (bytes(mutated), payload + tail, bytes(mutated[: len(mutated) // 2])):
+        assert fast_parse(candidate) == reference_parse(candidate)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, derive_frames
 from shared.machine import MAX_FRAME_BYTES
@@ -745,3 +746,55 @@ def test_lab_pattern_gives_299_chunks_for_replace_file(recording: Recording) -> 
         *frames[:-1],
         Frame(sequence=10, kind=FrameKind.DONE, binding_sha256=case.binding_sha256),
     ]
+
+
+# --- strict_json: one decoder built once, the same verdicts as json.loads with the hooks ----
+
+
+def lab_strict_json(text: str | bytes) -> Any:
+    """The lab's strict_json: json.loads with the duplicate-key and constant hooks."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in items:
+            if key in result:
+                raise ValueError("duplicate_json_key")
+            result[key] = value
+        return result
+
+    def constant(value: str) -> Any:
+        raise ValueError("invalid_json_constant")
+
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+
+
+def verdict(parse: Any, text: str | bytes) -> tuple[str, Any]:
+    try:
+        return "ok", parse(text)
+    except (ValueError, RecursionError) as error:
+        return type(error).__name__, str(error)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":1}',
+        ' {"a":1} \n',
+        '{"a":1,"a":2}',
+        '{"x":{"a":1,"a":2}}',
+        "NaN",
+        '{"a":-Infinity}',
+        "[1,2]x",
+        "",
+        "   ",
+        "\ufeff{}",
+        b"\xef\xbb\xbf{}",
+        '"s"',
+        "12",
+        b'{"c":[1,{"d":null}]}',
+        "[" * 100_000,
+        '{"a":"\\ud800"}',
+    ],
+)
+def test_strict_json_agrees_with_the_labs(text: str | bytes) -> None:
+    assert verdict(strict_json, text) == verdict(lab_strict_json, text)

@@ -107,6 +107,22 @@ class ReceiveBuffer:
             return size - 1
         return size
 
+    def pop_line(self) -> bytes | None:
+        """``find_line`` then ``take_line`` in one step, for an ``LF`` buffer: the first
+        complete line without its ``\\n``, or ``None`` (the search resumes here next time).
+
+        The NDJSON decoder's per-frame path: no ``Line`` object, one search.
+        """
+        data = self._data
+        end = data.find(b"\n", self._searched)
+        if end < 0:
+            self._searched = len(data)
+            return None
+        line = bytes(data[:end])
+        del data[: end + 1]
+        self._searched = 0
+        return line
+
     def take_line(self, line: Line) -> bytearray:
         """Remove ``line`` and its ending from the front; the line without its ending."""
         taken = self._data[: line.end]

@@ -6,14 +6,19 @@ moment its five bytes are in: a flag other than 0 is ``invalid_frame_header``
 and a declared length over the frame limit is ``frame_byte_limit`` before a
 single body byte is buffered.
 
-Payloads are parsed by the generated protobuf code. Because a protobuf parse
-failure says nothing about *why*, each payload is first walked by a small
-scanner of the protobuf wire format that knows the ``Frame`` schema, so every
-refusal has a precise code: a malformed payload (``invalid_frame_payload``),
-a field the schema does not have (``unknown_frame_field``), a string field
-that is not UTF-8 (``invalid_utf8``), a field given twice or two kinds at once
-(``invalid_frame_schema``); after a clean scan, no kind set is
-``missing_frame_kind``.
+Payloads are parsed once, by the generated protobuf code, and accepted when
+the parse is exactly the payload: no unknown field (they are discarded and the
+size re-measured), no field given twice and no two kinds (protobuf keeps the
+last, so the canonical size shrinks), no varint past 64 bits (only a value of
+2**63 or more can hide one). Anything else, and any payload protobuf refuses,
+is walked by a small scanner of the protobuf wire format that knows the
+``Frame`` schema, so every refusal has a precise code: a malformed payload
+(``invalid_frame_payload``), a field the schema does not have
+(``unknown_frame_field``), a string field that is not UTF-8
+(``invalid_utf8``), a field given twice or two kinds at once
+(``invalid_frame_schema``); after a clean scan (a payload in a valid but not
+canonical encoding), no kind set is ``missing_frame_kind``. The scanner is the
+reference: tests/test_wire_lp.py checks that both paths agree.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import DoneDigest, Frame, FrameKind
+from shared.frames import DoneDigest, Frame, FrameKind, decoded_frame
 from shared.pb import replywire_pb2 as pb
 from shared.wire.base import NEED_DATA, NeedData, WireFormat
 
 HEADER: Final = struct.Struct(">BI")
 HEADER_BYTES: Final = HEADER.size
+_UNPACK_HEADER: Final = HEADER.unpack_from
 
 
 # --- encoding ---------------------------------------------------------------
@@ -153,45 +159,62 @@ def _scan(data: bytes, offset: int, end: int, schema: _Schema, top: bool) -> Non
         offset += length
 
 
-def parse_frame(payload: bytes) -> Frame:
+_KIND_OF: Final = {kind.value: kind for kind in FrameKind}
+#: A parsed varint value at or above this came from ten bytes, whose last may carry bits
+#: past 64 that protobuf drops; the scanner decides.
+_TEN_BYTE_VARINT: Final = 1 << 63
+_FROM_STRING: Final = pb.Frame.FromString
+
+
+def _parse_precisely(payload: bytes) -> pb.Frame:
+    """The slow path: the scanner names the reason, or the payload is valid after all."""
     _scan(payload, 0, len(payload), _FRAME, top=True)
     try:
-        message = pb.Frame.FromString(payload)
+        return pb.Frame.FromString(payload)
     except DecodeError as error:  # the scanner should have caught it; stay precise anyway
         raise ProtocolFailure(Reason.INVALID_FRAME_PAYLOAD, str(error)[:200]) from error
+
+
+def parse_frame(payload: bytes) -> Frame:
+    """One protobuf parse; the scanner only when the parse is not exactly the payload."""
+    try:
+        message = _FROM_STRING(payload)
+    except DecodeError:
+        message = _parse_precisely(payload)
+    else:
+        message.DiscardUnknownFields()
+        if message.ByteSize() != len(payload) or message.sequence >= _TEN_BYTE_VARINT:
+            message = _parse_precisely(payload)
     which = message.WhichOneof("kind")
     if which is None:
         raise ProtocolFailure(Reason.MISSING_FRAME_KIND, f"sequence {message.sequence}")
-    kind = FrameKind(which)
-    sequence, binding_sha256 = message.sequence, message.binding_sha256
+    kind = _KIND_OF[which]
     if kind is FrameKind.CONTENT_DELTA:
-        return Frame(
-            sequence=sequence,
-            kind=kind,
-            binding_sha256=binding_sha256,
-            text=message.content_delta.text,
-        )
+        text = message.content_delta.text
+        return decoded_frame(message.sequence, kind, message.binding_sha256, text=text)
     if kind is FrameKind.DONE:
-        digest = DoneDigest(
-            content_sha256=message.done.content_sha256,
-            content_frames=message.done.content_frames,
-        )
-        return Frame(
-            sequence=sequence, kind=kind, binding_sha256=binding_sha256, done_digest=digest
-        )
+        done = message.done
+        if done.content_frames >= _TEN_BYTE_VARINT:
+            done = _parse_precisely(payload).done
+        digest = DoneDigest(content_sha256=done.content_sha256, content_frames=done.content_frames)
+        return decoded_frame(message.sequence, kind, message.binding_sha256, done_digest=digest)
     stop = message.error if kind is FrameKind.ERROR else message.cancel
-    return Frame(sequence=sequence, kind=kind, binding_sha256=binding_sha256, reason=stop.reason)
+    return decoded_frame(message.sequence, kind, message.binding_sha256, reason=stop.reason)
 
 
 # --- decoding -------------------------------------------------------------------
 
 
 class LengthPrefixedDecoder:
+    """Frames out of a ``bytearray``: the header is checked (flag, then declared length)
+    each time it is complete, so a bad one fails before a body byte is awaited; a frame
+    leaves the buffer (its header with it) only once all of it is in."""
+
     def __init__(self, max_frame_bytes: int) -> None:
         self._max_frame_bytes = max_frame_bytes
         self._buffer = bytearray()
-        # Payload length of the frame whose header was already checked.
-        self._declared: int | None = None
+        # Where the frame whose header was checked ends in the buffer (0: no header yet).
+        self._end = 0
 
     @property
     def buffered(self) -> int:
@@ -199,27 +222,29 @@ class LengthPrefixedDecoder:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer) + (HEADER_BYTES if self._declared is not None else 0)
+        return len(self._buffer)
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
     def next_event(self) -> bytes | NeedData:
-        if self._declared is None:
-            if len(self._buffer) < HEADER_BYTES:
+        buffer = self._buffer
+        end = self._end
+        if not end:
+            if len(buffer) < HEADER_BYTES:
                 return NEED_DATA
-            flag, length = HEADER.unpack_from(self._buffer)
+            flag, length = _UNPACK_HEADER(buffer)
             if flag != 0:
                 raise ProtocolFailure(Reason.INVALID_FRAME_HEADER, f"flag byte {flag}")
             if length > self._max_frame_bytes:
                 raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"declared length {length}")
-            del self._buffer[:HEADER_BYTES]
-            self._declared = length
-        if len(self._buffer) < self._declared:
+            end = self._end = HEADER_BYTES + length
+        if len(buffer) < end:
             return NEED_DATA
-        payload = bytes(self._buffer[: self._declared])
-        del self._buffer[: self._declared]
-        self._declared = None
+        payload = bytes(buffer[HEADER_BYTES:end])
+        # From the front of a bytearray: CPython moves its start, it copies nothing.
+        del buffer[:end]
+        self._end = 0
         return payload
 
     def end_of_input(self) -> None:
@@ -243,8 +268,8 @@ class LengthPrefixedCodec:
     def decoder(self, max_frame_bytes: int) -> LengthPrefixedDecoder:
         return LengthPrefixedDecoder(max_frame_bytes)
 
-    def parse_frame(self, payload: bytes) -> Frame:
-        return parse_frame(payload)
+    #: The module's function itself: no method call in front of it, per frame.
+    parse_frame = staticmethod(parse_frame)
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         return corrupt_frame(encoded)

@@ -14,6 +14,8 @@ Decoding follows the lab's ``StreamConsumer.feed`` check for check:
 * every fragment is first run through an incremental UTF-8 decoder, so an
   invalid byte fails the whole fragment (``invalid_utf8``) before any line in
   it is interpreted, exactly as the lab decodes before splitting;
+* an ASCII fragment while no character is pending skips the decoder: it can
+  neither be invalid nor complete a character (``bytes.isascii`` is one C pass);
 * complete lines are taken from the front of a ``ReceiveBuffer``
   (``shared.wire.buffer``), whose search for ``\\n`` resumes where it stopped,
   so no byte is scanned twice however the stream is cut (the lab's
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 import codecs
 import json
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final
 
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import DoneDigest, Frame, FrameKind
+from shared.frames import DoneDigest, Frame, FrameKind, decoded_frame
 from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
 from shared.wire.buffer import ReceiveBuffer
 
@@ -40,7 +44,15 @@ _LAB_DONE_KEYS = frozenset({"sequence", "kind", "binding_sha256"})
 _DIGEST_KEYS = frozenset({"content_sha256", "content_frames"})
 _DONE_KEYS = _LAB_DONE_KEYS | _DIGEST_KEYS
 _STOP_KEYS = frozenset({"sequence", "kind", "binding_sha256", "reason"})
-_KINDS = ("content_delta", "done", "error", "cancel")
+#: The keys each kind must have, exactly: the lab's wire, and ours with done's digest.
+_LAB_EXPECTED: Final[dict[str, frozenset[str]]] = {
+    "content_delta": _CONTENT_KEYS,
+    "done": _LAB_DONE_KEYS,
+    "error": _STOP_KEYS,
+    "cancel": _STOP_KEYS,
+}
+_DIGEST_EXPECTED: Final = {**_LAB_EXPECTED, "done": _DONE_KEYS}
+_KIND_OF: Final = {kind.value: kind for kind in FrameKind}
 
 
 def frame_object(frame: Frame, *, digest: bool = False) -> dict[str, Any]:
@@ -82,33 +94,32 @@ def parse_frame(payload: bytes, *, digest: bool = False) -> Frame:
     length-prefixed wire.
     """
     try:
+        # Decoded first: json.loads(bytes) would detect the encoding in Python, per frame.
         obj = strict_json(payload.decode("utf-8"))
     except (ValueError, RecursionError) as error:
         raise ProtocolFailure(Reason.INVALID_FRAME_JSON, str(error)[:200]) from error
     if not isinstance(obj, dict):
         raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "frame is not an object")
     kind = obj.get("kind")
-    if kind == "content_delta":
-        expected = _CONTENT_KEYS
-    elif kind == "done":
-        expected = _DONE_KEYS if digest else _LAB_DONE_KEYS
-    else:
-        expected = _STOP_KEYS
-    if kind not in _KINDS or set(obj) != expected:
+    # A kind that is not a string (a list is not even hashable) has no expected keys.
+    table = _DIGEST_EXPECTED if digest else _LAB_EXPECTED
+    if type(kind) is not str or obj.keys() != table.get(kind):
         raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "unexpected kind or keys")
+    frame_kind = _KIND_OF[kind]
+    if frame_kind is FrameKind.CONTENT_DELTA:
+        return decoded_frame(obj["sequence"], frame_kind, obj["binding_sha256"], text=obj["text"])
+    if frame_kind is not FrameKind.DONE:
+        return decoded_frame(
+            obj["sequence"], frame_kind, obj["binding_sha256"], reason=obj["reason"]
+        )
     done_digest = None
-    if kind == "done" and digest:
+    if digest:
         claimed_sha256, claimed_frames = obj["content_sha256"], obj["content_frames"]
         if not isinstance(claimed_sha256, str) or type(claimed_frames) is not int:
             raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "done digest of the wrong type")
         done_digest = DoneDigest(content_sha256=claimed_sha256, content_frames=claimed_frames)
-    return Frame(
-        sequence=obj["sequence"],
-        kind=FrameKind(kind),
-        binding_sha256=obj["binding_sha256"],
-        text=obj.get("text"),
-        reason=obj.get("reason"),
-        done_digest=done_digest,
+    return decoded_frame(
+        obj["sequence"], frame_kind, obj["binding_sha256"], done_digest=done_digest
     )
 
 
@@ -116,6 +127,9 @@ class NdjsonDecoder:
     def __init__(self, max_frame_bytes: int) -> None:
         self._max_frame_bytes = max_frame_bytes
         self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+        # True while the UTF-8 decoder holds no partial character: an ASCII fragment then
+        # needs no decoding (it cannot be invalid, nor complete a character).
+        self._utf8_clean = True
         self._buffer = ReceiveBuffer()
 
     @property
@@ -127,20 +141,25 @@ class NdjsonDecoder:
         return len(self._buffer)
 
     def receive_data(self, data: bytes) -> None:
-        try:
-            self._utf8.decode(data, final=False)
-        except UnicodeDecodeError as error:
-            raise ProtocolFailure(Reason.INVALID_UTF8, str(error)[:200]) from error
+        if not (self._utf8_clean and data.isascii()):
+            try:
+                self._utf8.decode(data, final=False)
+            except UnicodeDecodeError as error:
+                raise ProtocolFailure(Reason.INVALID_UTF8, str(error)[:200]) from error
+            self._utf8_clean = not self._utf8.getstate()[0]
         self._buffer.append(data)
 
     def next_event(self) -> bytes | NeedData:
-        found = self._buffer.find_line()
-        if found is None:
-            pending_partial_char = len(self._utf8.getstate()[0])
-            if len(self._buffer) - pending_partial_char > self._max_frame_bytes:
+        line = self._buffer.pop_line()
+        if line is None:
+            # The lab counts decoded characters' bytes: a pending partial one is not in
+            # (asked of the UTF-8 decoder only once the line is long enough to matter).
+            unfinished = len(self._buffer)
+            if unfinished > self._max_frame_bytes and (
+                unfinished - len(self._utf8.getstate()[0]) > self._max_frame_bytes
+            ):
                 raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, "unterminated line over the limit")
             return NEED_DATA
-        line = bytes(self._buffer.take_line(found))
         if len(line) > self._max_frame_bytes:
             raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"line of {len(line)} bytes")
         return line
@@ -169,15 +188,14 @@ class NdjsonCodec:
             raise ValueError(f"not an NDJSON wire: {wire}")
         self.wire: WireFormat = wire
         self._digest = wire.integrity is Integrity.SHA256
+        #: ``parse_frame`` with this wire's ``digest``, bound once: no method call per frame.
+        self.parse_frame: Callable[[bytes], Frame] = partial(parse_frame, digest=self._digest)
 
     def encode_frame(self, frame: Frame) -> bytes:
         return encode_frame(frame, digest=self._digest)
 
     def decoder(self, max_frame_bytes: int) -> NdjsonDecoder:
         return NdjsonDecoder(max_frame_bytes)
-
-    def parse_frame(self, payload: bytes) -> Frame:
-        return parse_frame(payload, digest=self._digest)
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         return corrupt_frame(encoded)

@@ -1,0 +1,81 @@
+"""``make bench``: every benchmark, side by side, into bench/results.md and bench/results.json.
+
+    BENCH_SIZE=tiny|full .venv/bin/python -m bench [--out DIR]
+
+``full`` (the default) is the published run; ``tiny`` runs every benchmark once
+at a small size (``make test`` does, so the suite cannot rot). Figures are
+medians of alternated rounds; ratios are the figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench import decoders, memory, streams
+from bench.common import Machine, Size, bench_size, load_average
+from bench.flow_window import measure as flow_measure
+from bench.report import markdown
+from consumer.client import StreamOptions, channel_options
+
+FLOW_SECONDS: dict[Size, float] = {"tiny": 0.3, "full": 2.0}
+
+
+async def flow_window(size: Size) -> dict[str, int]:
+    seconds = FLOW_SECONDS[size]
+    rows = {"grpc defaults": await flow_measure([], seconds, 1024)}
+    for window in (64 * 1024, 16 * 1024):
+        bounded = channel_options(StreamOptions(target="", window_bytes=window))
+        rows[f"window {window // 1024} KiB, BDP off"] = await flow_measure(bounded, seconds, 1024)
+    return rows
+
+
+def run(size: Size) -> dict[str, Any]:
+    started = time.time()
+    results: dict[str, Any] = {
+        "size": size,
+        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "machine": asdict(Machine.here()),
+        "load_average_before": load_average(),
+        "commands": [
+            f"BENCH_SIZE={size} .venv/bin/python -m bench  # make bench",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.decoders",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.streams",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
+            ".venv/bin/python -m bench.flow_window",
+        ],
+    }
+    results["decoders"] = decoders.run(size)
+    results["streams"] = streams.run(size)
+    results["backpressure"] = memory.run(size)
+    written = asyncio.run(flow_window(size))
+    results["flow_window"] = {
+        "seconds_unread": FLOW_SECONDS[size],
+        "chunk_bytes": 1024,
+        "bytes_written_before_blocking": written,
+    }
+    results["load_average_after"] = load_average()
+    results["duration_s"] = round(time.time() - started, 1)
+    results["python_implementation"] = platform.python_implementation()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
+    args = parser.parse_args()
+    results = run(bench_size())
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "results.md").write_text(markdown(results))
+    print(f"wrote {args.out / 'results.md'} and {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A bare grpc.aio server of the same pre-cut chunks the producer sends: the bare side.
+
+Same service and messages as the producer (``ReplyStream.Open``), no checks,
+no binding, no framing work, no trace: for each request it looks up the chunks
+of (case, wire, chunking), cut once at start-up by the same code the producer
+uses, and writes them. Prints ``listening on 127.0.0.1:PORT`` like the producer.
+
+    .venv/bin/python -m bench.bare_server [--port 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from runtime.recording_file import load_recording
+from shared.faults import transmit
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import WIRE_CODES
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkMode, ChunkPlan
+
+#: Every chunking the stream benchmarks ask for.
+CHUNKINGS = ("frame", "64", "4096", "1,2,7,3,11", "whole", "1")
+
+Key = tuple[str, int, tuple[int, ...], bool]
+
+
+def key_of(request: pb.OpenRequest) -> Key:
+    return (request.case_id, request.wire_format, tuple(request.chunk_sizes), request.whole_body)
+
+
+def precut() -> dict[Key, tuple[pb.Chunk, ...]]:
+    recording = load_recording()
+    table: dict[Key, tuple[pb.Chunk, ...]] = {}
+    for case_id in recording.case_ids:
+        for wire in WireFormat:
+            for text in CHUNKINGS:
+                plan = ChunkPlan.parse(text)
+                chunks = transmit(recording.case(case_id), wire=wire, plan=plan).chunks
+                key = (case_id, WIRE_CODES[wire], plan.sizes, plan.mode is ChunkMode.WHOLE)
+                table[key] = tuple(pb.Chunk(data=data) for data in chunks)
+    return table
+
+
+class Bare(pb_grpc.ReplyStreamServicer):
+    def __init__(self, table: dict[Key, tuple[pb.Chunk, ...]]) -> None:
+        self.table = table
+
+    async def Open(  # noqa: N802
+        self, request: pb.OpenRequest, context: Any
+    ) -> AsyncIterator[pb.Chunk]:
+        for chunk in self.table[key_of(request)]:
+            yield chunk
+
+    async def Cancel(  # noqa: N802
+        self, request: pb.CancelRequest, context: Any
+    ) -> pb.CancelReply:
+        return pb.CancelReply()
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server()
+    pb_grpc.add_ReplyStreamServicer_to_server(Bare(precut()), server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print(f"listening on 127.0.0.1:{bound}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    asyncio.run(serve(parser.parse_args().port))
+
+
+if __name__ == "__main__":
+    main()

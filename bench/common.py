@@ -1,0 +1,96 @@
+"""What the benchmarks share: the size knob, medians, alternation, CPU time of a process."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar
+
+import grpc
+from google.protobuf import __version__ as protobuf_version
+
+T = TypeVar("T")
+Size = Literal["tiny", "full"]
+SIZES: Final[tuple[Size, ...]] = ("tiny", "full")
+
+
+def bench_size(default: Size = "full") -> Size:
+    """``BENCH_SIZE`` = tiny | full (tiny: every benchmark once, in seconds, for the tests)."""
+    value = os.environ.get("BENCH_SIZE", default)
+    if value not in SIZES:
+        raise SystemExit(f"BENCH_SIZE must be one of {', '.join(SIZES)}, not {value!r}")
+    return value
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio(ours: float, theirs: float) -> float | None:
+    return round(ours / theirs, 3) if theirs else None
+
+
+def alternate(sides: dict[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:
+    """Run every side once per round, the order rotated each round, so drift hits all sides."""
+    names = list(sides)
+    results: dict[str, list[T]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(sides[name]())
+    return results
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux: /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+@dataclass(frozen=True)
+class Machine:
+    python: str
+    platform: str
+    cpus: int
+    cpu_model: str
+    grpcio: str
+    protobuf: str
+
+    @classmethod
+    def here(cls) -> Machine:
+        model = platform.processor() or "unknown"
+        try:
+            with open("/proc/cpuinfo") as info:
+                for line in info:
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        return cls(
+            python=sys.version.split()[0],
+            platform=platform.platform(),
+            cpus=os.cpu_count() or 0,
+            cpu_model=model,
+            grpcio=grpc.__version__,
+            protobuf=protobuf_version,
+        )
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def stopwatch() -> Callable[[], float]:
+    started = time.perf_counter()
+    return lambda: time.perf_counter() - started

@@ -1,0 +1,182 @@
+"""bench/results.md from the results dict: the tables, the machine, the exact commands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} ×{v}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def sequential(streams: dict[str, Any]) -> list[str]:
+    rows = []
+    for chunking, row in streams["sequential"].items():
+        ours, bare, pair = (row["sides"][k] for k in ("replywire", "bare client", "bare pair"))
+        rows.append([
+            chunking, ours["streams_per_s"], bare["streams_per_s"], pair["streams_per_s"],
+            row["replywire_over_bare_pair"], row["replywire_over_bare_client"],
+            ours["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"],
+        ])  # fmt: skip
+    return table(
+        ["chunks", "replywire streams/s", "bare client → producer", "bare pair",
+         "replywire / bare pair", "replywire / bare client",
+         "client CPU ms/stream (replywire)", "(bare pair)"],
+        rows,
+    )  # fmt: skip
+
+
+def producer_cpu(streams: dict[str, Any]) -> list[str]:
+    rows = []
+    for chunking, row in streams["sequential"].items():
+        ours, pair = row["sides"]["replywire"], row["sides"]["bare pair"]
+        rows.append([
+            chunking, ours["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"],
+            row["producer_cpu_over_bare_server"],
+        ])  # fmt: skip
+    return table(
+        ["chunks", "producer CPU ms/stream", "bare server CPU ms/stream", "producer / bare"], rows
+    )
+
+
+def concurrency(streams: dict[str, Any]) -> list[str]:
+    rows = []
+    for n, row in streams["concurrency"].items():
+        for name, side in row["sides"].items():
+            rows.append([
+                n, name, side["streams_per_s"], side["first_chunk_ms_p50"],
+                side["first_chunk_ms_p99"], side["failures"],
+                row["replywire_over_bare_pair"] if name == "replywire" else "",
+            ])  # fmt: skip
+    return table(
+        ["concurrent streams", "side", "streams/s", "first chunk p50 ms", "p99 ms",
+         "failures (by code)", "replywire / bare pair"],
+        rows,
+    )  # fmt: skip
+
+
+def decoder_costs(decoders: dict[str, Any]) -> list[str]:
+    rows = []
+    for cell in decoders["cells"]:
+        cost = cell["us_per_frame"]
+        rows.append([
+            cell["fragment"], cell["frames"], cost["lp"], cost["ndjson"],
+            cost.get("lab", cell.get("lab_not_run")), cell.get("ndjson_over_lab"),
+            cell.get("lp_over_lab"),
+        ])  # fmt: skip
+    return table(
+        ["fragments", "frames", "lp µs/frame", "ndjson µs/frame", "lab's algorithm µs/frame",
+         "ndjson / lab", "lp / lab"],
+        rows,
+    )  # fmt: skip
+
+
+def flatness(decoders: dict[str, Any]) -> list[str]:
+    flat = decoders["flatness_vs_1k"]
+    counts = sorted({int(n) for series in flat.values() for n in series})
+    rows = [[name, *(series.get(str(n)) for n in counts)] for name, series in flat.items()]
+    return table(["fragments, decoder", *(f"{n:,} frames" for n in counts)], rows)
+
+
+def backpressure(memory: dict[str, Any]) -> list[str]:
+    rows = [
+        [r["window_bytes"], r["reply_window_bytes"], r["chunks_sent_while_paused"],
+         r["reply_chunks"], r["bound_chunks"], r["chunks_over_bound"],
+         r["stopped_before_the_end"]]
+        for r in memory["rows"]
+    ]  # fmt: skip
+    return table(
+        ["consumer window bytes", "reply, window bytes", "chunks sent while paused",
+         "reply chunks", "bound (window + queue + 2)", "over the bound", "stopped before the end"],
+        rows,
+    )  # fmt: skip
+
+
+def trace_cost(streams: dict[str, Any]) -> list[str]:
+    rows = []
+    for chunking, row in streams["trace_cost"].items():
+        info, warning = row["sides"].values()
+        rows.append([
+            chunking, info["server_cpu_ms_per_stream"], warning["server_cpu_ms_per_stream"],
+            row["info_over_warning_producer_cpu"], info["streams_per_s"],
+            warning["streams_per_s"], row["info_over_warning_streams_per_s"],
+        ])  # fmt: skip
+    return table(
+        ["chunks", "producer CPU ms/stream at info", "at warning", "info / warning",
+         "streams/s at info", "at warning", "info / warning"],
+        rows,
+    )  # fmt: skip
+
+
+def markdown(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    streams, decoders = results["streams"], results["decoders"]
+    out = [
+        "# replywire benchmark results",
+        "",
+        f"Size `{results['size']}`, run {results['started_utc']} UTC in {results['duration_s']} s. "
+        "Generated by `make bench` (bench/report.py); the same figures are in results.json.",
+        "",
+        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['platform']}, "
+        f"Python {machine['python']}, grpcio {machine['grpcio']}, protobuf {machine['protobuf']}; "
+        f"load average before {results['load_average_before']}, "
+        f"after {results['load_average_after']} (a shared machine: ratios of alternated "
+        "rounds are the figures to read, not the absolute numbers).",
+        "",
+        "Commands:",
+        "",
+        "```",
+        *results["commands"],
+        "```",
+        "",
+        f"## Sequential streams between two processes ({streams['case']}, {streams['wire']} wire, "
+        f"{streams['channel_policy']} on every side, median of {streams['rounds']} rounds)",
+        "",
+        *sequential(streams),
+        "## Producer CPU per stream (the producer against the bare server, same streams)",
+        "",
+        *producer_cpu(streams),
+        "## Concurrent streams (one frame per chunk; time to first chunk; failures by code)",
+        "",
+        *concurrency(streams),
+        f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
+        "the lab's algorithm is the labelled baseline)",
+        "",
+        "Not run: " + "; ".join(f"{k} {v}" for k, v in decoders["not_run"].items()) + ".",
+        "",
+        *decoder_costs(decoders),
+        "Flatness: the cost per frame at each count over the cost at the smallest count "
+        "(±20% is flat).",
+        "",
+        *flatness(decoders),
+        "## Backpressure memory (a paused consumer, a reply larger than the window)",
+        "",
+        *backpressure(results["backpressure"]),
+        "## How far a producer runs ahead of a reader that never reads (bare grpc.aio)",
+        "",
+        *table(
+            ["channel options", "bytes written before blocking"],
+            results["flow_window"]["bytes_written_before_blocking"].items(),
+        ),
+        "## Trace cost (the producer's records at info against warning)",
+        "",
+        *trace_cost(streams),
+    ]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,426 @@
+"""Streams between two processes: replywire against bare grpc.aio, side by side in one run.
+
+Three sides, alternated round by round, all on loopback with the consumer's
+channel options (bounded window, no BDP probing, no retries):
+
+* ``replywire``: the replywire consumer (``replywire_client`` below) asking the
+  replywire producer (a child process): request checks, binding, framing, the
+  reader/queue edge, the sans-IO core, the reply validation, both traces;
+* ``bare client``: a bare grpc.aio client of the same producer, reading the
+  same chunks without judging them (what the consumer side costs);
+* ``bare pair``: the same bare client against ``bench.bare_server`` (a child
+  process) writing the same pre-cut chunks (what gRPC alone costs).
+
+Both bare sides use the replywire side's channel policy: a new channel per
+stream while ``replywire_client`` opens one per stream, one channel for the
+round once it shares one. Sequential streams report streams per second, the
+CPU of the client process and of the server process per stream; concurrency
+reports streams per second, p50/p99 time to first chunk and failures by code.
+The trace cost runs the replywire side against two producers, ``--log-level
+info`` and ``--log-level warning``. Consumer-side logs are filtered at info
+(state changes kept, nothing written) on the replywire side.
+
+    BENCH_SIZE=tiny|full .venv/bin/python -m bench.streams
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+import structlog
+
+from bench.common import Size, bench_size, median, process_cpu_s, ratio
+from consumer import client as consumer_client
+from consumer.children import read_listening_port, start_producer, stop_producer
+from consumer.client import StreamOptions, channel_options
+from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import ReplyRequest
+from shared.result import StreamResult
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+
+CASE_ID: Final = "utf8-write"
+#: One frame per chunk, 64 bytes, 4 KiB, the lab's pattern.
+CHUNKINGS: Final = ("frame", "64", "4096", "1,2,7,3,11")
+_ids = itertools.count()
+
+
+# --- the replywire client: the one place to switch when ReplyClient lands -----------------
+
+
+class ReplySession(Protocol):
+    """What the replywire side needs of a client: ``consumer.client.ReplyClient``'s shape."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc_info: object) -> Any: ...
+
+
+class PerStreamClient:
+    """Today's consumer API in ReplyClient's shape: ``stream_reply`` opens a channel per call."""
+
+    shares_channel: Final = False
+
+    def __init__(self, options: StreamOptions) -> None:
+        self.options = options
+
+    async def __aenter__(self) -> PerStreamClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def stream(self, request: ReplyRequest) -> StreamResult:
+        return await consumer_client.stream_reply(request, self.options)
+
+
+def replywire_client(options: StreamOptions) -> ReplySession:
+    # When consumer.client.ReplyClient lands, this one line becomes
+    # `return consumer_client.ReplyClient(options)`: one channel per target and options.
+    return PerStreamClient(options)
+
+
+def shares_channel(client: object) -> bool:
+    """The replywire side's channel policy, which the bare sides copy."""
+    return bool(getattr(client, "shares_channel", True))
+
+
+# --- time to first chunk, from the consumer's own reader state change ----------------------
+
+
+class FirstChunkClock:
+    """A structlog processor: notes when each stream's reader took its first message, drops
+    every record (the consumer's trace is filtered at info, not written)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> Any:
+        if event.get("input") == "first_message" and "stream_id" in event:
+            self.first.setdefault(event["stream_id"], time.perf_counter())
+        raise structlog.DropEvent
+
+
+CLOCK: Final = FirstChunkClock()
+
+
+def quiet_consumer_logs() -> None:
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, CLOCK],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=False,
+    )
+
+
+# --- the two servers, as child processes -----------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.process.pid)
+
+
+@contextmanager
+def producer(workdir: Path, log_level: str = "info") -> Iterator[Server]:
+    trace = workdir / f"producer-{log_level}.trace.jsonl"
+    process, port = start_producer(trace, DEFAULT_RECORDING_PATH, log_level)
+    try:
+        yield Server(f"producer ({log_level})", process, port)
+    finally:
+        stop_producer(process)
+
+
+@contextmanager
+def bare_server() -> Iterator[Server]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.bare_server", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        port = read_listening_port(process)
+        if port is None:
+            raise RuntimeError("bench.bare_server did not start")
+        yield Server("bare server", process, port)
+    finally:
+        stop_producer(process)
+
+
+# --- one stream, each side -------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    code: str
+    first_chunk_s: float | None
+
+
+def request_for(plan: ChunkPlan) -> ReplyRequest:
+    recording = load_recording()
+    return ReplyRequest.for_case(
+        recording, CASE_ID, wire=WireFormat.LENGTH_PREFIXED, plan=plan, stream_id="bench"
+    )
+
+
+def fresh(request: ReplyRequest) -> ReplyRequest:
+    return ReplyRequest(
+        case_id=request.case_id,
+        binding=request.binding,
+        wire=request.wire,
+        plan=request.plan,
+        stream_id=f"bench-{os.getpid()}-{next(_ids)}",
+    )
+
+
+async def replywire_once(client: Any, request: ReplyRequest) -> Outcome:
+    request = fresh(request)
+    started = time.perf_counter()
+    result = await client.stream(request)
+    first = CLOCK.first.pop(request.stream_id, None)
+    ok = result.status.value == "complete"
+    code = "ok" if ok else f"{result.status.value}:{result.reason}"
+    return Outcome(ok, code, None if first is None else first - started)
+
+
+async def bare_read(channel: grpc.aio.Channel, request: pb.OpenRequest) -> Outcome:
+    started = time.perf_counter()
+    first: float | None = None
+    try:
+        async for chunk in pb_grpc.ReplyStreamStub(channel).Open(request):
+            if first is None:
+                first = time.perf_counter() - started
+            del chunk
+    except grpc.aio.AioRpcError as error:
+        return Outcome(False, error.code().name, first)
+    return Outcome(True, "ok", first)
+
+
+class BareClient:
+    """A bare grpc.aio client with the replywire side's channel policy."""
+
+    def __init__(self, target: str, options: StreamOptions, shared: bool) -> None:
+        self.target = target
+        self.options = channel_options(options)
+        self.shared: grpc.aio.Channel | None = None
+        if shared:
+            self.shared = grpc.aio.insecure_channel(target, options=self.options)
+
+    async def once(self, request: ReplyRequest) -> Outcome:
+        message = fresh(request).open_request()
+        if self.shared is not None:
+            return await bare_read(self.shared, message)
+        async with grpc.aio.insecure_channel(self.target, options=self.options) as channel:
+            return await bare_read(channel, message)
+
+    async def close(self) -> None:
+        if self.shared is not None:
+            await self.shared.close(None)
+
+
+@asynccontextmanager
+async def side(
+    kind: str, server: Server, options: StreamOptions
+) -> AsyncIterator[Callable[[ReplyRequest], Awaitable[Outcome]]]:
+    """One stream function for a round: the replywire client or a bare one (same policy)."""
+    async with replywire_client(options) as client:
+        if kind == "replywire":
+            yield lambda request: replywire_once(client, request)
+            return
+        bare = BareClient(server.target, options, shares_channel(client))
+        try:
+            yield bare.once
+        finally:
+            await bare.close()
+
+
+# --- rounds ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    streams: int
+    wall_s: float
+    client_cpu_s: float
+    server_cpu_s: float
+    outcomes: list[Outcome]
+
+    def per_s(self) -> float:
+        return self.streams / self.wall_s
+
+
+async def sequential_round(kind: str, server: Server, request: ReplyRequest, n: int) -> Round:
+    options = StreamOptions(target=server.target)
+    async with side(kind, server, options) as once:
+        cpu, server_cpu, started = time.process_time(), server.cpu_s(), time.perf_counter()
+        outcomes = [await once(request) for _ in range(n)]
+        wall = time.perf_counter() - started
+        return Round(n, wall, time.process_time() - cpu, server.cpu_s() - server_cpu, outcomes)
+
+
+async def concurrent_round(kind: str, server: Server, request: ReplyRequest, n: int) -> Round:
+    options = StreamOptions(target=server.target)
+    async with side(kind, server, options) as once:
+        cpu, server_cpu, started = time.process_time(), server.cpu_s(), time.perf_counter()
+        outcomes = list(await asyncio.gather(*(once(request) for _ in range(n))))
+        wall = time.perf_counter() - started
+        return Round(n, wall, time.process_time() - cpu, server.cpu_s() - server_cpu, outcomes)
+
+
+RoundFn = Callable[[str, Server, ReplyRequest, int], Awaitable[Round]]
+
+
+async def compare(
+    run: RoundFn, sides: dict[str, Server], request: ReplyRequest, n: int, rounds: int
+) -> dict[str, list[Round]]:
+    """Every side once per round, the order rotated each round."""
+    names = list(sides)
+    results: dict[str, list[Round]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            kind = "replywire" if name.startswith("replywire") else "bare"
+            results[name].append(await run(kind, sides[name], request, n))
+    return results
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def ms_per_stream(seconds: list[float]) -> float:
+    return round(median(seconds) * 1e3, 3)
+
+
+def summary(rounds: list[Round]) -> dict[str, Any]:
+    streams = sum(r.streams for r in rounds)
+    firsts = [o.first_chunk_s for r in rounds for o in r.outcomes if o.first_chunk_s is not None]
+    codes = Counter(o.code for r in rounds for o in r.outcomes if not o.ok)
+    p50, p99 = percentile(firsts, 0.5), percentile(firsts, 0.99)
+    return {
+        "streams_per_s": round(median([r.per_s() for r in rounds]), 1),
+        "client_cpu_ms_per_stream": ms_per_stream([r.client_cpu_s / r.streams for r in rounds]),
+        "server_cpu_ms_per_stream": ms_per_stream([r.server_cpu_s / r.streams for r in rounds]),
+        "first_chunk_ms_p50": None if p50 is None else round(p50 * 1e3, 2),
+        "first_chunk_ms_p99": None if p99 is None else round(p99 * 1e3, 2),
+        "streams": streams,
+        "failures": dict(codes),
+    }  # fmt: skip
+
+
+def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ours, pair = sides["replywire"], sides["bare pair"]
+    row: dict[str, Any] = {"sides": sides}
+    row["replywire_over_bare_pair"] = ratio(ours["streams_per_s"], pair["streams_per_s"])
+    row["producer_cpu_over_bare_server"] = ratio(
+        ours["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"]
+    )
+    if "bare client" in sides:
+        row["replywire_over_bare_client"] = ratio(
+            ours["streams_per_s"], sides["bare client"]["streams_per_s"]
+        )
+    return row
+
+
+@dataclass(frozen=True)
+class Plan:
+    sequential_streams: int
+    lab_pattern_streams: int
+    concurrency: tuple[int, ...]
+    rounds: int
+    trace_streams: int
+
+
+PLANS: Final[dict[Size, Plan]] = {
+    "tiny": Plan(3, 2, (10,), 1, 3),
+    "full": Plan(200, 40, (100, 1_000, 3_000), 3, 200),
+}
+
+
+async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
+    quiet_consumer_logs()
+    out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
+    with producer(workdir) as ours, bare_server() as bare:
+        sides = {"replywire": ours, "bare client": ours, "bare pair": bare}
+        policy = shares_channel(replywire_client(StreamOptions(target=ours.target)))
+        out["channel_policy"] = "one channel, shared" if policy else "a new channel per stream"
+        out["sequential"] = {}
+        for chunking in CHUNKINGS:
+            n = plan.lab_pattern_streams if "," in chunking else plan.sequential_streams
+            runs = await compare(
+                sequential_round, sides, request_for(ChunkPlan.parse(chunking)), n, plan.rounds
+            )
+            out["sequential"][chunking] = with_ratios({k: summary(v) for k, v in runs.items()})
+        out["concurrency"] = {}
+        pair = {"replywire": ours, "bare pair": bare}
+        for n in plan.concurrency:
+            runs = await compare(
+                concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds
+            )
+            out["concurrency"][str(n)] = with_ratios({k: summary(v) for k, v in runs.items()})
+    out["trace_cost"] = await trace_cost(plan, workdir)
+    return out  # fmt: skip
+
+
+async def trace_cost(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """The same replywire streams against a producer at info and one at warning."""
+    with producer(workdir, "info") as info, producer(workdir, "warning") as warning:
+        sides = {"replywire (producer at info)": info, "replywire (producer at warning)": warning}
+        rows: dict[str, Any] = {}
+        for chunking in ("frame", "64"):
+            request = request_for(ChunkPlan.parse(chunking))
+            runs = await compare(sequential_round, sides, request, plan.trace_streams, plan.rounds)
+            table = {k: summary(v) for k, v in runs.items()}
+            at_info, at_warning = table.values()
+            rows[chunking] = {
+                "sides": table,
+                "info_over_warning_producer_cpu": ratio(
+                    at_info["server_cpu_ms_per_stream"], at_warning["server_cpu_ms_per_stream"]
+                ),
+                "info_over_warning_streams_per_s": ratio(
+                    at_info["streams_per_s"], at_warning["streams_per_s"]
+                ),
+            }
+        return rows
+
+
+def run(size: Size) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="replywire-bench-") as workdir:
+        return asyncio.run(run_all(PLANS[size], Path(workdir)))
+
+
+def main() -> None:
+    print(json.dumps(run(bench_size()), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""`make bench` runs whole at the tiny size, so the benchmarks cannot rot.
+
+Results, never times: every benchmark ran, every side of every comparison has
+its figures and ratio, every stream of the tiny run ended complete, the decoders
+decoded every frame, and results.md holds every table. The figures themselves
+are not asserted: they are measurements (bench/results.md has the full run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.decoders import FRAGMENTS, PLANS
+from bench.streams import CHUNKINGS, PerStreamClient, replywire_client, shares_channel
+from consumer.client import StreamOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = (
+    "## Sequential streams between two processes",
+    "## Producer CPU per stream",
+    "## Concurrent streams",
+    "## Decoder cost per frame",
+    "## Backpressure memory",
+    "## How far a producer runs ahead",
+    "## Trace cost",
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        ["make", "--no-print-directory", "bench", "BENCH_SIZE=tiny", f"BENCH_OUT={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, "BENCH_SIZE": "tiny"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_make_bench_at_the_tiny_size(tiny_run: tuple[dict[str, Any], str]) -> None:
+    results, markdown = tiny_run
+    assert results["size"] == "tiny"
+    assert set(results["machine"]) == {
+        "python",
+        "platform",
+        "cpus",
+        "cpu_model",
+        "grpcio",
+        "protobuf",
+    }
+    assert all(heading in markdown for heading in TABLES)
+    assert all(command in markdown for command in results["commands"])
+
+
+def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], str]) -> None:
+    streams = tiny_run[0]["streams"]
+    assert list(streams["sequential"]) == list(CHUNKINGS)
+    assert streams["channel_policy"] == "a new channel per stream"
+    for row in streams["sequential"].values():
+        assert set(row["sides"]) == {"replywire", "bare client", "bare pair"}
+        assert all(side["failures"] == {} for side in row["sides"].values())
+        assert all(side["streams"] == 2 or side["streams"] == 3 for side in row["sides"].values())
+        assert row["replywire_over_bare_pair"] > 0
+        assert row["replywire_over_bare_client"] > 0
+    for row in streams["concurrency"].values():
+        assert set(row["sides"]) == {"replywire", "bare pair"}
+        for side in row["sides"].values():
+            assert side["failures"] == {}
+            assert side["first_chunk_ms_p50"] is not None
+    assert set(streams["trace_cost"]) == {"frame", "64"}
+
+
+def test_every_decoder_cell_ran(tiny_run: tuple[dict[str, Any], str]) -> None:
+    decoders = tiny_run[0]["decoders"]
+    cells = decoders["cells"]
+    assert [(c["fragment"], c["frames"]) for c in cells] == [
+        (name, count) for count in PLANS["tiny"].frame_counts for name in FRAGMENTS.values()
+    ]
+    for cell in cells:
+        assert set(cell["us_per_frame"]) == {"lp", "ndjson", "lab"}
+        assert cell["ndjson_over_lab"] > 0
+
+
+def test_a_paused_consumer_stopped_the_producer_before_the_end(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    rows = {row["window_bytes"]: row for row in tiny_run[0]["backpressure"]["rows"]}
+    # A 1 KiB window against an ~18 KB reply: the producer stops long before the end.
+    small = rows[1024]
+    assert small["reply_window_bytes"] > 10 * 1024
+    assert small["stopped_before_the_end"] is True
+    assert small["consumer_ended"] == "incomplete:consumer_cancelled"
+
+
+def test_the_replywire_side_is_one_function_and_the_bare_sides_copy_its_policy() -> None:
+    client = replywire_client(StreamOptions(target="127.0.0.1:1"))
+    assert isinstance(client, PerStreamClient)
+    assert shares_channel(client) is False
+    assert shares_channel(object()) is True  # a client without the flag: one shared channel
