@@ -101,10 +101,12 @@ NEEDS_JQ = pytest.mark.skipif(
 # Every command shown, and the test that runs it.
 RUN_BY = {
     "make demo": "tests/test_cli.py::test_demo_prints_the_table",
-    "make run-producer": TWO_TERMINALS,
-    "make run-consumer CASE=replace-file": f"{TWO_TERMINALS} (also {VIEW})",
-    view_samples.PRODUCER: VIEW,
+    view_samples.TOUR_PRODUCER: f"{TWO_TERMINALS} (also {VIEW}, stopped and restarted)",
+    "make run-consumer CASE=replace-file": f"{TWO_TERMINALS} (Live Gemini shows it)",
+    view_samples.COMPLETE: f"{TWO_TERMINALS} (also {VIEW})",
     view_samples.TRUNCATED: VIEW,
+    view_samples.SLOW: VIEW + " (with the producer stopped, and restarted or not)",
+    view_samples.PRODUCER: VIEW,
     view_samples.NO_PRODUCER: VIEW,
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
@@ -120,6 +122,14 @@ RUN_BY = {
     ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
 }
+# The tour's `make trace ... STREAM=ID`, one per stream, with the id of the sample's run.
+RUN_BY.update(
+    {
+        c: VIEW
+        for c in shown_commands()
+        if c.startswith(view_samples.TRACE) and c != view_samples.TRACE
+    }
+)
 for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
@@ -146,7 +156,7 @@ def test_every_command_shown_is_run_or_explained() -> None:
     shown = shown_commands()
     unaccounted = shown - set(RUN_BY) - set(NOT_RUN)
     assert not unaccounted, f"README commands no test runs: {sorted(unaccounted)}"
-    stale = (set(RUN_BY) | set(NOT_RUN)) - shown - {"make run-consumer CASE=replace-file"}
+    stale = (set(RUN_BY) | set(NOT_RUN)) - shown
     assert not stale, f"listed but no longer in the README: {sorted(stale)}"
 
 
@@ -349,10 +359,30 @@ def made_producer(command: str, tmp_path: Path) -> Iterator[str]:
 
 
 def test_two_terminals(tmp_path: Path) -> None:
-    with made_producer("make run-producer", tmp_path) as target:
-        done = shell("make run-consumer CASE=replace-file", {"TARGET": target})
+    """The tour's two terminals as written (a free port, the traces in a temporary
+    directory): the stream completes, both traces hold it, and make trace finds it."""
+    traces = {
+        view_samples.PRODUCER_TRACE: str(tmp_path / "producer.jsonl"),
+        view_samples.CONSUMER_TRACE: str(tmp_path / "consumer.jsonl"),
+    }
+
+    def here(command: str) -> str:
+        for shown, used in traces.items():
+            command = command.replace(shown, used)
+        return command
+
+    with made_producer(here(view_samples.TOUR_PRODUCER), tmp_path) as target:
+        done = shell(here(view_samples.COMPLETE), {"TARGET": target})
+        plain = shell("make run-consumer CASE=replace-file", {"TARGET": target})
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["status"] == "complete"
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["status"] == "complete"
+    result = json.loads(done.stdout)
+    assert result["status"] == "complete"
+    listed = shell(here(view_samples.TRACE + result["stream_id"][:8]))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"stream {result['stream_id']} (replace-file): complete;")
+    assert "producer: 10 chunks sent, 1 delivery;" in listed.stdout
 
 
 def test_development_commands() -> None:

@@ -136,6 +136,13 @@ def test_truncate_tail_is_invalid_and_keeps_the_partial_content(
 # --- 3. producer disconnect ---------------------------------------------------------------
 
 
+def applied(trace: Path) -> list[int]:
+    """The sequences the consumer's core applied so far (its ``frame_applied`` debug records)."""
+    lines = trace.read_text(encoding="utf-8").splitlines() if trace.exists() else []
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [r["sequence"] for r in records if r.get("event") == "frame_applied"]
+
+
 def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> None:
     with producer(tmp_path, "--allow-faults") as doomed:
         stream_id = "killed-producer"
@@ -152,8 +159,13 @@ def test_producer_killed_mid_stream(tmp_path: Path, recording: Recording) -> Non
             "0",  # no producer to resume from (tests/test_resume.py restarts one)
             "--result",
             str(tmp_path / "result.json"),
+            "--log-level",
+            "debug",
         ) as consumer:
             wait_for(lambda: ("streaming", "stalled") in doomed.states(stream_id))
+            # Killed only once the consumer applied the 3 frames sent before the stall: a
+            # reset drops what the consumer's socket held unread, however busy the machine.
+            wait_for(lambda: applied(tmp_path / "consumer.trace.jsonl") == [1, 2, 3])
             stop_process(doomed.process, signal.SIGKILL)
             assert consumer.wait(timeout=30) == 5
         # The producer's side of the same stream ends where it was killed.

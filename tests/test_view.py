@@ -5,6 +5,7 @@ pseudo-terminal (the command line, as a person runs it); every reason code in wo
 from __future__ import annotations
 
 import asyncio
+import difflib
 import fcntl
 import io
 import json
@@ -37,6 +38,7 @@ from shared.requests import ReplyRequest
 from shared.result import Stats, StreamResult
 from shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, producer
+from tests.test_timeline import parse_table
 from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)
@@ -398,21 +400,59 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 MASKS = (
     (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "HH:MM:SS.mmm"),
     (re.compile(r"\b\d+\.\d s\b"), "N.N s"),
-    (re.compile(r"(· |stream )[0-9a-f]{8}\b"), r"\1STREAMID"),
+    (re.compile(r"(· |stream |STREAM=)[0-9a-f]{8}\b"), r"\1STREAMID"),
     (re.compile(r"(peer=ipv4:127\.0\.0\.1:)\d+"), r"\1PORT"),
     (re.compile(r"backoff_ms=[\d.]+"), "backoff_ms=N"),
     (re.compile(r"paused \d+×"), "paused N×"),
+    (re.compile(r"queue \d+/"), "queue N/"),
+    # How many tries failed while a producer was down: timing (0 stays 0).
+    (re.compile(r"\b(reconnects[ =])[1-9]\d*"), r"\1N"),
 )
+#: Samples whose frames, bytes and partial text depend on when the producer was stopped.
+STOPPED_MID_STREAM = {"view-killed"}
+#: The timeline rows (side, event, from -> to) that are there or not by timing: a failed
+#: resume attempt (the restarted producer may answer the first one).
+TIMING_ROWS = {("consumer/reader", "state_changed", "connecting -> ended")}
 
 
-def masked(block: str) -> tuple[list[str], list[str]]:
+def masked(block: str, name: str = "") -> tuple[list[str], list[str]]:
     """A sample with what varies run to run masked: its trace lines (in any order: the
     reader's and the core's records of one moment may come either way) and the rest."""
     for pattern, replacement in MASKS:
         block = pattern.sub(replacement, block)
     lines = [line for line in block.splitlines() if "reads_paused_episode" not in line]
+    if name in STOPPED_MID_STREAM:
+        lines = without_partial_text(lines)
     trace = sorted(line for line in lines if line.startswith("HH:MM:SS.mmm"))
     return trace, [line for line in lines if not line.startswith("HH:MM:SS.mmm")]
+
+
+def without_partial_text(lines: list[str]) -> list[str]:
+    """The verdict without the counts and the text that depend on how far the stream got:
+    the box's ``text`` row says only that a partial text was kept."""
+    kept, in_text = [], False
+    for line in (re.sub(r"frames \d+  \d+ B", "frames N  N B", line) for line in lines):
+        if line.startswith("│ text    partial ("):
+            kept.append("│ text    partial")
+            in_text = True
+        elif not (in_text and line.startswith("│         ")):
+            kept.append(line)
+            in_text = False
+    return kept
+
+
+def timeline_shape(block: str) -> tuple[str, str, set[tuple[str, str, str]]]:
+    """A ``make trace`` sample: its command (stream id masked), the verdict on its summary
+    line, and which (side, event, from -> to) rows it has; how many chunks each run has,
+    the times and the order of the two sides are timing."""
+    unfenced = "\n".join(line for line in block.splitlines() if not line.startswith("```"))
+    command, summary, table = unfenced.split("\n", 2)
+    verdict = re.fullmatch(r"stream [0-9a-f]{32} \(replace-file\): ([^;]+); .*", summary)
+    assert verdict, summary
+    rows = {
+        (row["side"], row["event"].split(" ×")[0], row["from -> to"]) for row in parse_table(table)
+    }
+    return masked(command)[1][0], verdict.group(1), rows - TIMING_ROWS
 
 
 def readme_section(name: str) -> str:
@@ -420,10 +460,36 @@ def readme_section(name: str) -> str:
 
 
 def test_the_readme_view_samples_are_real_runs() -> None:
-    """The README's view samples, run again (a real producer, the consumer command line):
-    the same, times, ports and stream ids aside. Regenerate: python -m tools.docs --update
-    README.md --run."""
+    """The README's tour samples, run again (a real producer, stopped and restarted, the
+    consumer command line, make trace): the same, times, ports, stream ids and what
+    depends on timing aside. Regenerate: python -m tools.docs --update README.md --run."""
     fresh = view_samples.samples()
     assert set(fresh) == set(view_samples.NAMES)
     for name, sample in fresh.items():
-        assert masked(sample) == masked(readme_section(name)), name
+        shown = readme_section(name)
+        if name.startswith("trace-"):
+            assert timeline_shape(sample) == timeline_shape(shown), name
+        else:
+            assert masked(sample, name) == masked(shown, name), differences(name, shown, sample)
+
+
+def differences(name: str, shown: str, fresh: str) -> str:
+    """What differs, masked, as a diff from the README's sample to the fresh run's."""
+    before, after = ([*trace, *rest] for trace, rest in (masked(shown, name), masked(fresh, name)))
+    diff = difflib.unified_diff(before, after, "README", "this run", lineterm="")
+    return f"{name}:\n" + "\n".join(diff) + f"\n--- this run, unmasked:\n{fresh}"
+
+
+def test_the_tour_stops_and_restarts_the_producer_for_real() -> None:
+    """What the tour's step 5 says: resumed, the stream is accepted after a new delivery
+    from a new producer process; not restarted, it ends in error with its partial text."""
+    fresh = view_samples.samples()
+    resumed = timeline_shape(fresh["trace-resumed"])
+    assert resumed[1] == "complete"
+    assert ("producer", "state_changed", "streaming -> shutdown") in resumed[2]
+    assert ("consumer", "stream_resuming", "") in resumed[2]
+    assert "2 deliveries" in fresh["trace-resumed"].split("\n")[2]
+    killed = timeline_shape(fresh["trace-killed"])
+    assert killed[1] == "error / transport_io_error"
+    assert "│ text    partial (" in fresh["view-killed"]
+    assert re.search(r"reconnects [1-9]", fresh["view-resumed"])

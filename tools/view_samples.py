@@ -1,12 +1,16 @@
-"""The README's "what you see on a terminal" samples, from real runs.
+"""The README tour's samples, from real runs.
 
-A producer process (faults allowed, its trace in the console format) and the consumer
-command line, as the README shows them: a complete stream, a truncated one, one with no
-producer, each as a terminal shows it once the stream has ended (the console trace
-above, then the verdict; the live part in between is transient), and one frame of the
-live part itself, drawn while the producer stalls on purpose. Ports are the README's;
-``tests/test_view.py`` runs this again and compares it with the README, with the times
-and the random stream ids masked.
+The tour's two terminals, as the README shows them: a producer keeping its JSON trace in
+a file, and the consumer command line (its trace in a file too, so the terminal shows the
+view alone): a complete stream, a truncated one, a slow one whose producer is stopped
+(Ctrl-C twice: two SIGINTs) and started again on the same port, and the same with no
+restart; each as a terminal shows it once the stream has ended (the live part is
+transient), and each stream's timeline, as ``make trace`` prints it from both traces.
+Then, with the trace on the terminals (the console format): a producer's terminal, a
+consumer with no producer to talk to, and one frame of the live part itself, drawn while
+the producer stalls on purpose. Ports and trace paths are the README's;
+``tests/test_view.py`` runs this again and compares it with the README, with the times,
+the random stream ids and what depends on timing masked.
 
     python -m tools.docs --update README.md --run     # rewrites the sections
 """
@@ -17,11 +21,15 @@ import asyncio
 import functools
 import io
 import logging
+import os
+import random
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +38,7 @@ from typing import Final
 import structlog
 from rich.console import Console
 
-from consumer.children import read_listening_port, stop_producer
+from consumer.children import read_listening_port, stop_process, stop_producer
 from consumer.client import StreamOptions, stream_reply
 from consumer.explain import Facts
 from consumer.view import LiveView
@@ -42,13 +50,42 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 #: The ports the README shows: the default producer's, and one where nothing listens.
 SHOWN_PORT: Final = "50051"
 NOBODY_PORT: Final = "50099"
-COMPLETE: Final = "make run-consumer CASE=replace-file"
-TRUNCATED: Final = ".venv/bin/python -m consumer stream --case replace-file --fault truncate-tail"
+#: Where the tour's terminals keep their JSON traces (the README's paths).
+PRODUCER_TRACE: Final = "/tmp/producer.jsonl"
+CONSUMER_TRACE: Final = "/tmp/consumer.jsonl"
+#: Both traces at debug: every chunk sent, received and applied is on the timeline.
+TRACED: Final = ("--log-level", "debug", "--trace-file")
+TOUR_PRODUCER: Final = (
+    f'make run-producer ARGS="--allow-faults {" ".join(TRACED)} {PRODUCER_TRACE}"'
+)
+SLOW_FLAGS: Final = ("--chunk-interval-ms", "1000", "--resume-attempts", "6")
+
+
+def tour_consumer(*flags: str) -> str:
+    """The tour's terminal-2 command with these consumer flags."""
+    return (
+        f'make run-consumer CASE=replace-file ARGS="{" ".join([*flags, *TRACED])} {CONSUMER_TRACE}"'
+    )
+
+
+COMPLETE: Final = tour_consumer()
+TRUNCATED: Final = tour_consumer("--fault", "truncate-tail")
+SLOW: Final = tour_consumer(*SLOW_FLAGS)
+#: ``make trace`` for one of the tour's streams: this, then the short stream id.
+TRACE: Final = f"make trace P={PRODUCER_TRACE} C={CONSUMER_TRACE} STREAM="
 NO_PRODUCER: Final = (
     f".venv/bin/python -m consumer stream --case replace-file --target 127.0.0.1:{NOBODY_PORT}"
 )
 PRODUCER: Final = 'make run-producer ARGS="--allow-faults"'
-NAMES: Final = ("view-live", "view-complete", "view-truncated", "view-no-producer", "view-producer")
+#: The tour's streams: the view's verdict (``view-NAME``) and the timeline (``trace-NAME``).
+TOUR: Final = ("complete", "truncated", "resumed", "killed")
+NAMES: Final = (
+    "view-live",
+    *(f"view-{name}" for name in TOUR),
+    *(f"trace-{name}" for name in TOUR),
+    "view-no-producer",
+    "view-producer",
+)
 
 
 @contextmanager
@@ -69,10 +106,27 @@ def console_producer(trace: Path) -> Iterator[str]:
         stop_producer(process)
 
 
-def free_port() -> str:
+@contextmanager
+def refusing_port() -> Iterator[str]:
+    """A port where connections are refused for as long as this holds it: bound, never
+    listening, so no other process can take it meanwhile."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
+        yield str(sock.getsockname()[1])
+
+
+def quiet_port() -> str:
+    """A free port below the range the system picks outgoing connections' ports from, so
+    none of those takes it while the tour's producer is stopped and started again."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return str(port)
+    raise RuntimeError("no free port between 20000 and 32000")
 
 
 def consumer_screen(target: str, *args: str) -> str:
@@ -116,7 +170,9 @@ def live_frame(target: str) -> str:
 
 def with_ports(text: str, served: str, nobody: str) -> str:
     text = text.replace(served, f"127.0.0.1:{SHOWN_PORT}")
-    text = text.replace(f"port={served.rsplit(':', 1)[1]} ", f"port={SHOWN_PORT} ")
+    port = served.rsplit(":", 1)[1]
+    text = text.replace(f"port={port} ", f"port={SHOWN_PORT} ")
+    text = text.replace(f"PORT={port}", f"PORT={SHOWN_PORT}".ljust(len(f"PORT={port}")))
     text = text.replace(f"127.0.0.1:{nobody}", f"127.0.0.1:{NOBODY_PORT}")
     return text.replace(f"PORT={nobody}", f"PORT={NOBODY_PORT}")
 
@@ -125,18 +181,156 @@ def console_block(command: str, output: str) -> str:
     return f"```console\n$ {command}\n{output}```\n"
 
 
+class TourProducer:
+    """Terminal 1 of the tour: ``python -m producer`` on a fixed port, faults allowed, its
+    JSON trace appended to one file; stopped with Ctrl-C twice and started again there."""
+
+    def __init__(self, port: str, trace: Path) -> None:
+        self.command = [
+            sys.executable, "-m", "producer", "--port", port, "--allow-faults",
+            *TRACED, str(trace),
+        ]  # fmt: skip
+        self.target = f"127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        if read_listening_port(self.process) is None:
+            raise RuntimeError("the tour's producer did not start")
+
+    def interrupt_twice(self) -> None:
+        """Ctrl-C twice, as a person stops it: stop accepting, then stop at once."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        os.kill(process.pid, signal.SIGINT)
+        time.sleep(0.2)
+        stop_process(process, signal.SIGINT)
+        if process.stdout:
+            process.stdout.close()
+
+
+def tour_screen(target: str, trace: Path, *flags: str) -> str:
+    """The tour's terminal 2 once the stream has ended: the view alone (trace in a file)."""
+    return finished(start_tour_consumer(target, trace, *flags))
+
+
+def start_tour_consumer(target: str, trace: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "consumer", "stream", "--case", "replace-file", "--target", target,
+         "--view", *flags, *TRACED, str(trace)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def finished(consumer: subprocess.Popen[str]) -> str:
+    try:
+        out, _ = consumer.communicate(timeout=90)
+    finally:
+        stop_process(consumer, signal.SIGKILL)
+    return out
+
+
+def wait_for_frames(trace: Path, streams_before: int) -> None:
+    """Until the new stream's first message is in the consumer's trace (bounded), then two
+    chunk intervals more: the producer has sent a few frames when it is stopped."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if trace.read_text(encoding="utf-8").count('"first_message"') > streams_before:
+            time.sleep(1.5)
+            return
+        time.sleep(0.05)
+    raise RuntimeError("the slow stream never started")
+
+
+def stopped_mid_stream(producer: TourProducer, trace: Path, restart: bool) -> str:
+    """The slow stream; its producer stopped after a few frames (started again if asked)."""
+    before = trace.read_text(encoding="utf-8").count('"first_message"')
+    consumer = start_tour_consumer(producer.target, trace, *SLOW_FLAGS)
+    try:
+        wait_for_frames(trace, before)
+        producer.interrupt_twice()
+        if restart:
+            producer.start()
+    finally:
+        screen = finished(consumer)
+    return screen
+
+
+def short_id(screen: str) -> str:
+    found = re.search(r"  stream ([0-9a-f]{8})\n", screen)
+    if found is None:
+        raise RuntimeError(f"no stream id on the screen:\n{screen}")
+    return found.group(1)
+
+
+def made_trace(traces: tuple[Path, Path], stream: str) -> str:
+    """``make trace P=... C=... STREAM=...`` as printed (piped: whole rows)."""
+    run = subprocess.run(
+        ["make", "--no-print-directory", "trace", f"P={traces[0]}", f"C={traces[1]}",
+         f"STREAM={stream}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return run.stdout
+
+
+def tour(directory: Path) -> dict[str, str]:
+    """The tour's four streams through one producer (stopped twice, restarted once)."""
+    traces = (directory / "producer.jsonl", directory / "consumer.jsonl")
+    traces[1].touch()
+    producer = TourProducer(quiet_port(), traces[0])
+    producer.start()
+    try:
+        screens = {
+            "complete": tour_screen(producer.target, traces[1]),
+            "truncated": tour_screen(producer.target, traces[1], "--fault", "truncate-tail"),
+            "resumed": stopped_mid_stream(producer, traces[1], restart=True),
+            "killed": stopped_mid_stream(producer, traces[1], restart=False),
+        }
+    finally:
+        producer.interrupt_twice()
+    commands = {"complete": COMPLETE, "truncated": TRUNCATED, "resumed": SLOW, "killed": SLOW}
+    found: dict[str, str] = {}
+    for name, screen in screens.items():
+        stream = short_id(screen)
+        table = with_ports(made_trace(traces, stream), producer.target, NOBODY_PORT)
+        found[f"view-{name}"] = console_block(
+            commands[name], with_ports(screen, producer.target, NOBODY_PORT)
+        )
+        if name == "killed":
+            table = alike_attempts_left_out(table)
+        found[f"trace-{name}"] = console_block(TRACE + stream, table)
+    return found
+
+
+def alike_attempts_left_out(table: str) -> str:
+    """The table without the rows of resume attempts 2 onwards (each like the first), one
+    ``...`` row where they were."""
+    kept: list[str] = []
+    for line in table.splitlines(keepends=True):
+        if re.search(r"\battempt=([2-9]|\d\d)\b", line) and "-> error" not in line:
+            if kept[-1] != "    ...\n":
+                kept.append("    ...\n")
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
 @functools.cache
 def samples() -> dict[str, str]:
-    """Every sample section, by name (``view-*``), from one producer run."""
+    """Every sample section, by name (``view-*``, ``trace-*``), from real runs."""
     with tempfile.TemporaryDirectory() as directory:
         trace = Path(directory) / "producer.log"
-        nobody = free_port()
         with console_producer(trace) as target:
-            complete = consumer_screen(target)
-            truncated = consumer_screen(target, "--fault", "truncate-tail")
+            consumer_screen(target)
+            consumer_screen(target, "--fault", "truncate-tail")
             frame = live_frame(target)
-        nothing = consumer_screen(f"127.0.0.1:{nobody}")
+        with refusing_port() as nobody:
+            nothing = consumer_screen(f"127.0.0.1:{nobody}")
         served = trace.read_text(encoding="utf-8")
+        toured = tour(Path(directory))
     # The producer's lines about the live frame's stream are left out: two streams show it.
 
     def fix(text: str) -> str:
@@ -144,8 +338,7 @@ def samples() -> dict[str, str]:
 
     return {
         "view-live": "```text\n" + fix(frame) + "```\n",
-        "view-complete": console_block(COMPLETE, fix(complete)),
-        "view-truncated": console_block(TRUNCATED, fix(truncated)),
+        **toured,
         "view-no-producer": console_block(NO_PRODUCER, fix(nothing)),
         "view-producer": console_block(PRODUCER, fix(_first_streams(served, 2))),
     }
