@@ -92,9 +92,9 @@ class PerStreamClient:
 
 
 def replywire_client(options: StreamOptions) -> ReplySession:
-    # When consumer.client.ReplyClient lands, this one line becomes
-    # `return consumer_client.ReplyClient(options)`: one channel per target and options.
-    return PerStreamClient(options)
+    # consumer.client.ReplyClient: one channel per target and options, shared by the runs
+    # (the bare sides copy its policy: see shares_channel).
+    return consumer_client.ReplyClient(options)
 
 
 def shares_channel(client: object) -> bool:

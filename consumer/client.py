@@ -11,6 +11,18 @@ Two tasks share a bounded queue:
   optional simulated per-chunk delay) and turns how the stream ended into the
   result document.
 
+With no per-chunk delay to simulate, a chunk that finds the queue empty (the processor
+waiting for it) is applied by the reader in the same pass of the event loop instead of
+waking the processor for it: the queue only holds chunks that arrive while earlier
+ones are still being processed, so it stays the bound it was, and ``reads_paused``
+means what it meant.
+
+Channels are kept by a ``ReplyClient``: one per target and channel options, shared by
+every stream it runs (a new TCP connection and HTTP/2 handshake per stream cost more
+than the stream). The HTTP/2 window is per stream, so backpressure is unchanged. A
+stream whose connection broke retires the channel: its resume, and the next stream,
+get a new connection, never the broken one's reconnect backoff.
+
 Time is bounded twice: an overall deadline and an idle timeout (no chunk for
 that long). Either cancels the RPC and ends ``incomplete`` with the partial
 content kept. A peer that went silent without closing (its host cut off: no reset
@@ -28,7 +40,8 @@ import asyncio
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -70,6 +83,7 @@ RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTIO
 REPLY_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
+TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value
 #: Trailing metadata the producer sends with such an answer that the result keeps.
 PASSED_METADATA: Final = frozenset({"retry-delay", "provider-http-status"})
 
@@ -163,17 +177,38 @@ class StreamEnded:
     idle: bool = False
     metadata: tuple[tuple[str, str], ...] = ()
     broken: Reason | None = None
+    #: The reader applied a chunk itself and the core refused the stream: its verdict stands.
+    judged: bool = False
 
     @property
     def resumable(self) -> bool:
         """A transport failure a resume may repair: UNAVAILABLE, unless the producer named a
         reason other than its own shutdown or a connection's age (a refusal, a verdict)."""
-        if self.code is not grpc.StatusCode.UNAVAILABLE or self.broken is not None:
+        if self.code is not grpc.StatusCode.UNAVAILABLE or self.broken is not None or self.judged:
             return False
         return self.details not in KNOWN_REASONS or Reason(self.details) in RESUMABLE_REASONS
 
 
 QueueItem = bytes | StreamEnded
+
+
+def dropped_by_grpc(end: StreamEnded) -> bool:
+    """gRPC's own CANCELLED, not ours and not the producer's (whose statuses name a reason):
+    the producer's gRPC dropped the request before its servicer saw it (``--max-pending``
+    requests were waiting), so no stream began and the producer's trace has none."""
+    return end.code is grpc.StatusCode.CANCELLED and end.details == "CANCELLED"
+
+
+def refused_by_http2(end: StreamEnded) -> bool:
+    """The producer's HTTP/2 layer refused the stream unprocessed (RST_STREAM with
+    REFUSED_STREAM, error code 7): its connection already held the streams it allows at
+    once (``--max-streams`` + 1), a burst on one shared connection racing the streams
+    that just ended. No stream began; it is the stream limit, said by the transport."""
+    return (
+        end.code is grpc.StatusCode.UNAVAILABLE
+        and "RST_STREAM" in end.details
+        and "error code 7" in end.details
+    )
 
 
 def backoff_s(options: StreamOptions, attempt: int) -> float:
@@ -192,10 +227,14 @@ class Reader:
         queue: asyncio.Queue[QueueItem],
         options: StreamOptions,
         logger: structlog.typing.FilteringBoundLogger,
+        apply: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.call = call
         self.queue = queue
         self.options = options
+        #: Applies a chunk to the core at once (False: the core refused the stream); None:
+        #: every chunk goes through the queue (a simulated delay, or buffered mode).
+        self.apply = apply
         self.chunks_read = 0
         self.pauses = 0
         self.paused_s = 0.0
@@ -217,7 +256,8 @@ class Reader:
                 self.chunks_read += 1
                 if self.state is ReaderState.CONNECTING:
                     self.machine.fire(ReaderInput.FIRST_MESSAGE)
-                await self._enqueue(message.data)
+                if not await self._hand_over(message.data):
+                    return
         except asyncio.CancelledError:
             if not self.machine.finished:
                 self.machine.fire(ReaderInput.ENDED, why="cancelled")
@@ -258,6 +298,18 @@ class Reader:
         self.machine.fire(ReaderInput.ENDED, why=reason.value, message=what)
         await self.queue.put(StreamEnded(broken=reason, details=what))
 
+    async def _hand_over(self, data: bytes) -> bool:
+        """Apply the chunk here when the processor waits on an empty queue (it would apply
+        it next, one event-loop pass later), else queue it; False once the core refused."""
+        if self.apply is None or not self.queue.empty():
+            await self._enqueue(data)
+            return True
+        if self.apply(data):
+            return True
+        self.machine.fire(ReaderInput.ENDED, why="refused")
+        self.queue.put_nowait(StreamEnded(judged=True))
+        return False
+
     async def _enqueue(self, data: bytes) -> None:
         if not self.queue.full():
             self.queue.put_nowait(data)
@@ -284,11 +336,15 @@ class StreamSession:
         consumer: ReplyConsumer,
         options: StreamOptions,
         logger: structlog.typing.FilteringBoundLogger,
+        client: ReplyClient | None = None,
     ) -> None:
         self.request = request
         self.consumer = consumer
         self.options = options
         self._log = logger
+        #: Where the channels come from (none given: a client of its own, closed by run()).
+        self.client = client or ReplyClient(options)
+        self._owns_client = client is None
         self.reader: Reader | None = None
         self._call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk] | None = None
         self.attempt = 0
@@ -300,6 +356,13 @@ class StreamSession:
             self._call.cancel()
 
     async def run(self, interrupted: asyncio.Event | None = None) -> StreamResult:
+        try:
+            return await self._run(interrupted)
+        finally:
+            if self._owns_client:
+                await self.client.close()
+
+    async def _run(self, interrupted: asyncio.Event | None) -> StreamResult:
         options = self.options
         self._log.info(
             "stream_opening",
@@ -358,40 +421,51 @@ class StreamSession:
     ) -> StreamResult | StreamEnded:
         """One connection, one call: the result, or how a resumable failure ended it."""
         options = self.options
-        async with open_channel(options) as channel:
-            stub = pb_grpc.ReplyStreamStub(channel)
-            # A gRPC deadline backs up our own (ours fires first and says why).
-            backstop = remaining_s + 5 if remaining_s is not None else None
-            self._call = stub.Open(
-                self.request, timeout=backstop, metadata=options.security.call_metadata()
+        async with self.client.channel(options) as channel:
+            outcome = await self._call_once(channel, stop, remaining_s)
+            if isinstance(outcome, StreamEnded) or outcome.reason == TRANSPORT_FAILED:
+                self.client.retire(options, channel)  # a broken transport: never reused
+        return outcome
+
+    async def _call_once(
+        self, channel: grpc.aio.Channel, stop: asyncio.Event, remaining_s: float | None
+    ) -> StreamResult | StreamEnded:
+        """The call on ``channel``: request, reader, processor, until one of them ends it."""
+        options = self.options
+        stub = pb_grpc.ReplyStreamStub(channel)
+        # A gRPC deadline backs up our own (ours fires first and says why).
+        backstop = remaining_s + 5 if remaining_s is not None else None
+        self._call = stub.Open(
+            self.request, timeout=backstop, metadata=options.security.call_metadata()
+        )
+        size = 0 if options.mode == "buffered" else options.queue_size
+        queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
+        log = self._log.bind(attempt=self.attempt) if self.attempt else self._log
+        direct = options.mode == "stream" and not options.process_delay_s
+        self.reader = Reader(self._call, queue, options, log, self._apply if direct else None)
+        reader_task = asyncio.create_task(self.reader.run(), name="reader")
+        processing = asyncio.create_task(self._process(queue), name="processor")
+        stop_waiter = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {processing, stop_waiter},
+                timeout=remaining_s,
+                return_when=asyncio.FIRST_COMPLETED,
             )
-            size = 0 if options.mode == "buffered" else options.queue_size
-            queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
-            log = self._log.bind(attempt=self.attempt) if self.attempt else self._log
-            self.reader = Reader(self._call, queue, options, log)
-            reader_task = asyncio.create_task(self.reader.run(), name="reader")
-            processing = asyncio.create_task(self._process(queue), name="processor")
-            stop_waiter = asyncio.create_task(stop.wait())
-            try:
-                done, _ = await asyncio.wait(
-                    {processing, stop_waiter},
-                    timeout=remaining_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                outcome: StreamResult | StreamEnded
-                if processing in done:
-                    outcome = processing.result()
-                elif stop_waiter in done:
-                    outcome = await self._stop_on_request(stub, processing)
-                else:
-                    outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
-            finally:
-                for task in (processing, stop_waiter, reader_task):
-                    task.cancel()
-                self._call.cancel()
-                await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
-                self._pauses += self.reader.pauses
-                self._paused_s += self.reader.paused_s
+            outcome: StreamResult | StreamEnded
+            if processing in done:
+                outcome = processing.result()
+            elif stop_waiter in done:
+                outcome = await self._stop_on_request(stub, processing)
+            else:
+                outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+        finally:
+            for task in (processing, stop_waiter, reader_task):
+                task.cancel()
+            self._call.cancel()
+            await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
+            self._pauses += self.reader.pauses
+            self._paused_s += self.reader.paused_s
         return outcome
 
     async def _stop_on_request(
@@ -423,8 +497,8 @@ class StreamSession:
         self._log.info("cancel_sent", cancelled=reply.cancelled)
 
     async def _cancel_on_new_channel(self) -> None:
-        """``Cancel`` between attempts (no channel is open then)."""
-        async with open_channel(self.options) as channel:
+        """``Cancel`` between attempts (the broken channel is retired: a new one)."""
+        async with self.client.channel(self.options) as channel:
             await self._cancel_generation(pb_grpc.ReplyStreamStub(channel))
 
     async def _process(self, queue: asyncio.Queue[QueueItem]) -> StreamResult | StreamEnded:
@@ -433,6 +507,8 @@ class StreamSession:
         while True:
             item = await queue.get()
             if isinstance(item, StreamEnded):
+                if item.judged:
+                    return self.consumer.result()
                 return item if item.resumable else self._ended(item)
             if not self._apply(item):
                 return self.consumer.result()
@@ -492,19 +568,180 @@ class StreamSession:
         if nothing_received and not self.attempt and end.details in KNOWN_REASONS:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
-            reason = Reason(end.details)
-            self._log.info("request_not_streamed", status=reason.status.value, **transport)
-            return StreamResult(
-                status=reason.status,
-                reason=reason.value,
-                case_id=self.request.case_id,
-                request_sha256=self.consumer.binding.get("request_sha256"),
-                binding_sha256=self.consumer.binding_sha256,
-                wire_format=self.consumer.wire.value,
-                detail=f"producer answered {end.code.name}",
-                transport=transport,
-            )
+            return self._not_streamed(Reason(end.details), transport)
+        if nothing_received and dropped_by_grpc(end):
+            return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
+        if nothing_received and refused_by_http2(end):
+            return self._not_streamed(Reason.STREAM_LIMIT, transport)
         return self.consumer.transport_error(transport, reason=_transport_reason(end))
+
+    def _not_streamed(self, reason: Reason, transport: dict[str, Any]) -> StreamResult:
+        """The producer's answer instead of a stream: its reason, with its own status."""
+        self._log.info("request_not_streamed", status=reason.status.value, **transport)
+        return StreamResult(
+            status=reason.status,
+            reason=reason.value,
+            case_id=self.request.case_id,
+            request_sha256=self.consumer.binding.get("request_sha256"),
+            binding_sha256=self.consumer.binding_sha256,
+            wire_format=self.consumer.wire.value,
+            detail=f"producer answered {transport['grpc_code']}",
+            transport=transport,
+        )
+
+
+#: What makes two streams' channels interchangeable: target, TLS material, channel options.
+ChannelKey = tuple[str, Security, tuple[tuple[str, int | str], ...]]
+
+
+def channel_key(options: StreamOptions) -> ChannelKey:
+    return (options.target, options.security, tuple(channel_options(options)))
+
+
+#: How long a new channel's first streams wait for its connection before they are sent.
+CONNECT_WAIT_S: Final = 5.0
+_SETTLED: Final = frozenset(
+    {
+        grpc.ChannelConnectivity.READY,
+        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        grpc.ChannelConnectivity.SHUTDOWN,
+    }
+)
+
+
+async def _connected(channel: grpc.aio.Channel) -> None:
+    """Wait (bounded) until a new channel is connected or has failed. Streams sent on it
+    before the producer's HTTP/2 SETTINGS arrive are not held to its concurrent-stream
+    bound: a burst past the bound is refused (RST_STREAM REFUSED_STREAM, UNAVAILABLE to
+    the caller); once connected, gRPC queues the excess until streams end. A channel that
+    failed, or is still connecting after the bound, is used as it is (its call fails or
+    waits as it would have)."""
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + CONNECT_WAIT_S
+    state = channel.get_state(try_to_connect=True)
+    while state not in _SETTLED and loop.time() < ends_at:
+        try:
+            await asyncio.wait_for(channel.wait_for_state_change(state), ends_at - loop.time())
+        except TimeoutError:
+            return
+        state = channel.get_state()
+
+
+@dataclass(slots=True, eq=False)
+class _Kept:
+    """A channel the client keeps, how many streams use it now, and its first connection."""
+
+    channel: grpc.aio.Channel
+    connecting: asyncio.Task[None]
+    users: int = 0
+    retired: bool = False
+
+
+class ReplyClient:
+    """Streams bound replies over the channels it keeps: one per target and channel
+    options (``channel_key``), shared by every stream it runs, closed with the client.
+
+        async with ReplyClient(options) as client:
+            result = await client.stream(request)
+
+    Each stream is its own HTTP/2 stream with its own window, so backpressure is what it
+    is with a channel per stream. A stream that ends with a broken transport retires its
+    channel: the resume and later streams open a new one (the old one, in gRPC's
+    reconnect backoff, is closed once its last stream ends). Many concurrent streams on
+    one channel share one connection, and so the producer's per-connection stream bound
+    (``--max-streams`` + 1): beyond it gRPC queues them in the client (a new channel's
+    first streams wait for its connection, so they are held to the bound too), and a
+    stream the producer's HTTP/2 layer still refuses at that bound is ``stream_limit``.
+    """
+
+    def __init__(
+        self,
+        options: StreamOptions,
+        *,
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.options = options
+        self._logger = logger
+        self._kept: dict[ChannelKey, _Kept] = {}
+        #: Retired channels still in use: closed by their last stream, or by close().
+        self._retired: list[_Kept] = []
+
+    async def __aenter__(self) -> ReplyClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def channels(self) -> int:
+        """Channels open now (kept, or retired and still in use)."""
+        return len(self._kept) + len(self._retired)
+
+    @asynccontextmanager
+    async def channel(self, options: StreamOptions) -> AsyncIterator[grpc.aio.Channel]:
+        """The kept channel for ``options`` (opened on first use), for one call."""
+        key = channel_key(options)
+        kept = self._kept.get(key)
+        if kept is None:
+            channel = open_channel(options)
+            kept = self._kept[key] = _Kept(channel, asyncio.create_task(_connected(channel)))
+        kept.users += 1
+        try:
+            if not kept.connecting.done():
+                await asyncio.shield(kept.connecting)
+            yield kept.channel
+        finally:
+            kept.users -= 1
+            if kept.retired and not kept.users:
+                self._retired.remove(kept)
+                await kept.channel.close(None)
+
+    def retire(self, options: StreamOptions, channel: grpc.aio.Channel) -> None:
+        """The transport under ``channel`` broke: the next call opens a new channel."""
+        key = channel_key(options)
+        kept = self._kept.get(key)
+        if kept is None or kept.channel is not channel:
+            return  # already retired by another stream of the same connection
+        del self._kept[key]
+        kept.retired = True
+        self._retired.append(kept)
+
+    async def close(self) -> None:
+        """Close every channel (a stream still running on one ends ``CANCELLED``)."""
+        kept = [*self._kept.values(), *self._retired]
+        self._kept.clear()
+        self._retired.clear()
+        for each in kept:
+            each.connecting.cancel()
+            await each.channel.close(None)
+
+    async def stream(
+        self,
+        request: ReplyRequest,
+        options: StreamOptions | None = None,
+        *,
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+        interrupted: asyncio.Event | None = None,
+        observer: Callable[[StreamSession], None] | None = None,
+    ) -> StreamResult:
+        """Ask for one bound reply and consume it: the request, the core, the session, the
+        verdict. ``options``: this stream's (the client's by default); ``observer`` is
+        handed the session before it runs."""
+        options = options or self.options
+        structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
+        log = (logger or self._logger or structlog.get_logger()).bind(case_id=request.case_id)
+        consumer = request.consumer(log.bind(component="core"))
+        session = StreamSession(request.open_request(), consumer, options, log, self)
+        if observer is not None:
+            observer(session)
+        result = await session.run(interrupted)
+        log.info(
+            "stream_finished",
+            status=result.status.value,
+            reason=result.reason,
+            **result.stats.to_dict(),
+        )
+        return result
 
 
 async def stream_reply(
@@ -515,22 +752,12 @@ async def stream_reply(
     interrupted: asyncio.Event | None = None,
     observer: Callable[[StreamSession], None] | None = None,
 ) -> StreamResult:
-    """Ask for one bound reply and consume it: the request, the core, the session, the verdict.
+    """One stream on a channel of its own (``ReplyClient`` keeps channels for many).
     ``observer`` is handed the session before it runs (the live view reads it as it goes)."""
-    structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
-    log = (logger or structlog.get_logger()).bind(case_id=request.case_id)
-    consumer = request.consumer(log.bind(component="core"))
-    session = StreamSession(request.open_request(), consumer, options, log)
-    if observer is not None:
-        observer(session)
-    result = await session.run(interrupted)
-    log.info(
-        "stream_finished",
-        status=result.status.value,
-        reason=result.reason,
-        **result.stats.to_dict(),
-    )
-    return result
+    async with ReplyClient(options) as client:
+        return await client.stream(
+            request, logger=logger, interrupted=interrupted, observer=observer
+        )
 
 
 def _transport_reason(end: StreamEnded) -> Reason:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from consumer.children import start_producer, stop_producer
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import ReplyClient, StreamOptions
 from consumer.traces import timeline_page_name, write_timelines
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain
@@ -95,7 +95,9 @@ def stream_id_of(index: int) -> str:
     return f"demo-{index:02d}"
 
 
-async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str) -> StreamResult:
+async def stream(
+    client: ReplyClient, run: DemoRun, recording: Recording, stream_id: str
+) -> StreamResult:
     request = ReplyRequest(
         case_id=run.case_id,
         binding=binding_for(run, recording),
@@ -105,8 +107,20 @@ async def stream(run: DemoRun, recording: Recording, target: str, stream_id: str
         stream_id=stream_id,
         ignore_duplicates=run.ignore_duplicates,
     )
-    options = StreamOptions(target=target, idle_timeout_s=run.idle_timeout_s, deadline_s=30.0)
-    return await stream_reply(request, options)
+    options = replace(client.options, idle_timeout_s=run.idle_timeout_s)
+    return await client.stream(request, options)
+
+
+async def stream_all(
+    runs: list[DemoRun], recording: Recording, target: str
+) -> list[tuple[DemoRun, str, StreamResult]]:
+    """Every run in turn, on one kept channel (the runs share the target and its options)."""
+    done = []
+    async with ReplyClient(StreamOptions(target=target, deadline_s=30.0)) as client:
+        for index, run in enumerate(runs, start=1):
+            stream_id = stream_id_of(index)
+            done.append((run, stream_id, await stream(client, run, recording, stream_id)))
+    return done
 
 
 def row(run: DemoRun, stream_id: str, result: StreamResult) -> tuple[str, ...]:
@@ -147,12 +161,11 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
             configure_logging(
                 "consumer", log_format="json", level=args.log_level, stream=consumer_trace
             )
-            for index, run in enumerate(demo_runs(recording), start=1):
-                stream_id = stream_id_of(index)
+            for run, stream_id, result in asyncio.run(
+                stream_all(demo_runs(recording), recording, target)
+            ):
                 shown = stream_id if run.label == SHOWN_RUN else shown
-                rows.append(
-                    row(run, stream_id, asyncio.run(stream(run, recording, target, stream_id)))
-                )
+                rows.append(row(run, stream_id, result))
     finally:
         stop_producer(producer)
     out.write(render(rows))

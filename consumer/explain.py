@@ -38,6 +38,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.INVALID_TOKEN: "The producer did not accept the bearer token (none was sent, or one it "
     "does not know).",
     R.STREAM_LIMIT: "The producer is already serving as many streams as it allows.",
+    R.PRODUCER_OVERLOADED: "The producer's gRPC dropped the request before its servicer saw "
+    "it: too many new streams were waiting.",
     R.CONNECTION_AGED_OUT: "The connection reached the producer's maximum age and was closed "
     "before the stream ended.",
     R.RESUME_UNAVAILABLE: "The stream could not be resumed: the producer neither kept this "
@@ -190,6 +192,10 @@ def _busy(result: StreamResult, facts: Facts) -> str:
     return "the producer is at its --max-streams; try again in a moment"
 
 
+def _overloaded(result: StreamResult, facts: Facts) -> str:
+    return "too many streams arrived at once (its --max-pending); try again in a moment"
+
+
 def _rate_limited(result: StreamResult, facts: Facts) -> str | None:
     delay = (result.transport or {}).get("retry-delay")
     return f"the provider asks to retry after {delay}" if delay else None
@@ -203,6 +209,7 @@ HINTS: Final[Mapping[Reason, Callable[[StreamResult, Facts], str | None]]] = {
     R.DEADLINE_EXCEEDED: _deadline,
     R.INVALID_TOKEN: _token,
     R.STREAM_LIMIT: _busy,
+    R.PRODUCER_OVERLOADED: _overloaded,
     R.PROVIDER_RATE_LIMITED: _rate_limited,
 }
 

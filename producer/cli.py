@@ -45,6 +45,7 @@ from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
 from producer.server import (
     DEFAULT_MAX_CONNECTION_AGE_S,
+    DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
     MIN_PING_INTERVAL_S,
     Exposure,
@@ -209,6 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=stream_count,
         default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
         help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
+    )
+    parser.add_argument(
+        "--max-pending",
+        type=stream_count,
+        default=env("MAX_PENDING", str(DEFAULT_MAX_PENDING)),
+        help="new streams gRPC holds until the servicer takes them (a burst); past it gRPC "
+        "drops one (the consumer says producer_overloaded)",
     )
     for flag, name, default, kind, meaning in (
         ("--reply-log-max-frames", "REPLY_LOG_MAX_FRAMES", DEFAULT_MAX_FRAMES, stream_count,
@@ -446,6 +454,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         min_ping_interval_s=args.min_ping_interval_s,
         exposure=exposure,
         max_streams=args.max_streams,
+        max_pending=args.max_pending,
         metrics=metrics,
         log_limits=limits,
         reply_log=reply_log,

@@ -212,6 +212,9 @@ class MemoryReplyLog:
         self.limits = limits or LogLimits()
         self._clock = clock
         self._replies: OrderedDict[str, MemoryReply] = OrderedDict()
+        #: No reply expires before this: a reply ended since the last look expires a TTL
+        #: after it, so the replies are looked at once per expiry, not once per call.
+        self._next_expiry = float("-inf")
 
     def __len__(self) -> int:
         self._expire()
@@ -219,9 +222,17 @@ class MemoryReplyLog:
 
     def _expire(self) -> None:
         now = self._clock()
+        if now < self._next_expiry:
+            return
+        ttl = self.limits.ttl_s
+        self._next_expiry = now + ttl
         for stream_id, reply in list(self._replies.items()):
-            if reply.ended_at is not None and now - reply.ended_at >= self.limits.ttl_s:
+            if reply.ended_at is None:
+                continue
+            if now - reply.ended_at >= ttl:
                 del self._replies[stream_id]
+            else:
+                self._next_expiry = min(self._next_expiry, reply.ended_at + ttl)
 
     async def find(self, stream_id: str) -> MemoryReply | None:
         self._expire()

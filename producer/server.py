@@ -24,6 +24,7 @@ metrics (``producer.metrics``) where it updates its counters.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -53,7 +54,6 @@ from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
-from shared.digest import digest
 from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
@@ -62,9 +62,9 @@ from shared.recording import Recording
 from shared.requests import (
     MAX_REQUEST_BYTES,
     CheckedRequest,
+    binding_sha256,
     check_envelope,
     check_request,
-    parse_binding,
 )
 from shared.wire import WireCodec, codec_for
 from shared.wire.chunking import MAX_CHUNK_BYTES, Chunker
@@ -152,22 +152,22 @@ def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
 def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
     """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
     are not)."""
-    handler = grpc.method_handlers_generic_handler(
-        "replywire.v1.ReplyStream",
-        {
-            "Open": grpc.unary_stream_rpc_method_handler(
-                servicer.Open,
-                request_deserializer=parse_open_request,
-                response_serializer=pb.Chunk.SerializeToString,
-            ),
-            "Cancel": grpc.unary_unary_rpc_method_handler(
-                servicer.Cancel,
-                request_deserializer=parse_cancel_request,
-                response_serializer=pb.CancelReply.SerializeToString,
-            ),
-        },
-    )
-    server.add_generic_rpc_handlers((handler,))
+    handlers = {
+        "Open": grpc.unary_stream_rpc_method_handler(
+            servicer.Open,
+            request_deserializer=parse_open_request,
+            response_serializer=pb.Chunk.SerializeToString,
+        ),
+        "Cancel": grpc.unary_unary_rpc_method_handler(
+            servicer.Cancel,
+            request_deserializer=parse_cancel_request,
+            response_serializer=pb.CancelReply.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Registered with gRPC's core too (as the generated helper does): a call to a method
+    # it knows is matched there, not looked up through the generic handlers per call.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True)
@@ -185,10 +185,13 @@ class _Delivery:
     caller: str = ANONYMOUS
 
 
-async def _entries(frames: tuple[Frame, ...], codec: WireCodec) -> AsyncIterator[Entry]:
-    for frame in frames:
+async def _entries(
+    frames: tuple[Frame, ...], codec: WireCodec, wire: tuple[bytes, ...] | None = None
+) -> AsyncIterator[Entry]:
+    """The frames as log entries; ``wire``: their bytes, already encoded by the plan."""
+    for index, frame in enumerate(frames):
         assert isinstance(frame.sequence, int)
-        yield Entry(frame.sequence, codec.encode_frame(frame))
+        yield Entry(frame.sequence, wire[index] if wire else codec.encode_frame(frame))
 
 
 async def _live_entries(
@@ -583,7 +586,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         reply = await self.replies.find(request.stream_id) if request.stream_id else None
         if reply is None:
             return False
-        if digest(parse_binding(request.binding_json)) != reply.binding_sha256:
+        if binding_sha256(request.binding_json) != reply.binding_sha256:
             raise RequestRefused(Reason.RESUME_BINDING_MISMATCH, "not the logged binding")
         if checked.wire.value != reply.wire:
             raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
@@ -626,7 +629,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         live = plan.live_frames()
         if (plan.reply_frames is None and live is None) or not request.stream_id:
             return
-        binding = digest(parse_binding(request.binding_json))
+        binding = binding_sha256(request.binding_json)
         if not await self._start_generation(request.stream_id, binding, checked, plan, live):
             found = await self.replies.find(request.stream_id)
             if found is None:  # generated and expired meanwhile: rare enough to refuse
@@ -681,18 +684,24 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             generation = self._live_generation(reply, plan, live, codec)
         else:
             assert plan.reply_frames is not None
+            # A recording's fault-free plan carries its frames' wire bytes (not in StreamPlan:
+            # a source that has none need not say so).
+            wire: tuple[bytes, ...] | None = getattr(plan, "reply_wire", None)
             generation = Generation(
                 reply,
-                _entries(plan.reply_frames, codec),
+                _entries(plan.reply_frames, codec, wire),
                 grace_s=self.replies.limits.detach_grace_s,
             )
         self._generations[stream_id] = generation
         self._generations.move_to_end(stream_id)
-        # Bounded: ended generations beyond the log's reply bound are forgotten.
-        ended = [key for key, g in self._generations.items() if g.task.done()]
-        for key in ended[: max(len(self._generations) - self.replies.limits.max_replies, 0)]:
-            del self._generations[key]
-            self._owners.pop(key, None)
+        # Bounded: ended generations beyond the log's reply bound are forgotten, oldest
+        # first (a look at the oldest few, not at every generation, per stream).
+        excess = len(self._generations) - self.replies.limits.max_replies
+        if excess > 0:
+            ended = (key for key, g in self._generations.items() if g.task.done())
+            for key in list(itertools.islice(ended, excess)):
+                del self._generations[key]
+                self._owners.pop(key, None)
         return True
 
     async def _deliver(
@@ -876,21 +885,23 @@ MIN_PING_INTERVAL_S: Final = 1.0
 #: Pings faster than that tolerated before GOAWAY (gRPC's own default).
 MAX_PING_STRIKES: Final = 2
 
-#: gRPC's own default of grpc.server.max_pending_requests (its hard limit is 3 times it).
-GRPC_PENDING_REQUESTS: Final = 1000
+#: RPCs gRPC holds for the servicer (``--max-pending``): past it gRPC drops one at once.
+DEFAULT_MAX_PENDING: Final = 10_000
 
 
 def server_options(
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
     max_streams: int = DEFAULT_MAX_STREAMS,
     min_ping_interval_s: float = MIN_PING_INTERVAL_S,
+    max_pending: int = DEFAULT_MAX_PENDING,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
-    # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending";
-    # past the soft limit gRPC drops them at random, past the hard one all of them, with
-    # a bare status, before the servicer sees them. At least max-streams (and never below
-    # gRPC's default) so that the servicer refuses excess streams itself, with its reason.
-    pending = max(max_streams, GRPC_PENDING_REQUESTS)
+    # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending" (a
+    # burst of new streams: grpc.aio takes them one at a time). Past gRPC's soft limit it
+    # drops them at random, past the hard one all of them, with a bare CANCELLED, before
+    # the servicer sees them: its default (1,000 and 3,000) dropped 5-10 % of a burst of
+    # 2,000. One bound, soft and hard alike: nothing is dropped below --max-pending, and
+    # the servicer answers the excess of --max-streams itself (stream_limit).
     return [
         # Bounded streams: the servicer refuses a stream beyond max-streams over all
         # connections (stream_limit); one connection opens at most one more than that at
@@ -898,8 +909,8 @@ def server_options(
         # hears the refusal: with exactly max-streams, a connection that holds them all
         # would queue its next stream in the client, silently, until its deadline.
         ("grpc.max_concurrent_streams", max_streams + 1),
-        ("grpc.server.max_pending_requests", pending),
-        ("grpc.server.max_pending_requests_hard_limit", 3 * pending),
+        ("grpc.server.max_pending_requests", max_pending),
+        ("grpc.server.max_pending_requests_hard_limit", max_pending),
         # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
         # bind the same port silently and split the traffic.
         ("grpc.so_reuseport", 0),
@@ -942,6 +953,8 @@ class ServerSettings:
     max_streams: int = DEFAULT_MAX_STREAMS
     #: The most frequent keepalive pings a peer may send (faster: GOAWAY too_many_pings).
     min_ping_interval_s: float = MIN_PING_INTERVAL_S
+    #: RPCs gRPC holds before the servicer takes them (past it: a bare CANCELLED).
+    max_pending: int = DEFAULT_MAX_PENDING
     metrics: ProducerMetrics | None = None
     #: The reply log's bounds (entries, bytes, replies kept, TTL, detach grace).
     log_limits: LogLimits | None = None
@@ -958,7 +971,9 @@ async def start_server(
     exposure = settings.exposure
     max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
     server = grpc.aio.server(
-        options=server_options(max_connection_age_s, max_streams, settings.min_ping_interval_s)
+        options=server_options(
+            max_connection_age_s, max_streams, settings.min_ping_interval_s, settings.max_pending
+        )
     )
     if isinstance(source, Recording):
         source = RecordingSource(source)

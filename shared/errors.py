@@ -63,6 +63,7 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "internal_error"
     INVALID_TOKEN = "invalid_token"
     STREAM_LIMIT = "stream_limit"
+    PRODUCER_OVERLOADED = "producer_overloaded"
     CONNECTION_AGED_OUT = "connection_aged_out"
     RESUME_UNAVAILABLE = "resume_unavailable"
     RESUME_BINDING_MISMATCH = "resume_binding_mismatch"
@@ -177,6 +178,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.STREAM_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-streams streams; try later"
+    ),
+    Reason.PRODUCER_OVERLOADED: _info(
+        _R,
+        "CANCELLED",
+        "gRPC dropped the request before the producer saw it (over --max-pending waiting); "
+        "try later",
     ),
     Reason.CONNECTION_AGED_OUT: _info(
         _E, "UNAVAILABLE", "the stream's connection outlived --max-connection-age-s and its grace"

@@ -155,6 +155,8 @@ class Transmission:
     chunks: tuple[bytes, ...]
     ending: Ending
     stall: Stall | None = None
+    #: Each frame on the wire (with any byte-level fault), before it is cut into chunks.
+    encoded: tuple[bytes, ...] = ()
 
 
 def target_index(frames: Sequence[Frame], fault: Fault) -> int:
@@ -255,12 +257,13 @@ def transmit(
     encoded = _encode(codec, frames, fault)
     if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
         # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.
-        return Transmission(tuple(frames), (b"".join(encoded[:2]),), Ending.TRANSPORT_ERROR)
+        return Transmission(
+            tuple(frames), (b"".join(encoded[:2]),), Ending.TRANSPORT_ERROR, None, tuple(encoded)
+        )
     chunks = cut(encoded, plan)
     if fault is not None and fault.kind is FaultKind.ABORT_AFTER_DONE:
-        return Transmission(tuple(frames), tuple(chunks), Ending.TRANSPORT_ERROR)
-    if fault is not None and fault.kind is FaultKind.STALL:
         return Transmission(
-            tuple(frames), tuple(chunks), Ending.CLEAN, _stall(encoded, chunks, fault)
+            tuple(frames), tuple(chunks), Ending.TRANSPORT_ERROR, None, tuple(encoded)
         )
-    return Transmission(tuple(frames), tuple(chunks), Ending.CLEAN)
+    stall = _stall(encoded, chunks, fault) if fault and fault.kind is FaultKind.STALL else None
+    return Transmission(tuple(frames), tuple(chunks), Ending.CLEAN, stall, tuple(encoded))

@@ -4,6 +4,7 @@ Pure: no grpc here."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any, Final
 
 import structlog
 
-from shared.digest import bounded_json, canonical_json
+from shared.digest import bounded_json, canonical_json, digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.machine import Limits, ReplyConsumer
@@ -125,6 +126,13 @@ def parse_binding(binding_json: bytes) -> object:
         raise RequestRefused(
             Reason.REQUEST_BINDING_MISMATCH, "binding is not bounded strict JSON"
         ) from error
+
+
+@functools.lru_cache(maxsize=64)
+def binding_sha256(binding_json: bytes) -> str:
+    """``digest(parse_binding(binding_json))``, remembered for the last few bindings: every
+    stream of a case carries the same bytes (a refusal raises, and is not remembered)."""
+    return digest(parse_binding(binding_json))
 
 
 WIRE_CODES: Final = {

@@ -18,7 +18,7 @@ import pytest
 
 from bench.decoders import FRAGMENTS, PLANS
 from bench.streams import CHUNKINGS, PerStreamClient, replywire_client, shares_channel
-from consumer.client import StreamOptions
+from consumer.client import ReplyClient, StreamOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = (
@@ -67,7 +67,7 @@ def test_make_bench_at_the_tiny_size(tiny_run: tuple[dict[str, Any], str]) -> No
 def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], str]) -> None:
     streams = tiny_run[0]["streams"]
     assert list(streams["sequential"]) == list(CHUNKINGS)
-    assert streams["channel_policy"] == "a new channel per stream"
+    assert streams["channel_policy"] == "one channel, shared"
     for row in streams["sequential"].values():
         assert set(row["sides"]) == {"replywire", "bare client", "bare pair"}
         assert all(side["failures"] == {} for side in row["sides"].values())
@@ -106,6 +106,7 @@ def test_a_paused_consumer_stopped_the_producer_before_the_end(
 
 def test_the_replywire_side_is_one_function_and_the_bare_sides_copy_its_policy() -> None:
     client = replywire_client(StreamOptions(target="127.0.0.1:1"))
-    assert isinstance(client, PerStreamClient)
-    assert shares_channel(client) is False
+    assert isinstance(client, ReplyClient)  # one channel per target and options
+    assert shares_channel(client) is True
+    assert shares_channel(PerStreamClient(StreamOptions(target="127.0.0.1:1"))) is False
     assert shares_channel(object()) is True  # a client without the flag: one shared channel

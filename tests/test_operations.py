@@ -33,8 +33,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from producer.cli import build_parser
 from producer.metrics import ProducerMetrics, install, record_ledger_spend
 from producer.server import (
+    DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
-    GRPC_PENDING_REQUESTS,
     ConnectionAges,
     server_options,
 )
@@ -198,12 +198,10 @@ def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
 def test_grpc_options_follow_max_streams() -> None:
     options = dict(server_options(max_streams=3))
     assert options["grpc.max_concurrent_streams"] == 4  # the 4th hears the refusal
-    assert options["grpc.server.max_pending_requests"] == GRPC_PENDING_REQUESTS
     big = dict(server_options(max_streams=5000))
     assert big["grpc.max_concurrent_streams"] == 5001
-    # Never below max-streams: gRPC must not drop what the servicer would serve.
-    assert big["grpc.server.max_pending_requests"] == 5000
-    assert big["grpc.server.max_pending_requests_hard_limit"] == 15000
+    # RPCs waiting for the servicer are bounded by --max-pending alone (tests/test_concurrency).
+    assert big["grpc.server.max_pending_requests"] == DEFAULT_MAX_PENDING
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many", "1.5"])

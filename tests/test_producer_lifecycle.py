@@ -25,7 +25,7 @@ import grpc
 import pytest
 
 from consumer.children import stop_process
-from consumer.demo import demo_runs, stream, stream_id_of
+from consumer.demo import demo_runs, stream_all
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from runtime.logs import configure_logging
@@ -87,9 +87,9 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
     configure_logging("consumer", log_format="json", level="info", stream=consumer_trace)
     results: list[dict[str, Any]] = []
     with producer(tmp_path, "--allow-faults") as p:
-        for index, run in enumerate(demo_runs(recording), start=1):
-            stream_id = stream_id_of(index)
-            results.append(asyncio.run(stream(run, recording, p.target, stream_id)).to_dict())
+        # As the demo runs them: in turn, on the channels one ReplyClient keeps.
+        done = asyncio.run(stream_all(demo_runs(recording), recording, p.target))
+        results.extend(streamed.to_dict() for _, _, streamed in done)
         stop_process(p.process)
         assert p.process.returncode == 0
         producer_trace = p.trace()

@@ -1,16 +1,30 @@
-"""The hashed recording as a source: development cases only, faults when allowed."""
+"""The hashed recording as a source: development cases only, faults when allowed.
+
+A fault-free stream of a case is the same every time: its transmission (frames, their
+wire bytes, the chunks) is kept per (case, wire, chunking), a bounded number of them.
+A binding is accepted by comparing its bytes with the recording's canonical bytes of
+the case's binding (what every consumer sends); any other bytes are parsed and checked
+in full, with the same reason codes.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 from producer.sources import Stall
+from shared.digest import canonical_json, within_depth
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import CheckedRequest, parse_binding
+from shared.recording import BoundCase, Recording
+from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+
+#: Fault-free transmissions kept (cases x wires x chunkings; the oldest goes first).
+MAX_KEPT_TRANSMISSIONS: Final = 256
 
 
 class RecordingPlan:
@@ -23,6 +37,8 @@ class RecordingPlan:
         self.reply_frames: tuple[Frame, ...] | None = (
             transmission.frames if fault is None or fault in TRANSPORT_FAULTS else None
         )
+        #: The reply frames' wire bytes, when they are the transmission's own (no fault).
+        self.reply_wire: tuple[bytes, ...] | None = transmission.encoded if fault is None else None
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
@@ -52,12 +68,27 @@ class RecordingSource:
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
+        #: Each case's binding as a consumer sends it, where parsing it would accept it.
+        self._canonical: dict[str, bytes] = {}
+        for case_id in recording.case_ids:
+            binding = recording.case(case_id).binding
+            canonical = canonical_json(binding)
+            if len(canonical) <= MAX_BINDING_BYTES and within_depth(binding, MAX_BINDING_DEPTH):
+                self._canonical[case_id] = canonical
+        self._kept: OrderedDict[tuple[str, WireFormat, ChunkPlan], Transmission] = OrderedDict()
 
-    async def prepare(
-        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
-    ) -> RecordingPlan:
-        del identity  # a recorded reply costs nothing
-        case = self.recording.bind_request(checked.case_id, parse_binding(request.binding_json))
+    def bound_case(self, case_id: str, binding_json: bytes) -> BoundCase:
+        """The recorded case this binding names: the recording's own bytes are accepted as
+        they are; other bytes are parsed and checked (``request_binding_mismatch``, ...)."""
+        if binding_json == self._canonical.get(case_id):
+            return self.recording.case(case_id)
+        return self.recording.bind_request(case_id, parse_binding(binding_json))
+
+    def _transmission(self, case: BoundCase, checked: CheckedRequest) -> Transmission:
+        key = (case.case_id, checked.wire, checked.plan)
+        kept = self._kept.get(key) if checked.fault is None else None
+        if kept is not None:
+            return kept
         transmission = transmit(
             case,
             wire=checked.wire,
@@ -65,7 +96,18 @@ class RecordingSource:
             fault=checked.fault,
             foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
         )
-        return RecordingPlan(transmission, checked)
+        if checked.fault is None:
+            self._kept[key] = transmission
+            while len(self._kept) > MAX_KEPT_TRANSMISSIONS:
+                self._kept.popitem(last=False)
+        return transmission
+
+    async def prepare(
+        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
+    ) -> RecordingPlan:
+        del identity  # a recorded reply costs nothing
+        case = self.bound_case(checked.case_id, request.binding_json)
+        return RecordingPlan(self._transmission(case, checked), checked)
 
     async def aclose(self) -> None:
         return None

@@ -1,0 +1,167 @@
+"""Many streams at once on one producer, across real processes: 3,000 concurrent streams
+all complete; past ``--max-streams`` the servicer refuses ``stream_limit``; past
+``--max-pending`` gRPC drops a request before the servicer sees it (a bare ``CANCELLED``),
+which the consumer reports as ``producer_overloaded``, never as an unexplained error.
+
+No time is asserted: these tests count outcomes (the bench measures the rates)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+import structlog
+
+from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession, stream_reply
+from producer.cli import build_parser
+from producer.server import DEFAULT_MAX_PENDING, server_options
+from shared.errors import REASONS, Reason, Status
+from shared.recording import Recording
+from shared.requests import ReplyRequest
+from tests.processes import producer
+from tests.test_operations import finals, stopped_record
+
+CASE = "utf8-write"
+
+
+def quiet() -> structlog.typing.FilteringBoundLogger:
+    return structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+    )
+
+
+def outcome(result: dict[str, object]) -> tuple[object, object]:
+    return result["status"], result["reason"]
+
+
+async def on_clients(
+    target: str, recording: Recording, streams: int, clients: int
+) -> list[dict[str, object]]:
+    """``streams`` streams at once, spread over ``clients`` ReplyClients (one connection
+    each); their result documents."""
+    case = recording.case(CASE)
+    log = quiet()
+    options = StreamOptions(target=target, deadline_s=110.0)
+
+    async def one(client: ReplyClient, index: int) -> dict[str, object]:
+        request = ReplyRequest(case_id=CASE, binding=case.binding, stream_id=f"many-{index}")
+        return (await client.stream(request, logger=log)).to_dict()
+
+    kept = [ReplyClient(options) for _ in range(clients)]
+    try:
+        return list(await asyncio.gather(*(one(kept[i % clients], i) for i in range(streams))))
+    finally:
+        for client in kept:
+            await client.close()
+
+
+@pytest.mark.timeout(240)
+def test_3000_concurrent_streams_on_one_producer_all_complete(
+    tmp_path: Path, recording: Recording
+) -> None:
+    streams = 3000
+    with producer(tmp_path, "--max-streams", str(streams)) as p:
+        results = asyncio.run(on_clients(p.target, recording, streams, clients=10))
+        stopped = stopped_record(p)
+    assert Counter(map(outcome, results)) == {("complete", None): streams}
+    assert (stopped["streams_opened"], stopped["streams_completed"]) == (streams, streams)
+
+
+def test_past_max_pending_the_consumer_says_producer_overloaded(
+    tmp_path: Path, recording: Recording
+) -> None:
+    """A burst of 200 on their own connections at a producer that serves 3 and lets gRPC
+    hold 2: every stream completes, is refused stream_limit by the servicer, or is dropped
+    by gRPC and named producer_overloaded; the producer's trace has exactly the first two."""
+    burst = 200
+    case = recording.case(CASE)
+
+    async def one(target: str, index: int) -> dict[str, object]:
+        request = ReplyRequest(case_id=CASE, binding=case.binding, stream_id=f"burst-{index}")
+        options = StreamOptions(target=target, deadline_s=60.0)
+        return (await stream_reply(request, options, logger=quiet())).to_dict()
+
+    async def all_at_once(target: str) -> list[dict[str, object]]:
+        return list(await asyncio.gather(*(one(target, i) for i in range(burst))))
+
+    with producer(tmp_path, "--max-streams", "3", "--max-pending", "2") as p:
+        results = asyncio.run(all_at_once(p.target))
+        ended = finals(p)
+        stopped = stopped_record(p)
+    outcomes = Counter(map(outcome, results))
+    assert set(outcomes) <= {
+        ("complete", None),
+        ("refused", "stream_limit"),
+        ("refused", "producer_overloaded"),
+    }, outcomes
+    assert sum(outcomes.values()) == burst
+    assert outcomes["refused", "producer_overloaded"] > 0
+    overloaded = [r for r in results if r["reason"] == "producer_overloaded"]
+    assert {(r["transport"]["grpc_code"], r["transport"]["grpc_details"]) for r in overloaded} == {  # type: ignore[index]
+        ("CANCELLED", "CANCELLED")
+    }
+    # The servicer saw every other stream, and only those.
+    seen = burst - outcomes["refused", "producer_overloaded"]
+    assert stopped["streams_opened"] == len(ended) == seen
+    assert Counter(r["to_state"] for r in ended.values()) == Counter(
+        completed=outcomes["complete", None], refused=outcomes["refused", "stream_limit"]
+    )
+
+
+def test_pending_bound_is_one_limit_soft_and_hard() -> None:
+    options = dict(server_options(max_streams=3, max_pending=7))
+    assert options["grpc.server.max_pending_requests"] == 7
+    assert options["grpc.server.max_pending_requests_hard_limit"] == 7
+    default = dict(server_options())
+    assert default["grpc.server.max_pending_requests"] == DEFAULT_MAX_PENDING == 10_000
+
+
+def test_producer_overloaded_is_a_refusal_grpc_answers_cancelled() -> None:
+    info = REASONS[Reason.PRODUCER_OVERLOADED]
+    assert (info.status, info.grpc_code) == (Status.REFUSED, "CANCELLED")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_max_pending_below_one_is_a_usage_error(value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--max-pending", value])
+    assert exit_info.value.code == 2
+
+
+def test_max_pending_default_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_parser().parse_args([]).max_pending == DEFAULT_MAX_PENDING
+    monkeypatch.setenv("REPLYWIRE_MAX_PENDING", "7")
+    assert build_parser().parse_args([]).max_pending == 7
+    assert build_parser().parse_args(["--max-pending", "9"]).max_pending == 9
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected"),
+    [
+        # gRPC dropped it before the servicer (past --max-pending).
+        ("CANCELLED", "CANCELLED", ("refused", "producer_overloaded")),
+        # The producer's HTTP/2 layer refused it unprocessed: the connection's stream bound.
+        (
+            "UNAVAILABLE",
+            "Stream removed (RST_STREAM (Received RST_STREAM with error code 7))",
+            ("refused", "stream_limit"),
+        ),
+        # Anything else before a chunk stays a transport error.
+        ("UNAVAILABLE", "Connection reset by peer", ("error", "transport_io_error")),
+        ("CANCELLED", "Locally cancelled by application!", ("error", "transport_io_error")),
+    ],
+)
+def test_how_the_transport_refused_a_stream_is_named(
+    recording: Recording, code: str, details: str, expected: tuple[str, str]
+) -> None:
+    request = ReplyRequest(case_id=CASE, binding=recording.case(CASE).binding, stream_id="r")
+    session = StreamSession(
+        request.open_request(), request.consumer(), StreamOptions(target="x"), quiet()
+    )
+    result = session._ended(StreamEnded(grpc.StatusCode[code], details))
+    assert (result.status.value, result.reason) == expected
+    assert result.transport == {"grpc_code": code, "grpc_details": details}

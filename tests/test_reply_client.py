@@ -1,0 +1,149 @@
+"""``consumer.client.ReplyClient``: one channel per target and channel options, shared by
+the streams it runs, across real processes. The connections are counted by a proxy in
+front of the producer (tests/reset_proxy.py); the window stays per stream; a broken
+connection is retired and the stream resumes on a new one."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer.client import ReplyClient, StreamOptions, stream_reply
+from shared.recording import Recording
+from shared.requests import ReplyRequest
+from shared.wire.chunking import ChunkPlan
+from tests.processes import Producer, producer
+from tests.reset_proxy import ResetProxy
+
+pytestmark = pytest.mark.timeout(120)
+CASE = "utf8-write"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
+    with producer(tmp_path_factory.mktemp("client")) as p:
+        yield p
+
+
+def request(recording: Recording, stream_id: str, chunks: str = "frame") -> ReplyRequest:
+    return ReplyRequest(
+        case_id=CASE,
+        binding=recording.case(CASE).binding,
+        plan=ChunkPlan.parse(chunks),
+        stream_id=stream_id,
+    )
+
+
+def test_the_streams_of_one_client_share_one_connection(
+    served: Producer, recording: Recording
+) -> None:
+    async def five(target: str) -> tuple[list[str], int]:
+        async with ReplyClient(StreamOptions(target=target)) as client:
+            results = [await client.stream(request(recording, f"shared-{i}")) for i in range(5)]
+            return [r.status.value for r in results], client.channels
+
+    with ResetProxy(served.port, None) as proxy:
+        statuses, channels = asyncio.run(five(proxy.target))
+        assert (statuses, channels) == (["complete"] * 5, 1)
+        assert proxy.connections == 1
+
+    async def one_shot(target: str) -> list[str]:
+        options = StreamOptions(target=target)
+        return [
+            (await stream_reply(request(recording, f"own-{i}"), options)).status.value
+            for i in range(3)
+        ]
+
+    with ResetProxy(served.port, None) as proxy:
+        assert asyncio.run(one_shot(proxy.target)) == ["complete"] * 3
+        assert proxy.connections == 3  # stream_reply: a channel of its own per call
+
+
+def test_other_channel_options_get_a_channel_of_their_own(
+    served: Producer, recording: Recording
+) -> None:
+    async def scenario() -> tuple[list[str], int]:
+        options = StreamOptions(target=served.target)
+        async with ReplyClient(options) as client:
+            first = await client.stream(request(recording, "opts-1"))
+            # Per-stream options that are not the channel's share it.
+            quick = dataclasses.replace(options, idle_timeout_s=30.0, queue_size=2)
+            second = await client.stream(request(recording, "opts-2"), quick)
+            assert client.channels == 1
+            small = dataclasses.replace(options, window_bytes=2048)
+            third = await client.stream(request(recording, "opts-3"), small)
+            return [r.status.value for r in (first, second, third)], client.channels
+
+    assert asyncio.run(scenario()) == (["complete"] * 3, 2)
+
+
+def test_a_paused_stream_holds_only_its_own_window_on_a_shared_connection(
+    served: Producer, recording: Recording
+) -> None:
+    """One stream paused (a slow processor, a 1 KiB window smaller than its 2.3 KB reply)
+    and another on the same connection: the other completes while the first is held."""
+
+    async def scenario(target: str) -> tuple[Any, Any, bool, int]:
+        options = StreamOptions(target=target, window_bytes=1024)
+        slow = dataclasses.replace(options, queue_size=1, process_delay_s=0.1)
+        async with ReplyClient(options) as client:
+            held = asyncio.create_task(client.stream(request(recording, "held", chunks="64"), slow))
+            await asyncio.sleep(0.2)  # the held stream is under way (its reads pause)
+            free = await client.stream(request(recording, "free", chunks="64"))
+            still_held = not held.done()
+            return await held, free, still_held, client.channels
+
+    with ResetProxy(served.port, None) as proxy:
+        held, free, still_held, channels = asyncio.run(scenario(proxy.target))
+        assert proxy.connections == channels == 1
+    assert (held.status.value, free.status.value) == ("complete", "complete")
+    assert still_held
+    assert held.flow is not None and held.flow.reads_paused > 0
+    assert free.flow is not None and free.flow.reads_paused == 0
+
+
+def test_a_broken_connection_is_retired_the_stream_resumes_and_the_next_reuses_the_new_one(
+    served: Producer, recording: Recording
+) -> None:
+    async def one(target: str) -> None:
+        async with ReplyClient(StreamOptions(target=target)) as client:
+            await client.stream(request(recording, "measure"))
+
+    with ResetProxy(served.port, None) as proxy:
+        asyncio.run(one(proxy.target))
+        one_stream = proxy.first_bytes  # the connection's preface and one stream
+
+    async def scenario(proxy: ResetProxy) -> tuple[Any, Any, int, int]:
+        options = StreamOptions(target=proxy.target, resume_attempts=3, resume_backoff_s=0.01)
+        async with ReplyClient(options) as client:
+            cut = await client.stream(request(recording, "cut-1"))
+            # The broken connection, the resume's (and any reconnect the retired channel
+            # made before it was closed: round_robin reconnects at once).
+            connections = proxy.connections
+            after = await client.stream(request(recording, "cut-2"))
+            return cut, after, proxy.connections - connections, client.channels
+
+    with ResetProxy(served.port, one_stream * 3 // 4) as proxy:
+        cut, after, new_connections, channels = asyncio.run(scenario(proxy))
+        assert proxy.reset_done
+    assert (cut.status.value, after.status.value) == ("complete", "complete")
+    assert (cut.stats.reconnects, after.stats.reconnects) == (1, 0)
+    assert new_connections == 0  # the next stream reused the resume's channel
+    assert channels == 1  # the retired channel was closed by its last stream
+
+
+def test_a_client_closes_its_channels(tmp_path: Path, recording: Recording) -> None:
+    async def scenario(target: str) -> tuple[int, int]:
+        client = ReplyClient(StreamOptions(target=target))
+        await client.stream(request(recording, "close-1"))
+        before = client.channels
+        await client.close()
+        return before, client.channels
+
+    with producer(tmp_path) as p:
+        assert asyncio.run(scenario(p.target)) == (1, 0)
