@@ -25,7 +25,7 @@ class LabError(ValueError):
     pass
 
 
-def strict_json(text: str) -> Any:
+def strict_json(text: str | bytes) -> Any:
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key, value in items:

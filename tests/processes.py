@@ -223,10 +223,14 @@ def concurrent_replies(
     stream_ids: Sequence[str],
     *,
     deadline_s: float,
+    interval_ms: Callable[[int], int] = lambda index: 0,
+    **stream_options: Any,
 ) -> list[dict[str, Any]]:
     """One in-process consumer per stream id, all at once (spread over ``targets``), each
-    streaming the recorded case one frame per chunk; their result documents, in order.
-    Their traces are dropped: the producers' traces are what these tests read."""
+    streaming the recorded case one frame per chunk (the ``index``-th every
+    ``interval_ms(index)``; ``stream_options`` go to its ``StreamOptions``); their result
+    documents, in order. Their traces are dropped: the producers' traces are what these
+    tests read."""
     log = structlog.wrap_logger(
         None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
     )
@@ -239,8 +243,11 @@ def concurrent_replies(
             wire=WireFormat.LENGTH_PREFIXED,
             plan=ChunkPlan.parse("frame"),
             stream_id=stream_id,
+            chunk_interval_ms=interval_ms(index),
         )
-        options = StreamOptions(target=targets[index % len(targets)], deadline_s=deadline_s)
+        options = StreamOptions(
+            target=targets[index % len(targets)], deadline_s=deadline_s, **stream_options
+        )
         result = await stream_reply(request, options, logger=log)
         return result.to_dict()
 

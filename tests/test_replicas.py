@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
 import subprocess
 import sys
@@ -27,7 +26,6 @@ from typing import Any
 
 import pytest
 import redis
-import structlog
 
 from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
@@ -42,7 +40,15 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.processes import ROOT, Producer, consumer_process, producer, run_consumer, wait_for
+from tests.processes import (
+    ROOT,
+    Producer,
+    concurrent_replies,
+    consumer_process,
+    producer,
+    run_consumer,
+    wait_for,
+)
 from tests.redis_server import free_port, redis_server
 from tests.reset_proxy import ResetProxy
 from tests.test_resume import CASE, essence
@@ -253,27 +259,11 @@ def resuming_replies(
 ) -> list[dict[str, Any]]:
     """One in-process consumer per stream id, all at once, each with resumes on, the slow
     half at 400 ms a frame and the others at 100 ms; their result documents, in order."""
-    log = structlog.wrap_logger(
-        None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
-    )
-    case = recording.case(CASE)
-    options = StreamOptions(target=target, deadline_s=60, resume_attempts=5, resume_backoff_s=0.05)
-
-    async def one(index: int, stream_id: str) -> dict[str, Any]:
-        request = ReplyRequest(
-            case_id=case.case_id,
-            binding=case.binding,
-            wire=WireFormat.LENGTH_PREFIXED,
-            plan=ChunkPlan.parse("frame"),
-            stream_id=stream_id,
-            chunk_interval_ms=400 if index % 2 else 100,
-        )
-        return (await stream_reply(request, options, logger=log)).to_dict()
-
-    async def all_of_them() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stream_ids))))
-
-    return asyncio.run(all_of_them())
+    return concurrent_replies(
+        [target], recording, CASE, stream_ids, deadline_s=60,
+        interval_ms=lambda index: 400 if index % 2 else 100,
+        resume_attempts=5, resume_backoff_s=0.05,
+    )  # fmt: skip
 
 
 def _streaming(*replicas: Producer) -> set[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.lab_baseline import strict_json as lab_strict_json
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, derive_frames
@@ -749,23 +750,6 @@ def test_lab_pattern_gives_299_chunks_for_replace_file(recording: Recording) -> 
 
 
 # --- strict_json: one decoder built once, the same verdicts as json.loads with the hooks ----
-
-
-def lab_strict_json(text: str | bytes) -> Any:
-    """The lab's strict_json: json.loads with the duplicate-key and constant hooks."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in items:
-            if key in result:
-                raise ValueError("duplicate_json_key")
-            result[key] = value
-        return result
-
-    def constant(value: str) -> Any:
-        raise ValueError("invalid_json_constant")
-
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
 
 
 def verdict(parse: Any, text: str | bytes) -> tuple[str, Any]:
