@@ -336,15 +336,14 @@ class StreamSession:
         consumer: ReplyConsumer,
         options: StreamOptions,
         logger: structlog.typing.FilteringBoundLogger,
-        client: ReplyClient | None = None,
+        client: ReplyClient,
     ) -> None:
         self.request = request
         self.consumer = consumer
         self.options = options
         self._log = logger
-        #: Where the channels come from (none given: a client of its own, closed by run()).
-        self.client = client or ReplyClient(options)
-        self._owns_client = client is None
+        #: Where the channels come from (the client closes them, not the session).
+        self.client = client
         self.reader: Reader | None = None
         self._call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk] | None = None
         self.attempt = 0
@@ -356,13 +355,6 @@ class StreamSession:
             self._call.cancel()
 
     async def run(self, interrupted: asyncio.Event | None = None) -> StreamResult:
-        try:
-            return await self._run(interrupted)
-        finally:
-            if self._owns_client:
-                await self.client.close()
-
-    async def _run(self, interrupted: asyncio.Event | None) -> StreamResult:
         options = self.options
         self._log.info(
             "stream_opening",

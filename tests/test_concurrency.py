@@ -159,8 +159,9 @@ def test_how_the_transport_refused_a_stream_is_named(
     recording: Recording, code: str, details: str, expected: tuple[str, str]
 ) -> None:
     request = ReplyRequest(case_id=CASE, binding=recording.case(CASE).binding, stream_id="r")
+    options = StreamOptions(target="x")
     session = StreamSession(
-        request.open_request(), request.consumer(), StreamOptions(target="x"), quiet()
+        request.open_request(), request.consumer(), options, quiet(), ReplyClient(options)
     )
     result = session._ended(StreamEnded(grpc.StatusCode[code], details))
     assert (result.status.value, result.reason) == expected

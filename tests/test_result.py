@@ -16,7 +16,7 @@ import pytest
 import structlog
 
 from consumer.cli import main
-from consumer.client import StreamEnded, StreamOptions, StreamSession
+from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession
 from shared.errors import Reason
 from shared.frames import derive_frames
 from shared.machine import ReplyConsumer
@@ -64,7 +64,8 @@ def session(recording: Recording, wire: WireFormat) -> StreamSession:
         stream_id="s-1",
     ).open_request()
     consumer = ReplyConsumer(case.binding, wire=wire)
-    return StreamSession(request, consumer, StreamOptions(target="x"), structlog.get_logger())
+    options = StreamOptions(target="x")
+    return StreamSession(request, consumer, options, structlog.get_logger(), ReplyClient(options))
 
 
 def test_a_refusal_by_the_producer_gives_the_pinned_document(recording: Recording) -> None:
