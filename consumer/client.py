@@ -51,7 +51,7 @@ import structlog
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
 from consumer.security import Security
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import REPLY_ENDINGS, ProtocolFailure, Reason
 from shared.fsm import Machine
 from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
@@ -78,9 +78,6 @@ DEFAULT_RESUME_ATTEMPTS: Final = 3
 CANCEL_TIMEOUT_S: Final = 2.0
 #: Named endings of the producer that are a broken transport, not a verdict: resumable.
 RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
-#: How a reply ended on the producer that its reader is told as the RPC's status details
-#: (after content, or on a resume): the result's own reason, never resumed.
-REPLY_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value

@@ -54,7 +54,7 @@ from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
-from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.errors import REPLY_ENDINGS, Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -830,9 +830,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await asyncio.wait(generating, timeout=SHUTDOWN_ABORT_S)
 
 
-#: Endings of a reply that a late resume is told as they are (not ``resume_unavailable``):
-#: its reader ends with that reason, as a reader attached at the time did.
-_TOLD_ENDINGS: Final = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
 #: How long a replica that relays a ``Cancel`` waits for the generator to confirm it (within
 #: the consumer's own wait for the answer, ``consumer.client.CANCEL_TIMEOUT_S``).
 RELAY_CANCEL_WAIT_S: Final = 1.5
@@ -841,7 +838,7 @@ RELAY_CANCEL_WAIT_S: Final = 1.5
 def _ended_reply_refusal(ending: str) -> RequestRefused:
     """Why a reply that ended without its terminal (and cannot be made again) is not
     delivered: its own ending when that names what happened, else ``resume_unavailable``."""
-    if ending in _TOLD_ENDINGS:
+    if ending in REPLY_ENDINGS:
         return RequestRefused(Reason(ending), "the reply ended so")
     return RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {ending}")
 

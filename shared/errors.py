@@ -325,6 +325,11 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.CONTROLLED_LOCAL_ERROR: _info(_E, "INTERNAL", "the producer sent an error terminal"),
 }
 
+#: How a shared reply ended without its terminal that its readers are told as that reason
+#: (the producer's status details, also to a late resume), never resumed: the consumer
+#: ends with it, not with ``transport_io_error``.
+REPLY_ENDINGS: frozenset[Reason] = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
+
 
 class ReplywireError(Exception):
     """Base of the family: every failure carries a stable reason code."""
