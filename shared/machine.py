@@ -144,6 +144,9 @@ STATUS_OF: Final = {
     S.ERROR: Status.ERROR,
     S.INVALID: Status.INVALID,
 }
+_CONTENT_DELTA: Final = FrameKind.CONTENT_DELTA
+#: ``logging.DEBUG`` (no ``logging`` here: the core is pure).
+DEBUG: Final = 10
 _END_AFTER: Final = {
     FrameKind.DONE: In.END_AFTER_DONE,
     FrameKind.CANCEL: In.END_AFTER_CANCEL,
@@ -266,12 +269,17 @@ class ReplyConsumer:
         limits: Limits | None = None,
         ignore_duplicates: bool = False,
         logger: structlog.typing.FilteringBoundLogger | None = None,
+        binding_sha256: str | None = None,
     ) -> None:
+        """``binding_sha256``: ``digest(binding)`` when the caller has it already (the
+        SHA-256 of the canonical JSON it sent, ``shared.digest.canonical_digest``)."""
         self.binding = binding
-        self.binding_sha256 = digest(binding)
+        self.binding_sha256 = binding_sha256 or digest(binding)
         self.wire = wire
         self.limits = limits or Limits()
         self._log: structlog.typing.FilteringBoundLogger = logger or NULL_LOGGER
+        #: The per-chunk and per-frame debug records are built only when they are written.
+        self._debug = self._log.is_enabled_for(DEBUG)
         self._codec = codec_for(wire)
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
         self.verdict = Verdict(self._log)
@@ -331,14 +339,15 @@ class ReplyConsumer:
             raise self._fail(Reason.TRANSPORT_REQUIRES_BYTES, type(data).__name__)
         self._bytes += len(data)
         self._fragments += 1
-        self._log.debug("chunk_received", size=len(data), bytes_received=self._bytes)
+        if self._debug:
+            self._log.debug("chunk_received", size=len(data), bytes_received=self._bytes)
         if self._bytes > self.limits.max_stream_bytes:
             raise self._fail(Reason.STREAM_BYTE_LIMIT, f"{self._bytes} bytes")
+        decoder, apply = self._decoder, self._apply
         try:
-            self._decoder.receive_data(data)
-            while (payload := self._decoder.next_event()) is not NEED_DATA:
-                assert isinstance(payload, bytes)
-                self._apply(payload)
+            decoder.receive_data(data)
+            while (payload := decoder.next_event()) is not NEED_DATA:
+                apply(payload)
         except ProtocolFailure as failure:
             if self.verdict.finished:  # already recorded
                 raise
@@ -353,12 +362,14 @@ class ReplyConsumer:
             self._events.append(DuplicateDropped(frame.sequence))
             self._log.info("duplicate_dropped", sequence=frame.sequence)
             return
-        self._log.debug("frame_applied", sequence=frame.sequence, kind=frame.kind.value)
-        assert isinstance(frame.sequence, int)  # admitted: the next sequence number
-        if frame.kind is FrameKind.CONTENT_DELTA:
-            self._apply_content(frame.text, frame.sequence)
+        sequence = frame.sequence
+        assert isinstance(sequence, int)  # admitted: the next sequence number
+        if self._debug:
+            self._log.debug("frame_applied", sequence=sequence, kind=frame.kind.value)
+        if frame.kind is _CONTENT_DELTA:
+            self._apply_content(frame.text, sequence)
         else:
-            self._apply_terminal(frame, frame.sequence)
+            self._apply_terminal(frame, sequence)
 
     def _apply_content(self, text: object, sequence: int) -> None:
         if not isinstance(text, str) or not text:
