@@ -47,13 +47,13 @@ from shared.reply import validate_reply
 from shared.result import (
     AnswerValidated,
     ConsumerAborted,
-    ContentReceived,
     DuplicateDropped,
     Event,
     Stats,
     StreamResult,
     TerminalReceived,
     TransportFailed,
+    content_received,
 )
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
@@ -287,6 +287,9 @@ class ReplyConsumer:
             self.binding_sha256, self.limits, ignore_duplicates=ignore_duplicates
         )
         self.content = Content()
+        # Looked up once, used per frame.
+        self._admit = self.checks.admit
+        self._max_content_chars = self.limits.max_content_chars
         #: Set by the first of end_of_stream / transport_error / abort: no input after it.
         self._input_ended = False
         self._bytes = 0
@@ -357,7 +360,7 @@ class ReplyConsumer:
         if self._terminal is not None:
             raise ProtocolFailure(Reason.FRAME_AFTER_TERMINAL)
         frame = self._codec.parse_frame(payload)
-        if not self.checks.admit(frame, payload):
+        if not self._admit(frame, payload):
             assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
             self._events.append(DuplicateDropped(frame.sequence))
             self._log.info("duplicate_dropped", sequence=frame.sequence)
@@ -378,10 +381,12 @@ class ReplyConsumer:
             encoded = text.encode("utf-8")
         except UnicodeError as error:
             raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "not UTF-8") from error
-        self.content.append(text, encoded)
-        if self.content.characters > self.limits.max_content_chars:
-            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{self.content.characters} characters")
-        self._events.append(ContentReceived(sequence, self.content.characters))
+        content = self.content
+        content.append(text, encoded)
+        characters = content.characters
+        if characters > self._max_content_chars:
+            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{characters} characters")
+        self._events.append(content_received(sequence, characters))
 
     def _apply_terminal(self, frame: Frame, sequence: int) -> None:
         if frame.kind is not FrameKind.DONE:
