@@ -357,24 +357,23 @@ class ReplyConsumer:
             raise self._fail(failure.reason, failure.detail) from failure
 
     def _apply(self, payload: bytes) -> None:
+        """One frame, in the lab's order of checks. A content delta, nearly every frame, is
+        applied here (its checks, the content, its event) without a further call but the
+        parse and the frame checks."""
         if self._terminal is not None:
             raise ProtocolFailure(Reason.FRAME_AFTER_TERMINAL)
         frame = self._codec.parse_frame(payload)
         if not self._admit(frame, payload):
-            assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
-            self._events.append(DuplicateDropped(frame.sequence))
-            self._log.info("duplicate_dropped", sequence=frame.sequence)
+            self._dropped(frame)
             return
         sequence = frame.sequence
         assert isinstance(sequence, int)  # admitted: the next sequence number
         if self._debug:
             self._log.debug("frame_applied", sequence=sequence, kind=frame.kind.value)
-        if frame.kind is _CONTENT_DELTA:
-            self._apply_content(frame.text, sequence)
-        else:
+        if frame.kind is not _CONTENT_DELTA:
             self._apply_terminal(frame, sequence)
-
-    def _apply_content(self, text: object, sequence: int) -> None:
+            return
+        text = frame.text
         if not isinstance(text, str) or not text:
             raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "empty or not text")
         try:
@@ -387,6 +386,12 @@ class ReplyConsumer:
         if characters > self._max_content_chars:
             raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{characters} characters")
         self._events.append(content_received(sequence, characters))
+
+    def _dropped(self, frame: Frame) -> None:
+        """Under the duplicate policy, an exact replay of an applied frame."""
+        assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
+        self._events.append(DuplicateDropped(frame.sequence))
+        self._log.info("duplicate_dropped", sequence=frame.sequence)
 
     def _apply_terminal(self, frame: Frame, sequence: int) -> None:
         if frame.kind is not FrameKind.DONE:
