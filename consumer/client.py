@@ -41,7 +41,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -217,6 +217,53 @@ def backoff_s(options: StreamOptions, attempt: int) -> float:
     return capped * jitter
 
 
+class IdleWatch:
+    """The idle timeout (no chunk for ``timeout_s`` while reading) with one timer per
+    silence, not a task and a timer per read (``asyncio.wait_for``): a read notes when it
+    began; the timer, when it fires, sets itself again for that moment plus the timeout
+    while a chunk came since, and else cancels the reading task, whose read then raises
+    ``TimeoutError`` (as ``asyncio.timeout`` does: a cancel from elsewhere stays one).
+    A reader paused on a full queue is not reading: the timeout does not run."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk], timeout_s: float):
+        self._call = call
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # called by the reading task
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._began = self._loop.time()
+        self._reading = False
+        self._expired = False
+        self._timer = self._loop.call_at(self._began + timeout_s, self._check)
+
+    async def read(self) -> object:
+        self._began = self._loop.time()
+        self._reading = True
+        try:
+            return await self._call.read()
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() <= self._cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._reading = False
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._reading and now >= self._began + self._timeout_s:
+            self._expired = True
+            self._task.cancel()
+            return
+        # A read began since (a chunk came), or the reader is paused: not idle.
+        due = self._began + self._timeout_s if self._reading else now + self._timeout_s
+        self._timer = self._loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
 class Reader:
     """Moves chunks from the call into the bounded queue; logs its own state changes."""
 
@@ -244,9 +291,6 @@ class Reader:
     def state(self) -> ReaderState:
         return self.machine.state
 
-    async def _read_idle(self) -> pb.Chunk | object:
-        return await asyncio.wait_for(self.call.read(), self.options.idle_timeout_s)
-
     async def run(self) -> None:
         try:
             await self._read_all()
@@ -260,11 +304,21 @@ class Reader:
                 await self._broken(Reason.READER_FAILED, type(error).__name__)
 
     async def _read_all(self) -> None:
+        idle_s = self.options.idle_timeout_s
+        if idle_s is None:
+            await self._read_chunks(self.call.read)
+            return
+        watch = IdleWatch(self.call, idle_s)
+        try:
+            await self._read_chunks(watch.read)
+        finally:
+            watch.close()
+
+    async def _read_chunks(self, read: Callable[[], Awaitable[object]]) -> None:
         """Chunk by chunk until the call ends (its end queued) or the core refused. A chunk
         is applied here when the processor waits on an empty queue (it would apply it next,
         one event-loop pass later), else queued. One loop, no call per chunk but the read
         and the core's: this is the consumer's per-chunk path."""
-        read = self.call.read if self.options.idle_timeout_s is None else self._read_idle
         apply, queue = self.apply, self.queue
         while True:
             try:
