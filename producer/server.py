@@ -71,7 +71,9 @@ from shared.wire import WireCodec, codec_for
 from shared.wire.chunking import MAX_CHUNK_BYTES, Chunker
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
-DEFAULT_MAX_STREAMS: Final = 1000
+#: Streams served at once by default: 3,000 concurrent streams on one producer complete,
+#: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.
+DEFAULT_MAX_STREAMS: Final = 4000
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
 #: The service names the health service reports on ("" is the whole server).
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name

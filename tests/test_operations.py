@@ -212,7 +212,7 @@ def test_max_streams_below_one_is_a_usage_error(value: str) -> None:
 
 
 def test_max_streams_bounds_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build_parser().parse_args([]).max_streams == DEFAULT_MAX_STREAMS == 1000
+    assert build_parser().parse_args([]).max_streams == DEFAULT_MAX_STREAMS == 4000
     assert build_parser().parse_args(["--max-streams", "1"]).max_streams == 1
     monkeypatch.setenv("REPLYWIRE_MAX_STREAMS", "7")
     assert build_parser().parse_args([]).max_streams == 7
