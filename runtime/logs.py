@@ -230,6 +230,8 @@ def configure_logging(
 ) -> None:
     """Configure structlog for one process. Call once, at start-up. ``batched``: a
     process's JSON trace, written once per event-loop pass (see ``TraceWriter``)."""
+    global _trace_writer  # noqa: PLW0603 - one trace per process, flushed by flush_trace
+    flush_trace()  # a batched trace configured before this one keeps nothing back
     out = stream or sys.stderr
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
@@ -253,6 +255,7 @@ def configure_logging(
             structlog.processors.JSONRenderer(serializer=json_dumps),
         ]
     )
+    _trace_writer = TraceWriter(out) if batched and not use_console else None
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -263,9 +266,7 @@ def configure_logging(
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=(
-            _writer_factory(TraceWriter(out))
-            if batched and not use_console
-            else structlog.WriteLoggerFactory(file=out)
+            _writer_factory(_trace_writer) if _trace_writer else structlog.WriteLoggerFactory(out)
         ),
         cache_logger_on_first_use=False,
     )
@@ -276,3 +277,13 @@ def _writer_factory(writer: TraceWriter) -> Callable[..., TraceWriter]:
         return writer
 
     return factory
+
+
+_trace_writer: TraceWriter | None = None
+
+
+def flush_trace() -> None:
+    """Write what a batched trace holds now: before the process tells anyone outside it
+    something the trace should already show (``listening on``)."""
+    if _trace_writer is not None:
+        _trace_writer.flush()
