@@ -140,7 +140,7 @@ def announced_window(window_bytes: int) -> int:
     pending (the stream's "pending size", set when a read completes). Once the reader
     stops, the bytes that arrive after its last read look consumed, and the transport
     returns them to the producer in one WINDOW_UPDATE: at once if it exceeds
-    max(window / 2, 8 KiB), else with the connection's next write (a keepalive ping,
+    max(announced / 2, 8 KiB), else with the connection's next write (a keepalive ping,
     another stream, the ``Cancel`` of a stop). Sending the update forgets the pending
     size, so it happens once per pause. The producer can therefore get twice the
     announced window past the chunks the consumer has read; announcing half keeps that
