@@ -72,6 +72,17 @@ def concurrency(streams: dict[str, Any]) -> list[str]:
     )  # fmt: skip
 
 
+def over_limit(streams: dict[str, Any]) -> list[str]:
+    row = streams["over_limit"]
+    side = row["replywire"]
+    return table(
+        ["concurrent streams", "producer --max-streams", "streams/s", "completed",
+         "failures (by code)"],
+        [[row["streams"], row["max_streams"], side["streams_per_s"],
+          side["streams"] - sum(side["failures"].values()), side["failures"]]],
+    )  # fmt: skip
+
+
 def decoder_costs(decoders: dict[str, Any]) -> list[str]:
     rows = []
     for cell in decoders["cells"]:
@@ -142,7 +153,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Python {machine['python']}, grpcio {machine['grpcio']}, protobuf {machine['protobuf']}; "
         f"load average before {results['load_average_before']}, "
         f"after {results['load_average_after']} (a shared machine: ratios of alternated "
-        "rounds are the figures to read, not the absolute numbers).",
+        "rounds are the figures to read, not the absolute numbers). "
+        f"Stream benchmarks: {streams.get('pinning', 'not pinned')}.",
         "",
         "Commands:",
         "",
@@ -160,6 +172,10 @@ def markdown(results: dict[str, Any]) -> str:
         "## Concurrent streams (one frame per chunk; time to first chunk; failures by code)",
         "",
         *concurrency(streams),
+        "Above a configured limit (the same burst, all rounds together; a stream past "
+        "`--max-streams` is refused `RESOURCE_EXHAUSTED` / `stream_limit`):",
+        "",
+        *over_limit(streams),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",
         "",

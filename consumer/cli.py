@@ -649,7 +649,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
-        "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=stream
+        "consumer",
+        log_format="json" if trace else log_format,
+        level=args.log_level,
+        stream=stream,
+        batched=True,
     )
     try:
         if args.command == "replay":

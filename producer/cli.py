@@ -533,7 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             trace = args.trace_file.open("a", encoding="utf-8", buffering=1)
         except OSError as error:
             parser.error(f"--trace-file: {error.strerror}: {args.trace_file}")
-    configure_logging("producer", log_format=args.log_format, level=args.log_level, stream=trace)
+    configure_logging(
+        "producer", log_format=args.log_format, level=args.log_level, stream=trace, batched=True
+    )
     # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...) would print bare lines
     # into stderr; they become records of the trace with one fixed event name.
     route_stdlib_logging("grpc")

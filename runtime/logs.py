@@ -9,10 +9,13 @@ replaced before rendering, so no API key or token reaches a trace.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import io
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, MutableMapping
 from typing import Any, Literal, TextIO
 
@@ -72,9 +75,14 @@ def redact_secrets(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     # A record per transition: numbers and None are left alone, strings are looked at only
-    # when a secret is registered (what _scrub would do, without a call per value).
+    # when a secret is registered (what _scrub would do, without a call per value), and a
+    # key is lower-cased once per process, not once per record.
+    secret_key = _SECRET_KEY_SEEN
     for key, value in event_dict.items():  # values replaced in place, no key added
-        if key.lower() in SECRET_KEYS:
+        is_secret = secret_key.get(key)
+        if is_secret is None:
+            is_secret = _remember_key(key)
+        if is_secret:
             event_dict[key] = REDACTED
         elif type(value) is str:
             if _secret_values:
@@ -82,6 +90,19 @@ def redact_secrets(
         elif not isinstance(value, _PLAIN):
             event_dict[key] = _scrub(value)
     return event_dict
+
+
+#: Whether a key (as a record spells it) is a secret-looking one; bounded: keys are the
+#: code's field names, and past the bound a key is judged afresh every time.
+_SECRET_KEY_SEEN: dict[Any, bool] = {}
+_MAX_KEYS_SEEN = 4096
+
+
+def _remember_key(key: Any) -> bool:
+    is_secret = str(key).lower() in SECRET_KEYS
+    if len(_SECRET_KEY_SEEN) < _MAX_KEYS_SEEN:
+        _SECRET_KEY_SEEN[key] = is_secret
+    return is_secret
 
 
 #: Values nothing is ever scrubbed from.
@@ -140,6 +161,59 @@ def json_dumps(value: Any, default: Callable[[Any], Any] | None = None, **_: Any
         return json.dumps(value, default=default)
 
 
+class TraceWriter:
+    """structlog's output for a process's trace: each record one line, handed to the file
+    at the end of the event loop's current pass (all of that pass's records in one write
+    and one flush), or at once outside a running loop (another thread, start-up, exit).
+
+    A write and a flush per record cost a system call each, and each gives gRPC's poller
+    thread the GIL; batched per pass, a record still reaches the file before the loop
+    next waits for anything. Left in the buffer at exit: written by ``atexit``."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        #: The loop a flush is scheduled on (None: none is): a loop that closed before it
+        #: ran the flush leaves its lines to the next loop's pass, or to the exit.
+        self._flush_on: asyncio.AbstractEventLoop | None = None
+        atexit.register(self.flush)
+
+    def msg(self, message: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            if loop is None:  # another thread, or no loop: at once, after what is pending
+                self._lines.append(message)
+                self._write_locked()
+                return
+            self._lines.append(message)
+            if self._flush_on is not loop:
+                self._flush_on = loop
+                loop.call_soon(self.flush)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_locked()
+
+    def _write_locked(self) -> None:
+        self._flush_on = None
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except ValueError:  # the file was closed (a test's stream, at exit): nothing to do
+            return
+
+
 def _scrubbed_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
     text = io.StringIO()
     structlog.dev.plain_traceback(text, exc_info)
@@ -152,8 +226,10 @@ def configure_logging(
     log_format: LogFormat = "auto",
     level: str = "info",
     stream: TextIO | None = None,
+    batched: bool = False,
 ) -> None:
-    """Configure structlog for one process. Call once, at start-up."""
+    """Configure structlog for one process. Call once, at start-up. ``batched``: a
+    process's JSON trace, written once per event-loop pass (see ``TraceWriter``)."""
     out = stream or sys.stderr
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
@@ -186,6 +262,17 @@ def configure_logging(
             *tail,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.WriteLoggerFactory(file=out),
+        logger_factory=(
+            _writer_factory(TraceWriter(out))
+            if batched and not use_console
+            else structlog.WriteLoggerFactory(file=out)
+        ),
         cache_logger_on_first_use=False,
     )
+
+
+def _writer_factory(writer: TraceWriter) -> Callable[..., TraceWriter]:
+    def factory(*args: Any) -> TraceWriter:
+        return writer
+
+    return factory
