@@ -399,7 +399,9 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         "--window-bytes",
         type=_positive,
         default=DEFAULT_WINDOW_BYTES,
-        help="HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off)",
+        help="what a paused stream may hold in the consumer's transport: half announced as "
+        "the HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off), half "
+        "for the one update gRPC returns after the last read",
     )
     parser.add_argument(
         "--deadline-s", type=_seconds, default=DEFAULT_DEADLINE_S, help="overall deadline"
