@@ -51,6 +51,7 @@ class ProducerMetrics:
             ["outcome", "reason"],
             registry=r,
         )
+        self._ended: dict[tuple[str, str], Counter] = {}
         self.streams_open = Gauge("replywire_streams_open", "Streams open now", registry=r)
         self.written = WrittenChunks()
         r.register(self.written)
@@ -59,7 +60,12 @@ class ProducerMetrics:
         )
 
     def stream_ended(self, outcome: str, reason: str) -> None:
-        self.streams.labels(outcome=outcome, reason=reason).inc()
+        # labels() looks the child up under a lock each time: keep them (outcomes and
+        # reason codes are closed sets, so this stays small).
+        child = self._ended.get((outcome, reason))
+        if child is None:
+            child = self._ended[outcome, reason] = self.streams.labels(outcome, reason)
+        child.inc()
 
     def chunk_written(self, size: int, waited_s: float) -> None:
         self.written.add(size, waited_s)

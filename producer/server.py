@@ -294,6 +294,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         # Streams admitted under --max-streams (refused ones are in _active, never here).
         self._admitted: set[asyncio.Task[Any]] = set()
         self._shutting_down: set[asyncio.Task[Any]] = set()
+        # Read when scraped: no lock taken per stream.
+        self.metrics.streams_open.set_function(lambda: len(self._active))
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -335,7 +337,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
         connection_seen = self.connections.seen(peer)
         self.counters.streams_opened += 1
-        self.metrics.streams_open.inc()
         stream = ProducerStream(log, caller, on_final=self._stream_ended)
         task = asyncio.current_task()
         assert task is not None
@@ -463,7 +464,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             del self._active[task]
             self._admitted.discard(task)
             self._shutting_down.discard(task)
-            self.metrics.streams_open.dec()
             if not self._active:
                 self._idle.set()
 
