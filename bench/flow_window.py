@@ -2,8 +2,10 @@
 
 Measures, in one run and side by side, the bytes a grpc.aio server manages to
 write into one server stream whose client never calls read(): with gRPC's
-default channel options, and with the consumer's bounded window
-(``grpc.http2.lookahead_bytes`` = N, ``grpc.http2.bdp_probe`` = 0).
+default channel options, and with the consumer's bounded window of N
+(``grpc.http2.lookahead_bytes`` = N / 2, ``grpc.http2.bdp_probe`` = 0: a client that
+never reads gets no window back, so the server blocks at the announced half; one that
+read and stopped gets one update of up to as much more, bench.memory).
 
     .venv/bin/python -m bench.flow_window [--seconds 2] [--chunk 1024]
 

@@ -72,6 +72,17 @@ def concurrency(streams: dict[str, Any]) -> list[str]:
     )  # fmt: skip
 
 
+def over_limit(streams: dict[str, Any]) -> list[str]:
+    row = streams["over_limit"]
+    side = row["replywire"]
+    return table(
+        ["concurrent streams", "producer --max-streams", "streams/s", "completed",
+         "failures (by code)"],
+        [[row["streams"], row["max_streams"], side["streams_per_s"],
+          side["streams"] - sum(side["failures"].values()), side["failures"]]],
+    )  # fmt: skip
+
+
 def decoder_costs(decoders: dict[str, Any]) -> list[str]:
     rows = []
     for cell in decoders["cells"]:
@@ -97,14 +108,18 @@ def flatness(decoders: dict[str, Any]) -> list[str]:
 
 def backpressure(memory: dict[str, Any]) -> list[str]:
     rows = [
-        [r["window_bytes"], r["reply_window_bytes"], r["chunks_sent_while_paused"],
+        [r["window_bytes"], r["announced_window_bytes"],
+         f"{r['window_returned_while_paused_bytes']:,} ({r['window_updates_while_paused']})",
+         r["wire_bytes_while_paused"], r["chunks_sent_while_paused"], r["chunks_sent_by_the_end"],
          r["reply_chunks"], r["bound_chunks"], r["chunks_over_bound"],
-         r["stopped_before_the_end"]]
+         r["blocked_while_paused"], r["stopped_before_the_end"]]
         for r in memory["rows"]
     ]  # fmt: skip
     return table(
-        ["consumer window bytes", "reply, window bytes", "chunks sent while paused",
-         "reply chunks", "bound (window + queue + 2)", "over the bound", "stopped before the end"],
+        ["consumer window bytes", "announced (SETTINGS)", "returned while paused (updates)",
+         "DATA bytes while paused", "chunks sent while paused", "by the end", "reply chunks",
+         "bound (2 × announced / 8 + queue + 2)", "over the bound", "blocked",
+         "stopped before the end"],
         rows,
     )  # fmt: skip
 
@@ -138,7 +153,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Python {machine['python']}, grpcio {machine['grpcio']}, protobuf {machine['protobuf']}; "
         f"load average before {results['load_average_before']}, "
         f"after {results['load_average_after']} (a shared machine: ratios of alternated "
-        "rounds are the figures to read, not the absolute numbers).",
+        "rounds are the figures to read, not the absolute numbers). "
+        f"Stream benchmarks: {streams.get('pinning', 'not pinned')}.",
         "",
         "Commands:",
         "",
@@ -156,6 +172,10 @@ def markdown(results: dict[str, Any]) -> str:
         "## Concurrent streams (one frame per chunk; time to first chunk; failures by code)",
         "",
         *concurrency(streams),
+        "Above a configured limit (the same burst, all rounds together; a stream past "
+        "`--max-streams` is refused `RESOURCE_EXHAUSTED` / `stream_limit`):",
+        "",
+        *over_limit(streams),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",
         "",
@@ -167,6 +187,13 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *flatness(decoders),
         "## Backpressure memory (a paused consumer, a reply larger than the window)",
+        "",
+        "Counted on the wire by a proxy (bench/window_proxy.py): the window the consumer "
+        "announces (half `--window-bytes`), the WINDOW_UPDATEs it returned while paused "
+        "(gRPC returns the bytes that arrived after the reader's last read once), the DATA "
+        "bytes the producer sent; chunks from the producer's trace. Bound: the announced "
+        "window, one update at most as large, the queue, the reader's and the processor's "
+        "chunk.",
         "",
         *backpressure(results["backpressure"]),
         "## How far a producer runs ahead of a reader that never reads (bare grpc.aio)",

@@ -17,8 +17,9 @@ round once it shares one. Sequential streams report streams per second, the
 CPU of the client process and of the server process per stream; concurrency
 reports streams per second, p50/p99 time to first chunk and failures by code.
 The trace cost runs the replywire side against two producers, ``--log-level
-info`` and ``--log-level warning``. Consumer-side logs are filtered at info
-(state changes kept, nothing written) on the replywire side.
+info`` and ``--log-level warning``. The replywire consumer writes its trace at
+info into a file, as its CLI does. The servers run pinned to one CPU, this
+process (every client) to another (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.streams
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -39,15 +39,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mutabl
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TextIO
 
 import grpc
 import structlog
 
-from bench.common import Size, bench_size, median, process_cpu_s, ratio
+from bench.common import (
+    CLIENT_CPU,
+    SERVER_CPU,
+    Size,
+    bench_size,
+    median,
+    pin,
+    pinning,
+    process_cpu_s,
+    ratio,
+)
 from consumer import client as consumer_client
 from consumer.children import read_listening_port, start_producer, stop_producer
 from consumer.client import StreamOptions, channel_options
+from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -106,8 +117,7 @@ def shares_channel(client: object) -> bool:
 
 
 class FirstChunkClock:
-    """A structlog processor: notes when each stream's reader took its first message, drops
-    every record (the consumer's trace is filtered at info, not written)."""
+    """A structlog processor: notes when each stream's reader took its first message."""
 
     def __init__(self) -> None:
         self.first: dict[str, float] = {}
@@ -115,18 +125,20 @@ class FirstChunkClock:
     def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> Any:
         if event.get("input") == "first_message" and "stream_id" in event:
             self.first.setdefault(event["stream_id"], time.perf_counter())
-        raise structlog.DropEvent
+        return event
 
 
 CLOCK: Final = FirstChunkClock()
 
 
-def quiet_consumer_logs() -> None:
-    structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, CLOCK],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        cache_logger_on_first_use=False,
-    )
+def consumer_trace(path: Path) -> TextIO:
+    """The replywire side's trace as the consumer CLI writes it (JSON lines at info, once
+    per event-loop pass, into a file), with the first-chunk clock after the stream id."""
+    trace = path.open("w", encoding="utf-8")
+    configure_logging("consumer", log_format="json", level="info", stream=trace, batched=True)
+    merge, *rest = structlog.get_config()["processors"]
+    structlog.configure(processors=[merge, CLOCK, *rest])
+    return trace
 
 
 # --- the two servers, as child processes -----------------------------------------------------
@@ -147,9 +159,10 @@ class Server:
 
 
 @contextmanager
-def producer(workdir: Path, log_level: str = "info") -> Iterator[Server]:
-    trace = workdir / f"producer-{log_level}.trace.jsonl"
-    process, port = start_producer(trace, DEFAULT_RECORDING_PATH, log_level)
+def producer(workdir: Path, log_level: str = "info", *flags: str) -> Iterator[Server]:
+    trace = workdir / f"producer-{log_level}{''.join(flags)}.trace.jsonl"
+    process, port = start_producer(trace, DEFAULT_RECORDING_PATH, log_level, *flags)
+    pin(process.pid, SERVER_CPU)
     try:
         yield Server(f"producer ({log_level})", process, port)
     finally:
@@ -167,6 +180,7 @@ def bare_server() -> Iterator[Server]:
         port = read_listening_port(process)
         if port is None:
             raise RuntimeError("bench.bare_server did not start")
+        pin(process.pid, SERVER_CPU)
         yield Server("bare server", process, port)
     finally:
         stop_producer(process)
@@ -367,8 +381,17 @@ PLANS: Final[dict[Size, Plan]] = {
 
 
 async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
-    quiet_consumer_logs()
+    pin(os.getpid(), CLIENT_CPU)
+    trace = consumer_trace(workdir / "consumer.trace.jsonl")
+    try:
+        return await _run_all(plan, workdir)
+    finally:
+        trace.close()
+
+
+async def _run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
+    out["pinning"] = pinning()
     with producer(workdir) as ours, bare_server() as bare:
         sides = {"replywire": ours, "bare client": ours, "bare pair": bare}
         policy = shares_channel(replywire_client(StreamOptions(target=ours.target)))
@@ -387,8 +410,23 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
                 concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds
             )
             out["concurrency"][str(n)] = with_ratios({k: summary(v) for k, v in runs.items()})
+    out["over_limit"] = await over_limit(plan, workdir)
     out["trace_cost"] = await trace_cost(plan, workdir)
     return out  # fmt: skip
+
+
+async def over_limit(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """The largest burst against a producer whose ``--max-streams`` is a third of it: what
+    is past the limit is refused by name (RESOURCE_EXHAUSTED / stream_limit), never a bare
+    CANCELLED; the rest completes."""
+    n = plan.concurrency[-1]
+    limit = max(1, n // 3)
+    with producer(workdir, "info", "--max-streams", str(limit)) as limited:
+        rounds = [
+            await concurrent_round("replywire", limited, request_for(ChunkPlan.parse("frame")), n)
+            for _ in range(plan.rounds)
+        ]
+    return {"streams": n, "max_streams": limit, "replywire": summary(rounds)}
 
 
 async def trace_cost(plan: Plan, workdir: Path) -> dict[str, Any]:

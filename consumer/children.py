@@ -22,11 +22,12 @@ STOP_TIMEOUT_S = 10.0
 
 
 def start_producer(
-    trace: Path, recording_path: Path, log_level: str = "info"
+    trace: Path, recording_path: Path, log_level: str = "info", *flags: str
 ) -> tuple[subprocess.Popen[bytes], int]:
     command = [
         sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
         "--recording", str(recording_path), "--log-format", "json", "--log-level", log_level,
+        *flags,
     ]  # fmt: skip
     with trace.open("w") as trace_file:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)

@@ -399,7 +399,9 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         "--window-bytes",
         type=_positive,
         default=DEFAULT_WINDOW_BYTES,
-        help="HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off)",
+        help="what a paused stream may hold in the consumer's transport: half announced as "
+        "the HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off), half "
+        "for the one update gRPC returns after the last read",
     )
     parser.add_argument(
         "--deadline-s", type=_seconds, default=DEFAULT_DEADLINE_S, help="overall deadline"
@@ -647,7 +649,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
-        "consumer", log_format="json" if trace else log_format, level=args.log_level, stream=stream
+        "consumer",
+        log_format="json" if trace else log_format,
+        level=args.log_level,
+        stream=stream,
+        batched=True,
     )
     try:
         if args.command == "replay":

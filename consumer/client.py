@@ -6,7 +6,10 @@ Two tasks share a bounded queue:
   full it stops calling ``read()``; gRPC then stops returning HTTP/2 window
   to the producer, whose writes block. The channel's window is bounded
   (``grpc.http2.lookahead_bytes`` with BDP probing off): with gRPC's defaults a
-  reader that stops lets the server push megabytes into one stream;
+  reader that stops lets the server push megabytes into one stream. gRPC's
+  transport returns window once more after the reader's last ``read()`` (see
+  ``announced_window``), so the channel announces half of ``window_bytes``: a
+  paused stream holds at most ``window_bytes`` in the consumer's transport;
 * the **processor** applies each chunk to the ``ReplyConsumer`` core (after an
   optional simulated per-chunk delay) and turns how the stream ended into the
   result document.
@@ -130,11 +133,29 @@ class StreamOptions:
                 raise ValueError(f"{name} must be > 0")
 
 
+def announced_window(window_bytes: int) -> int:
+    """The HTTP/2 stream window the channel announces so that a paused stream holds at
+    most ``window_bytes`` in the consumer's transport: half of it.
+
+    gRPC's chttp2 transport counts a stream's unread bytes only while a ``read()`` is
+    pending (the stream's "pending size", set when a read completes). Once the reader
+    stops, the bytes that arrive after its last read look consumed, and the transport
+    returns them to the producer in one WINDOW_UPDATE: at once if it exceeds
+    max(announced / 2, 8 KiB), else with the connection's next write (a keepalive ping,
+    another stream, the ``Cancel`` of a stop). Sending the update forgets the pending
+    size, so it happens once per pause. The producer can therefore get twice the
+    announced window past the chunks the consumer has read; announcing half keeps that
+    to ``window_bytes`` (measured on the wire: bench.memory, tests/test_flow_window.py).
+    """
+    return window_bytes // 2
+
+
 def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
     return [
         *options.security.channel_options(),
-        # A bounded stream window: a paused reader really stops the producer.
-        ("grpc.http2.lookahead_bytes", options.window_bytes),
+        # A bounded stream window: a paused reader really stops the producer, after at
+        # most window_bytes (half announced, half the one update gRPC re-grants).
+        ("grpc.http2.lookahead_bytes", announced_window(options.window_bytes)),
         ("grpc.http2.bdp_probe", 0),
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes),

@@ -56,7 +56,13 @@ from producer.server import (
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from runtime.help_format import DefaultsHelpFormatter
-from runtime.logs import LEVELS, configure_logging, register_secret, route_stdlib_logging
+from runtime.logs import (
+    LEVELS,
+    configure_logging,
+    flush_trace,
+    register_secret,
+    route_stdlib_logging,
+)
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.recording import RECORDING_SHA256, Recording
@@ -501,6 +507,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         budget_usd=args.budget_usd if args.source == "gemini" else None,
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
+    flush_trace()  # what the trace says so far is in it before anyone is told to look
     print(f"listening on {args.host}:{port}", flush=True)
     announce_ready(args.ready_file, f"{args.host}:{port}")
     await stop.wait()
@@ -533,7 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             trace = args.trace_file.open("a", encoding="utf-8", buffering=1)
         except OSError as error:
             parser.error(f"--trace-file: {error.strerror}: {args.trace_file}")
-    configure_logging("producer", log_format=args.log_format, level=args.log_level, stream=trace)
+    configure_logging(
+        "producer", log_format=args.log_format, level=args.log_level, stream=trace, batched=True
+    )
     # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...) would print bare lines
     # into stderr; they become records of the trace with one fixed event name.
     route_stdlib_logging("grpc")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -187,6 +187,12 @@ class RedisReply:
             raise RuntimeError(f"lost the lease of reply {self.stream_id}")
         self._last = entry.sequence
         self._size += len(entry.data)
+
+    async def extend(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            if self._ended:  # a bound ended it
+                return
+            await self.append(entry)
 
     @property
     def _expire_s(self) -> float:

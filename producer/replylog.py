@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 import structlog
 
 from shared.errors import Reason, RequestRefused
+from shared.frames import Frame
 
 DEFAULT_MAX_FRAMES: Final = 10_000
 DEFAULT_MAX_BYTES: Final = 4 << 20
@@ -71,6 +72,15 @@ class Entry:
     data: bytes
 
 
+def log_entries(frames: Sequence[Frame], wire: Sequence[bytes]) -> tuple[Entry, ...]:
+    """The frames as log entries, ``wire`` being their encoded bytes, one per frame."""
+    entries = []
+    for frame, data in zip(frames, wire, strict=True):
+        assert isinstance(frame.sequence, int)
+        entries.append(Entry(frame.sequence, data))
+    return tuple(entries)
+
+
 class LogEnded(Exception):
     """Raised by a read when the reply ended without its terminal frame (``reason``)."""
 
@@ -92,6 +102,10 @@ class LoggedReply(Protocol):
 
     async def append(self, entry: Entry) -> None:
         """Log the next frame (sequence = last + 1). Over a bound the reply ends in error."""
+        ...
+
+    async def extend(self, entries: Sequence[Entry]) -> None:
+        """Log frames known in advance (a recorded reply), as ``append`` would one by one."""
         ...
 
     async def end(self, error: str | None = None) -> None:
@@ -174,6 +188,29 @@ class MemoryReply:
             self.entries.append(entry)
             self.size += len(entry.data)
             self._changed.notify_all()
+
+    async def extend(self, entries: Sequence[Entry]) -> None:
+        # One wake-up of the readers for the whole reply, not one per frame.
+        if self.ended:
+            raise RuntimeError(f"reply {self.stream_id} already ended")
+        count, size, fitting = len(self.entries), self.size, []
+        max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
+        over = False
+        for entry in entries:
+            if entry.sequence != count + 1:
+                raise ValueError(f"sequence {entry.sequence}, expected {count + 1}")
+            if count + 1 > max_frames or size + len(entry.data) > max_bytes:
+                over = True
+                break
+            fitting.append(entry)
+            count, size = count + 1, size + len(entry.data)
+        if fitting:
+            async with self._changed:
+                self.entries.extend(fitting)
+                self.size = size
+                self._changed.notify_all()
+        if over:
+            await self.end(Reason.INTERNAL_ERROR.value)
 
     async def end(self, error: str | None = None) -> None:
         if self.ended:
@@ -263,7 +300,8 @@ class MemoryReplyLog:
 
 
 class Generation:
-    """One reply's generation as a task of its own: ``frames`` are logged as they come.
+    """One reply's generation as a task of its own: ``frames`` are logged as they come
+    (a tuple: all at once).
 
     Deliveries ``attach()`` and ``detach()``; when the last one detaches before the reply
     ended, generation goes on for ``grace_s``; if none attaches by then it is stopped
@@ -274,7 +312,7 @@ class Generation:
     def __init__(
         self,
         reply: LoggedReply,
-        frames: AsyncIterator[Entry],
+        frames: AsyncIterator[Entry] | tuple[Entry, ...],
         *,
         grace_s: float,
         on_abandoned: Callable[[], Awaitable[None]] | None = None,
@@ -292,8 +330,11 @@ class Generation:
 
     async def _run(self) -> None:
         try:
-            async for entry in self._frames:
-                await self.reply.append(entry)
+            if isinstance(self._frames, tuple):  # known in advance: logged at once
+                await self.reply.extend(self._frames)
+            else:
+                async for entry in self._frames:
+                    await self.reply.append(entry)
             await self.reply.end()
         except LogEnded as ended:  # the frames said the reply ends in error
             await self.reply.end(ended.reason)

@@ -49,6 +49,7 @@ from producer.replylog import (
     MemoryReplyLog,
     ReplyBusy,
     ReplyLog,
+    log_entries,
 )
 from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
@@ -70,7 +71,9 @@ from shared.wire import WireCodec, codec_for
 from shared.wire.chunking import MAX_CHUNK_BYTES, Chunker
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
-DEFAULT_MAX_STREAMS: Final = 1000
+#: Streams served at once by default: 3,000 concurrent streams on one producer complete,
+#: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.
+DEFAULT_MAX_STREAMS: Final = 4000
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
 #: The service names the health service reports on ("" is the whole server).
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
@@ -185,15 +188,6 @@ class _Delivery:
     caller: str = ANONYMOUS
 
 
-async def _entries(
-    frames: tuple[Frame, ...], codec: WireCodec, wire: tuple[bytes, ...] | None = None
-) -> AsyncIterator[Entry]:
-    """The frames as log entries; ``wire``: their bytes, already encoded by the plan."""
-    for index, frame in enumerate(frames):
-        assert isinstance(frame.sequence, int)
-        yield Entry(frame.sequence, wire[index] if wire else codec.encode_frame(frame))
-
-
 async def _live_entries(
     plan: StreamPlan, frames: AsyncIterator[Frame], codec: WireCodec
 ) -> AsyncIterator[Entry]:
@@ -300,6 +294,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         # Streams admitted under --max-streams (refused ones are in _active, never here).
         self._admitted: set[asyncio.Task[Any]] = set()
         self._shutting_down: set[asyncio.Task[Any]] = set()
+        # Read when scraped: no lock taken per stream.
+        self.metrics.streams_open.set_function(lambda: len(self._active))
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -341,7 +337,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
         connection_seen = self.connections.seen(peer)
         self.counters.streams_opened += 1
-        self.metrics.streams_open.inc()
         stream = ProducerStream(log, caller, on_final=self._stream_ended)
         task = asyncio.current_task()
         assert task is not None
@@ -463,13 +458,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         try:
             if delivery.generation is not None:
                 delivery.generation.detach()
-            if delivery.plan is not None:
+            if delivery.plan is not None and delivery.plan.needs_close:
                 await _close_even_if_cancelled(delivery.plan, stream.state.value)
         finally:
             del self._active[task]
             self._admitted.discard(task)
             self._shutting_down.discard(task)
-            self.metrics.streams_open.dec()
             if not self._active:
                 self._idle.set()
 
@@ -684,12 +678,15 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             generation = self._live_generation(reply, plan, live, codec)
         else:
             assert plan.reply_frames is not None
-            # A recording's fault-free plan carries its frames' wire bytes (not in StreamPlan:
-            # a source that has none need not say so).
-            wire: tuple[bytes, ...] | None = getattr(plan, "reply_wire", None)
+            # A recording's fault-free plan carries its log entries, made once (not in
+            # StreamPlan: a source that has none need not say so).
+            entries: tuple[Entry, ...] | None = getattr(plan, "reply_entries", None)
+            if entries is None:
+                frames = plan.reply_frames
+                entries = log_entries(frames, [codec.encode_frame(frame) for frame in frames])
             generation = Generation(
                 reply,
-                _entries(plan.reply_frames, codec, wire),
+                entries,
                 grace_s=self.replies.limits.detach_grace_s,
             )
         self._generations[stream_id] = generation
@@ -799,7 +796,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.counters.chunks_written += 1
         self.counters.bytes_written += len(data)
         self.metrics.chunk_written(len(data), time.monotonic() - started)
-        self._log.debug(
+        stream.log.debug(
             "chunk_sent",
             index=stream.chunks_sent - 1,
             size=len(data),

@@ -100,6 +100,8 @@ class ProducerStream:
         on_final: Callable[[StreamState, str], None] | None = None,
     ) -> None:
         self._on_final = on_final
+        #: The stream's own logger (bound: a lazy proxy would bind again per record).
+        self.log = logger
         self.machine = Machine(SPEC, logger, on_final=self._ended, log_initial=True)
         #: Who asked (the token's name, or "anonymous"): charged in the ledger.
         self.caller = caller

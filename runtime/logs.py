@@ -9,12 +9,16 @@ replaced before rendering, so no API key or token reaches a trace.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import datetime
 import io
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, MutableMapping
-from typing import Any, Literal, TextIO
+from typing import Any, Final, Literal, TextIO
 
 import orjson
 import structlog
@@ -72,9 +76,14 @@ def redact_secrets(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     # A record per transition: numbers and None are left alone, strings are looked at only
-    # when a secret is registered (what _scrub would do, without a call per value).
+    # when a secret is registered (what _scrub would do, without a call per value), and a
+    # key is lower-cased once per process, not once per record.
+    secret_key = _SECRET_KEY_SEEN
     for key, value in event_dict.items():  # values replaced in place, no key added
-        if key.lower() in SECRET_KEYS:
+        is_secret = secret_key.get(key)
+        if is_secret is None:
+            is_secret = _remember_key(key)
+        if is_secret:
             event_dict[key] = REDACTED
         elif type(value) is str:
             if _secret_values:
@@ -82,6 +91,19 @@ def redact_secrets(
         elif not isinstance(value, _PLAIN):
             event_dict[key] = _scrub(value)
     return event_dict
+
+
+#: Whether a key (as a record spells it) is a secret-looking one; bounded: keys are the
+#: code's field names, and past the bound a key is judged afresh every time.
+_SECRET_KEY_SEEN: dict[Any, bool] = {}
+_MAX_KEYS_SEEN = 4096
+
+
+def _remember_key(key: Any) -> bool:
+    is_secret = str(key).lower() in SECRET_KEYS
+    if len(_SECRET_KEY_SEEN) < _MAX_KEYS_SEEN:
+        _SECRET_KEY_SEEN[key] = is_secret
+    return is_secret
 
 
 #: Values nothing is ever scrubbed from.
@@ -140,6 +162,85 @@ def json_dumps(value: Any, default: Callable[[Any], Any] | None = None, **_: Any
         return json.dumps(value, default=default)
 
 
+class JsonLine:
+    """A JSON trace's processors after the stream context, fused into one call (a record
+    per transition: each processor call costs as much as its work): the level, the UTC
+    ISO timestamp, the side, the traceback as a field, secrets redacted, one line by
+    orjson. The same record as structlog's ``add_log_level``, ``TimeStamper(fmt="iso",
+    utc=True)``, ``format_exc_info``, ``redact_secrets`` and ``JSONRenderer`` in turn."""
+
+    def __init__(self, side: str) -> None:
+        self.side = side
+
+    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+        event_dict["level"] = _LEVEL_OF_METHOD.get(method, method)
+        event_dict["timestamp"] = (
+            datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
+        )
+        event_dict.setdefault("side", self.side)
+        event_dict.setdefault("stream_id", None)
+        if "exc_info" in event_dict:
+            event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
+        return json_dumps(redact_secrets(logger, method, event_dict))
+
+
+#: structlog's level names of its method names (``add_log_level``).
+_LEVEL_OF_METHOD: Final = {"warn": "warning", "exception": "error"}
+
+
+class TraceWriter:
+    """structlog's output for a process's trace: each record one line, handed to the file
+    at the end of the event loop's current pass (all of that pass's records in one write
+    and one flush), or at once outside a running loop (another thread, start-up, exit).
+
+    A write and a flush per record cost a system call each, and each gives gRPC's poller
+    thread the GIL; batched per pass, a record still reaches the file before the loop
+    next waits for anything. Left in the buffer at exit: written by ``atexit``."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        #: The loop a flush is scheduled on (None: none is): a loop that closed before it
+        #: ran the flush leaves its lines to the next loop's pass, or to the exit.
+        self._flush_on: asyncio.AbstractEventLoop | None = None
+        atexit.register(self.flush)
+
+    def msg(self, message: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            if loop is None:  # another thread, or no loop: at once, after what is pending
+                self._lines.append(message)
+                self._write_locked()
+                return
+            self._lines.append(message)
+            if self._flush_on is not loop:
+                self._flush_on = loop
+                loop.call_soon(self.flush)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_locked()
+
+    def _write_locked(self) -> None:
+        self._flush_on = None
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except ValueError:  # the file was closed (a test's stream, at exit): nothing to do
+            return
+
+
 def _scrubbed_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
     text = io.StringIO()
     structlog.dev.plain_traceback(text, exc_info)
@@ -152,8 +253,12 @@ def configure_logging(
     log_format: LogFormat = "auto",
     level: str = "info",
     stream: TextIO | None = None,
+    batched: bool = False,
 ) -> None:
-    """Configure structlog for one process. Call once, at start-up."""
+    """Configure structlog for one process. Call once, at start-up. ``batched``: a
+    process's JSON trace, written once per event-loop pass (see ``TraceWriter``)."""
+    global _trace_writer  # noqa: PLW0603 - one trace per process, flushed by flush_trace
+    flush_trace()  # a batched trace configured before this one keeps nothing back
     out = stream or sys.stderr
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
@@ -161,8 +266,12 @@ def configure_logging(
     # JSON: the traceback becomes a string field, scrubbed like every other value. The
     # console renders tracebacks itself (structlog warns if format_exc_info comes first):
     # its formatter scrubs them too.
-    tail: list[structlog.typing.Processor] = (
+    processors: list[structlog.typing.Processor] = (
         [
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+            _add_side(side),
             redact_secrets,
             ConsoleLines(
                 colors=out.isatty(),
@@ -171,21 +280,31 @@ def configure_logging(
             ),
         ]
         if use_console
-        else [
-            structlog.processors.format_exc_info,
-            redact_secrets,
-            structlog.processors.JSONRenderer(serializer=json_dumps),
-        ]
+        else [structlog.contextvars.merge_contextvars, JsonLine(side)]
     )
+    _trace_writer = TraceWriter(out) if batched and not use_console else None
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
-            _add_side(side),
-            *tail,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.WriteLoggerFactory(file=out),
+        logger_factory=(
+            _writer_factory(_trace_writer) if _trace_writer else structlog.WriteLoggerFactory(out)
+        ),
         cache_logger_on_first_use=False,
     )
+
+
+def _writer_factory(writer: TraceWriter) -> Callable[..., TraceWriter]:
+    def factory(*args: Any) -> TraceWriter:
+        return writer
+
+    return factory
+
+
+_trace_writer: TraceWriter | None = None
+
+
+def flush_trace() -> None:
+    """Write what a batched trace holds now: before the process tells anyone outside it
+    something the trace should already show (``listening on``)."""
+    if _trace_writer is not None:
+        _trace_writer.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import warnings
@@ -91,3 +92,51 @@ def test_tracebacks_are_rendered_and_scrubbed_on_both_paths(log_format: str) -> 
     if log_format == "json":
         (record,) = records(out)
         assert "Traceback (most recent call last)" in str(record["exception"])
+
+
+def test_a_batched_trace_writes_a_loop_pass_at_once_and_before_the_loop_waits() -> None:
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out, batched=True)
+    log = structlog.get_logger()
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        log.info("first")
+        log.info("second")
+        seen.append(len(records(out)))  # the same pass: not written yet
+        await asyncio.sleep(0)  # the loop's next pass wrote both
+        seen.append(len(records(out)))
+        log.info("third")
+        await asyncio.sleep(0.01)  # the loop waited: written before it did
+        seen.append(len(records(out)))
+        await asyncio.get_running_loop().run_in_executor(None, log.info, "from_a_thread")
+        seen.append(len(records(out)))  # another thread's record: at once
+
+    asyncio.run(scenario())
+    assert seen == [0, 2, 3, 4]
+    assert [r["event"] for r in records(out)] == ["first", "second", "third", "from_a_thread"]
+
+
+def test_a_batched_trace_keeps_what_a_closed_loop_left_for_the_next_writer() -> None:
+    out = io.StringIO()
+    configure_logging("consumer", log_format="json", stream=out, batched=True)
+    log = structlog.get_logger()
+    loop = asyncio.new_event_loop()
+
+    def last_words() -> None:
+        log.info("before_close")  # its flush is scheduled on a loop that never runs again
+        loop.stop()
+
+    loop.call_soon(last_words)
+    loop.run_forever()
+    loop.close()
+    assert records(out) == []
+
+    async def next_loop() -> None:
+        log.info("in_the_next_loop")
+        await asyncio.sleep(0)
+
+    asyncio.run(next_loop())
+    assert [r["event"] for r in records(out)] == ["before_close", "in_the_next_loop"]
+    log.info("outside_a_loop")  # no loop: at once
+    assert records(out)[-1]["event"] == "outside_a_loop"

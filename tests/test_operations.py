@@ -212,7 +212,7 @@ def test_max_streams_below_one_is_a_usage_error(value: str) -> None:
 
 
 def test_max_streams_bounds_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build_parser().parse_args([]).max_streams == DEFAULT_MAX_STREAMS == 1000
+    assert build_parser().parse_args([]).max_streams == DEFAULT_MAX_STREAMS == 4000
     assert build_parser().parse_args(["--max-streams", "1"]).max_streams == 1
     monkeypatch.setenv("REPLYWIRE_MAX_STREAMS", "7")
     assert build_parser().parse_args([]).max_streams == 7
@@ -582,3 +582,28 @@ def test_an_undefined_goaway_error_code_does_not_crash_the_consumer(error_code: 
     result = json.loads(done.stdout)
     assert (result["status"], result["reason"]) == ("error", "transport_io_error")
     assert result["transport"]["grpc_code"] == "UNAVAILABLE"
+
+
+def test_write_waits_fall_in_prometheus_buckets_at_and_past_each_bound() -> None:
+    from prometheus_client import generate_latest  # noqa: PLC0415 - this test only
+
+    from producer.metrics import WRITE_WAIT_BUCKETS, ProducerMetrics  # noqa: PLC0415
+
+    metrics = ProducerMetrics()
+    # One write exactly at each bound (le: at or below it), one just past the last.
+    for bound in WRITE_WAIT_BUCKETS:
+        metrics.chunk_written(2, bound)
+    metrics.chunk_written(3, WRITE_WAIT_BUCKETS[-1] * 1.0001)
+    samples = {
+        (sample.name, sample.labels.get("le")): sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+    }
+    for index, bound in enumerate(WRITE_WAIT_BUCKETS):
+        assert samples["replywire_chunk_write_wait_seconds_bucket", repr(bound)] == index + 1
+    count = len(WRITE_WAIT_BUCKETS) + 1
+    assert samples["replywire_chunk_write_wait_seconds_bucket", "+Inf"] == count
+    assert samples["replywire_chunk_write_wait_seconds_count", None] == count
+    assert samples["replywire_chunks_written_total", None] == count
+    assert samples["replywire_bytes_written_total", None] == 2 * (count - 1) + 3
+    assert b"replywire_chunk_write_wait_seconds_sum" in generate_latest(metrics.registry)

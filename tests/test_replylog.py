@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from producer.replylog import Entry, Generation, LogEnded, LogLimits, MemoryReplyLog
+from producer.replylog import Entry, Generation, LogEnded, LogLimits, MemoryReply, MemoryReplyLog
 from shared.errors import Reason, RequestRefused
 
 
@@ -127,3 +127,62 @@ def test_a_stopped_generation_ends_the_log_with_the_reason_it_was_stopped_for(
         return stopped, reply.error, again, late
 
     assert asyncio.run(scenario()) == (True, reason.value, True, False)
+
+
+@pytest.mark.parametrize(
+    ("limits", "kept", "error"),
+    [
+        (LogLimits(max_frames=3), [1, 2, 3], None),  # at the frame bound
+        (LogLimits(max_frames=2), [1, 2], Reason.INTERNAL_ERROR.value),  # past it
+        (LogLimits(max_bytes=6), [1, 2, 3], None),  # at the byte bound (3 x 2 bytes)
+        (LogLimits(max_bytes=5), [1, 2], Reason.INTERNAL_ERROR.value),  # past it
+    ],
+)
+def test_extend_logs_a_known_reply_as_appends_would(
+    limits: LogLimits, kept: list[int], error: str | None
+) -> None:
+    async def scenario() -> None:
+        entries = tuple(Entry(sequence, b"xy") for sequence in (1, 2, 3))
+        one_by_one = await MemoryReplyLog(limits).create("s", "b", "lp")
+        for entry in entries:
+            if not one_by_one.ended:
+                await one_by_one.append(entry)
+        at_once = await MemoryReplyLog(limits).create("s", "b", "lp")
+        waiting = asyncio.create_task(
+            _sequences(at_once)  # a reader already waiting is woken once, with all of them
+        )
+        await asyncio.sleep(0)
+        await at_once.extend(entries)
+        if error is None:
+            await at_once.end()
+        for reply in (one_by_one, at_once):
+            assert [entry.sequence for entry in reply.entries] == kept
+            assert reply.size == 2 * len(kept)
+        assert at_once.error == one_by_one.error == error
+        assert await waiting == kept
+
+    asyncio.run(scenario())
+
+
+async def _sequences(reply: MemoryReply) -> list[int]:
+    seen: list[int] = []
+    try:
+        async for entry in reply.read(0):
+            seen.append(entry.sequence)
+    except LogEnded:
+        pass
+    return seen
+
+
+def test_extend_refuses_a_gap_in_the_sequences_and_an_ended_reply() -> None:
+    async def scenario() -> None:
+        reply = await MemoryReplyLog().create("s", "b", "lp")
+        with pytest.raises(ValueError, match="sequence 2, expected 1"):
+            await reply.extend((Entry(2, b"x"),))
+        assert reply.entries == []
+        await reply.extend((Entry(1, b"x"),))
+        await reply.end()
+        with pytest.raises(RuntimeError, match="already ended"):
+            await reply.extend((Entry(2, b"x"),))
+
+    asyncio.run(scenario())

@@ -134,6 +134,8 @@ async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
 
 
 class GeminiPlan:
+    needs_close = True  # the upstream response and the ledger reservation
+
     def __init__(
         self,
         source: GeminiSource,

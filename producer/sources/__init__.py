@@ -32,6 +32,9 @@ class StreamPlan(Protocol):
     #: The reply's frames without any transport fault, for the reply log (None: this
     #: plan's reply is not logged, so it cannot be resumed).
     reply_frames: tuple[Frame, ...] | None
+    #: Whether ``close`` has anything to release (a recording's plan holds nothing: the
+    #: end of its stream skips the close, and the task that shields it from cancellation).
+    needs_close: bool
 
     def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
 

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
+from producer.replylog import Entry, log_entries
 from producer.sources import Stall
 from shared.digest import canonical_json, within_depth
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
@@ -28,7 +29,14 @@ MAX_KEPT_TRANSMISSIONS: Final = 256
 
 
 class RecordingPlan:
-    def __init__(self, transmission: Transmission, checked: CheckedRequest) -> None:
+    needs_close = False  # nothing is held: no upstream, no reservation
+
+    def __init__(
+        self,
+        transmission: Transmission,
+        checked: CheckedRequest,
+        entries: tuple[Entry, ...] | None = None,
+    ) -> None:
         self.transmission = transmission
         self.abort_details: str | None = None
         fault = checked.fault.kind if checked.fault else None
@@ -37,8 +45,9 @@ class RecordingPlan:
         self.reply_frames: tuple[Frame, ...] | None = (
             transmission.frames if fault is None or fault in TRANSPORT_FAULTS else None
         )
-        #: The reply frames' wire bytes, when they are the transmission's own (no fault).
-        self.reply_wire: tuple[bytes, ...] | None = transmission.encoded if fault is None else None
+        #: The reply's log entries (the frames' wire bytes), made once per fault-free
+        #: transmission: None with a fault (the log then encodes the frames itself).
+        self.reply_entries = entries if fault is None else None
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
@@ -75,7 +84,9 @@ class RecordingSource:
             canonical = canonical_json(binding)
             if len(canonical) <= MAX_BINDING_BYTES and within_depth(binding, MAX_BINDING_DEPTH):
                 self._canonical[case_id] = canonical
-        self._kept: OrderedDict[tuple[str, WireFormat, ChunkPlan], Transmission] = OrderedDict()
+        self._kept: OrderedDict[
+            tuple[str, WireFormat, ChunkPlan], tuple[Transmission, tuple[Entry, ...]]
+        ] = OrderedDict()
 
     def bound_case(self, case_id: str, binding_json: bytes) -> BoundCase:
         """The recorded case this binding names: the recording's own bytes are accepted as
@@ -84,7 +95,11 @@ class RecordingSource:
             return self.recording.case(case_id)
         return self.recording.bind_request(case_id, parse_binding(binding_json))
 
-    def _transmission(self, case: BoundCase, checked: CheckedRequest) -> Transmission:
+    def _transmission(
+        self, case: BoundCase, checked: CheckedRequest
+    ) -> tuple[Transmission, tuple[Entry, ...] | None]:
+        """The transmission (and, fault-free, its log entries), kept per (case, wire,
+        chunking) when fault-free."""
         key = (case.case_id, checked.wire, checked.plan)
         kept = self._kept.get(key) if checked.fault is None else None
         if kept is not None:
@@ -96,18 +111,21 @@ class RecordingSource:
             fault=checked.fault,
             foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
         )
-        if checked.fault is None:
-            self._kept[key] = transmission
-            while len(self._kept) > MAX_KEPT_TRANSMISSIONS:
-                self._kept.popitem(last=False)
-        return transmission
+        if checked.fault is not None:
+            return transmission, None
+        entries = log_entries(transmission.frames, transmission.encoded)
+        self._kept[key] = (transmission, entries)
+        while len(self._kept) > MAX_KEPT_TRANSMISSIONS:
+            self._kept.popitem(last=False)
+        return transmission, entries
 
     async def prepare(
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
     ) -> RecordingPlan:
         del identity  # a recorded reply costs nothing
         case = self.bound_case(checked.case_id, request.binding_json)
-        return RecordingPlan(self._transmission(case, checked), checked)
+        transmission, entries = self._transmission(case, checked)
+        return RecordingPlan(transmission, checked, entries)
 
     async def aclose(self) -> None:
         return None
