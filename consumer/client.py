@@ -14,11 +14,12 @@ Two tasks share a bounded queue:
   optional simulated per-chunk delay) and turns how the stream ended into the
   result document.
 
-With no per-chunk delay to simulate, a chunk that finds the queue empty (the processor
-waiting for it) is applied by the reader in the same pass of the event loop instead of
-waking the processor for it: the queue only holds chunks that arrive while earlier
-ones are still being processed, so it stays the bound it was, and ``reads_paused``
-means what it meant.
+With no per-chunk delay to simulate (stream mode), the reader applies every chunk
+itself in the pass of the event loop that read it, and there is no processor task: the
+reader is the stream's work, run in the caller's own task when nothing can end it from
+outside (no deadline, nothing to interrupt it), else raced against both. As many tasks
+and event-loop passes per stream as a bare grpc.aio client's. The queue then holds only
+how the call ended; with a delay, or buffered, the processor task runs as above.
 
 Channels are kept by a ``ReplyClient``: one per target and channel options, shared by
 every stream it runs (a new TCP connection and HTTP/2 handshake per stream cost more
