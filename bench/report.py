@@ -76,9 +76,9 @@ def over_limit(streams: dict[str, Any]) -> list[str]:
     row = streams["over_limit"]
     side = row["replywire"]
     return table(
-        ["concurrent streams", "producer --max-streams", "streams/s", "completed",
-         "failures (by code)"],
-        [[row["streams"], row["max_streams"], side["streams_per_s"],
+        ["concurrent streams", "connections", "producer --max-streams", "streams (all rounds)",
+         "completed", "failures (by code)"],
+        [[row["streams"], row["connections"], row["max_streams"], side["streams"],
           side["streams"] - sum(side["failures"].values()), side["failures"]]],
     )  # fmt: skip
 

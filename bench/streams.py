@@ -27,6 +27,7 @@ process (every client) to another (``bench.common.pin``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -204,13 +205,7 @@ def request_for(plan: ChunkPlan) -> ReplyRequest:
 
 
 def fresh(request: ReplyRequest) -> ReplyRequest:
-    return ReplyRequest(
-        case_id=request.case_id,
-        binding=request.binding,
-        wire=request.wire,
-        plan=request.plan,
-        stream_id=f"bench-{os.getpid()}-{next(_ids)}",
-    )
+    return dataclasses.replace(request, stream_id=f"bench-{os.getpid()}-{next(_ids)}")
 
 
 async def replywire_once(client: Any, request: ReplyRequest) -> Outcome:
@@ -415,18 +410,44 @@ async def _run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
     return out  # fmt: skip
 
 
+#: Connections the over-limit burst is spread over: one connection queues its streams past
+#: the producer's HTTP/2 bound in the client; many reach the servicer's own limit.
+OVER_LIMIT_CONNECTIONS: Final = 10
+#: The burst's streams pause this long between chunks, so that they are open at once (a
+#: stream that ends in a millisecond frees its place before the next arrives).
+OVER_LIMIT_INTERVAL_MS: Final = 500
+
+
 async def over_limit(plan: Plan, workdir: Path) -> dict[str, Any]:
-    """The largest burst against a producer whose ``--max-streams`` is a third of it: what
-    is past the limit is refused by name (RESOURCE_EXHAUSTED / stream_limit), never a bare
-    CANCELLED; the rest completes."""
+    """The largest burst, over several connections, against a producer whose
+    ``--max-streams`` is a third of it: what is past the limit is refused by name
+    (RESOURCE_EXHAUSTED / stream_limit), never a bare CANCELLED; the rest completes."""
     n = plan.concurrency[-1]
     limit = max(1, n // 3)
+    request = dataclasses.replace(
+        request_for(ChunkPlan.parse("frame")), chunk_interval_ms=OVER_LIMIT_INTERVAL_MS
+    )
     with producer(workdir, "info", "--max-streams", str(limit)) as limited:
-        rounds = [
-            await concurrent_round("replywire", limited, request_for(ChunkPlan.parse("frame")), n)
-            for _ in range(plan.rounds)
-        ]
-    return {"streams": n, "max_streams": limit, "replywire": summary(rounds)}
+        options = StreamOptions(target=limited.target)
+        rounds = []
+        for _ in range(plan.rounds):
+            clients = [consumer_client.ReplyClient(options) for _ in range(OVER_LIMIT_CONNECTIONS)]
+            try:
+                started = time.perf_counter()
+                outcomes = await asyncio.gather(
+                    *(replywire_once(clients[i % len(clients)], request) for i in range(n))
+                )
+                wall = time.perf_counter() - started
+            finally:
+                for client in clients:
+                    await client.close()
+            rounds.append(Round(n, wall, 0.0, 0.0, list(outcomes)))
+    return {
+        "streams": n,
+        "max_streams": limit,
+        "connections": OVER_LIMIT_CONNECTIONS,
+        "replywire": summary(rounds),
+    }
 
 
 async def trace_cost(plan: Plan, workdir: Path) -> dict[str, Any]:

@@ -82,6 +82,15 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
     assert set(streams["trace_cost"]) == {"frame", "64"}
 
 
+def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:
+    row = tiny_run[0]["streams"]["over_limit"]
+    assert (row["streams"], row["max_streams"], row["connections"]) == (10, 3, 10)
+    side = row["replywire"]
+    # Ten streams open at once against a limit of three: some refused, only by name.
+    assert set(side["failures"]) == {"refused:stream_limit"}
+    assert 0 < side["failures"]["refused:stream_limit"] <= 7
+
+
 def test_every_decoder_cell_ran(tiny_run: tuple[dict[str, Any], str]) -> None:
     decoders = tiny_run[0]["decoders"]
     cells = decoders["cells"]
