@@ -14,11 +14,12 @@ Two tasks share a bounded queue:
   optional simulated per-chunk delay) and turns how the stream ended into the
   result document.
 
-With no per-chunk delay to simulate, a chunk that finds the queue empty (the processor
-waiting for it) is applied by the reader in the same pass of the event loop instead of
-waking the processor for it: the queue only holds chunks that arrive while earlier
-ones are still being processed, so it stays the bound it was, and ``reads_paused``
-means what it meant.
+With no per-chunk delay to simulate (stream mode), the reader applies every chunk
+itself in the pass of the event loop that read it, and there is no processor task: the
+reader is the stream's work, run in the caller's own task when nothing can end it from
+outside (no deadline, nothing to interrupt it), else raced against both. As many tasks
+and event-loop passes per stream as a bare grpc.aio client's. The queue then holds only
+how the call ended; with a delay, or buffered, the processor task runs as above.
 
 Channels are kept by a ``ReplyClient``: one per target and channel options, shared by
 every stream it runs (a new TCP connection and HTTP/2 handshake per stream cost more
@@ -40,10 +41,11 @@ chunk) is ``refused``; any other failure of the call is ``error`` /
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -208,6 +210,7 @@ class StreamEnded:
 
 
 QueueItem = bytes | StreamEnded
+_CHUNK: Final = pb.Chunk
 
 
 def dropped_by_grpc(end: StreamEnded) -> bool:
@@ -234,6 +237,53 @@ def backoff_s(options: StreamOptions, attempt: int) -> float:
     capped = min(options.resume_backoff_max_s, options.resume_backoff_s * 2.0 ** (attempt - 1))
     jitter: float = random.uniform(0.5, 1.0)
     return capped * jitter
+
+
+class IdleWatch:
+    """The idle timeout (no chunk for ``timeout_s`` while reading) with one timer per
+    silence, not a task and a timer per read (``asyncio.wait_for``): a read notes when it
+    began; the timer, when it fires, sets itself again for that moment plus the timeout
+    while a chunk came since, and else cancels the reading task, whose read then raises
+    ``TimeoutError`` (as ``asyncio.timeout`` does: a cancel from elsewhere stays one).
+    A reader paused on a full queue is not reading: the timeout does not run."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall[pb.OpenRequest, pb.Chunk], timeout_s: float):
+        self._call = call
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # called by the reading task
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._began = self._loop.time()
+        self._reading = False
+        self._expired = False
+        self._timer = self._loop.call_at(self._began + timeout_s, self._check)
+
+    async def read(self) -> object:
+        self._began = self._loop.time()
+        self._reading = True
+        try:
+            return await self._call.read()
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() <= self._cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._reading = False
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._reading and now >= self._began + self._timeout_s:
+            self._expired = True
+            self._task.cancel()
+            return
+        # A read began since (a chunk came), or the reader is paused: not idle.
+        due = self._began + self._timeout_s if self._reading else now + self._timeout_s
+        self._timer = self._loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        self._timer.cancel()
 
 
 class Reader:
@@ -263,19 +313,9 @@ class Reader:
     def state(self) -> ReaderState:
         return self.machine.state
 
-    async def _read(self) -> pb.Chunk | object:
-        if self.options.idle_timeout_s is None:
-            return await self.call.read()
-        return await asyncio.wait_for(self.call.read(), self.options.idle_timeout_s)
-
     async def run(self) -> None:
         try:
-            while (message := await self._receive()) is not None:
-                self.chunks_read += 1
-                if self.state is ReaderState.CONNECTING:
-                    self.machine.fire(ReaderInput.FIRST_MESSAGE)
-                if not await self._hand_over(message.data):
-                    return
+            await self._read_all()
         except asyncio.CancelledError:
             if not self.machine.finished:
                 self.machine.fire(ReaderInput.ENDED, why="cancelled")
@@ -285,48 +325,64 @@ class Reader:
             if not self.machine.finished:
                 await self._broken(Reason.READER_FAILED, type(error).__name__)
 
-    async def _receive(self) -> pb.Chunk | None:
-        """The next chunk, or None once the call has ended (its end is already queued)."""
+    async def _read_all(self) -> None:
+        idle_s = self.options.idle_timeout_s
+        if idle_s is None:
+            await self._read_chunks(self.call.read)
+            return
+        watch = IdleWatch(self.call, idle_s)
         try:
-            message = await self._read()
-        except TimeoutError:
-            self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
-            await self.queue.put(StreamEnded(idle=True))
-            return None
-        except grpc.aio.AioRpcError as error:
-            self.machine.fire(ReaderInput.ENDED, why=error.code().name)
-            # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
-            pairs: Any = error.trailing_metadata() or ()
-            trailing = tuple((str(key), str(value)) for key, value in pairs)
-            await self.queue.put(
-                StreamEnded(error.code(), error.details() or "", metadata=trailing)
-            )
-            return None
+            await self._read_chunks(watch.read)
+        finally:
+            watch.close()
+
+    async def _read_chunks(self, read: Callable[[], Awaitable[object]]) -> None:
+        """Chunk by chunk until the call ends (its end queued) or the core refused. A chunk
+        is applied here when the processor waits on an empty queue (it would apply it next,
+        one event-loop pass later), else queued. One loop, no call per chunk but the read
+        and the core's: this is the consumer's per-chunk path."""
+        apply, queue = self.apply, self.queue
+        while True:
+            try:
+                message = await read()
+            except TimeoutError:
+                self.machine.fire(ReaderInput.ENDED, why="idle_timeout")
+                await self.queue.put(StreamEnded(idle=True))
+                return
+            except grpc.aio.AioRpcError as error:
+                await self._failed(error)
+                return
+            if type(message) is not _CHUNK:
+                await self._not_a_chunk(message)
+                return
+            self.chunks_read += 1
+            if self.chunks_read == 1:
+                self.machine.fire(ReaderInput.FIRST_MESSAGE)
+            if apply is None or queue.qsize():
+                await self._enqueue(message.data)
+            elif not apply(message.data):
+                self.machine.fire(ReaderInput.ENDED, why="refused")
+                queue.put_nowait(StreamEnded(judged=True))
+                return
+
+    async def _failed(self, error: grpc.aio.AioRpcError) -> None:
+        self.machine.fire(ReaderInput.ENDED, why=error.code().name)
+        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+        pairs: Any = error.trailing_metadata() or ()
+        trailing = tuple((str(key), str(value)) for key, value in pairs)
+        await self.queue.put(StreamEnded(error.code(), error.details() or "", metadata=trailing))
+
+    async def _not_a_chunk(self, message: object) -> None:
         if message is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
             self.machine.fire(ReaderInput.ENDED, why="eof")
             await self.queue.put(StreamEnded())
-            return None
-        if not isinstance(message, pb.Chunk):
-            # grpc.aio hands over None for a message that does not parse as a Chunk.
-            await self._broken(Reason.INVALID_TRANSPORT_MESSAGE, type(message).__name__)
-            return None
-        return message
+            return
+        # grpc.aio hands over None for a message that does not parse as a Chunk.
+        await self._broken(Reason.INVALID_TRANSPORT_MESSAGE, type(message).__name__)
 
     async def _broken(self, reason: Reason, what: str) -> None:
         self.machine.fire(ReaderInput.ENDED, why=reason.value, message=what)
         await self.queue.put(StreamEnded(broken=reason, details=what))
-
-    async def _hand_over(self, data: bytes) -> bool:
-        """Apply the chunk here when the processor waits on an empty queue (it would apply
-        it next, one event-loop pass later), else queue it; False once the core refused."""
-        if self.apply is None or not self.queue.empty():
-            await self._enqueue(data)
-            return True
-        if self.apply(data):
-            return True
-        self.machine.fire(ReaderInput.ENDED, why="refused")
-        self.queue.put_nowait(StreamEnded(judged=True))
-        return False
 
     async def _enqueue(self, data: bytes) -> None:
         if not self.queue.full():
@@ -367,6 +423,8 @@ class StreamSession:
         self.attempt = 0
         self._pauses = 0
         self._paused_s = 0.0
+        #: Debug records are built only when written (their values cost per chunk).
+        self._debug = logger.is_enabled_for(logging.DEBUG)
 
     def cancel(self) -> None:
         if self._call is not None:
@@ -383,7 +441,8 @@ class StreamSession:
             mode=options.mode,
             resume_attempts=options.resume_attempts,
         )
-        stop = interrupted or asyncio.Event()
+        # No event to watch when nobody can interrupt (no task waits on one per call).
+        stop = interrupted
         loop = asyncio.get_running_loop()
         ends_at = loop.time() + options.deadline_s if options.deadline_s else None
         while True:
@@ -410,10 +469,7 @@ class StreamSession:
             if ends_at is not None and loop.time() + wait >= ends_at:
                 result = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
                 break
-            stopped = asyncio.create_task(stop.wait())
-            await asyncio.wait({stopped}, timeout=wait)
-            stopped.cancel()
-            if stop.is_set():
+            if await _interrupted_within(stop, wait):
                 await self._cancel_on_new_channel()
                 result = self.consumer.abort(Reason.CONSUMER_CANCELLED)
                 break
@@ -427,56 +483,94 @@ class StreamSession:
         return result.with_stream(self.request.stream_id, flow)
 
     async def _deliver(
-        self, stop: asyncio.Event, remaining_s: float | None
+        self, stop: asyncio.Event | None, remaining_s: float | None
     ) -> StreamResult | StreamEnded:
         """One connection, one call: the result, or how a resumable failure ended it."""
         options = self.options
-        async with self.client.channel(options) as channel:
-            outcome = await self._call_once(channel, stop, remaining_s)
+        kept = await self.client.checkout(options)
+        try:
+            outcome = await self._call_once(kept.stub, stop, remaining_s)
             if isinstance(outcome, StreamEnded) or outcome.reason == TRANSPORT_FAILED:
-                self.client.retire(options, channel)  # a broken transport: never reused
+                self.client.retire(options, kept.channel)  # a broken transport: never reused
+        finally:
+            await self.client.checkin(kept)
         return outcome
 
     async def _call_once(
-        self, channel: grpc.aio.Channel, stop: asyncio.Event, remaining_s: float | None
+        self,
+        stub: pb_grpc.ReplyStreamAsyncStub,
+        stop: asyncio.Event | None,
+        remaining_s: float | None,
     ) -> StreamResult | StreamEnded:
-        """The call on ``channel``: request, reader, processor, until one of them ends it."""
+        """The call: request, reader, processor, until one of them ends it.
+
+        With nothing to simulate (stream mode, no per-chunk delay) the reader applies every
+        chunk itself and there is no processor: the reader is the work. A processor task
+        runs (and takes chunks from the queue) only in buffered mode or with a delay. The
+        work runs in this task when nothing can end it from outside (no deadline, nothing
+        to interrupt it); else as a task raced against the deadline and the interrupt."""
         options = self.options
-        stub = pb_grpc.ReplyStreamStub(channel)
         # A gRPC deadline backs up our own (ours fires first and says why).
         backstop = remaining_s + 5 if remaining_s is not None else None
-        self._call = stub.Open(
+        call = self._call = stub.Open(
             self.request, timeout=backstop, metadata=options.security.call_metadata()
         )
         size = 0 if options.mode == "buffered" else options.queue_size
         queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
         log = self._log.bind(attempt=self.attempt) if self.attempt else self._log
         direct = options.mode == "stream" and not options.process_delay_s
-        self.reader = Reader(self._call, queue, options, log, self._apply if direct else None)
-        reader_task = asyncio.create_task(self.reader.run(), name="reader")
-        processing = asyncio.create_task(self._process(queue), name="processor")
-        stop_waiter = asyncio.create_task(stop.wait())
+        reader = self.reader = Reader(call, queue, options, log, self._apply if direct else None)
+        reader_task = None if direct else asyncio.create_task(reader.run(), name="reader")
+        try:
+            if stop is None and remaining_s is None:
+                return await self._work(queue, direct)
+            return await self._race(self._work(queue, direct), stub, stop, remaining_s)
+        finally:
+            if reader_task is not None:
+                reader_task.cancel()
+            call.cancel()
+            if reader_task is not None:
+                await asyncio.gather(reader_task, return_exceptions=True)
+            self._pauses += reader.pauses
+            self._paused_s += reader.paused_s
+
+    async def _work(
+        self, queue: asyncio.Queue[QueueItem], direct: bool
+    ) -> StreamResult | StreamEnded:
+        if not direct:
+            return await self._process(queue)
+        assert self.reader is not None
+        await self.reader.run()
+        if queue.empty():  # the reader always queues how the call ended; never hang on it
+            return self._judge(StreamEnded(broken=Reason.READER_FAILED, details="no ending"))
+        item = queue.get_nowait()
+        assert isinstance(item, StreamEnded)  # the reader applied every chunk itself
+        return self._judge(item)
+
+    async def _race(
+        self,
+        work: Coroutine[Any, Any, StreamResult | StreamEnded],
+        stub: pb_grpc.ReplyStreamAsyncStub,
+        stop: asyncio.Event | None,
+        remaining_s: float | None,
+    ) -> StreamResult | StreamEnded:
+        """The work against the deadline and the interrupt, whichever ends first."""
+        processing = asyncio.create_task(work, name="processor")
+        stop_waiter = None if stop is None else asyncio.create_task(stop.wait())
+        waiters = {processing} if stop_waiter is None else {processing, stop_waiter}
         try:
             done, _ = await asyncio.wait(
-                {processing, stop_waiter},
-                timeout=remaining_s,
-                return_when=asyncio.FIRST_COMPLETED,
+                waiters, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED
             )
-            outcome: StreamResult | StreamEnded
             if processing in done:
-                outcome = processing.result()
-            elif stop_waiter in done:
-                outcome = await self._stop_on_request(stub, processing)
-            else:
-                outcome = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
+                return processing.result()
+            if stop_waiter in done:
+                return await self._stop_on_request(stub, processing)
+            return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
         finally:
-            for task in (processing, stop_waiter, reader_task):
+            for task in waiters:
                 task.cancel()
-            self._call.cancel()
-            await asyncio.gather(processing, stop_waiter, reader_task, return_exceptions=True)
-            self._pauses += self.reader.pauses
-            self._paused_s += self.reader.paused_s
-        return outcome
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     async def _stop_on_request(
         self, stub: pb_grpc.ReplyStreamStub, processing: asyncio.Task[Any]
@@ -517,13 +611,17 @@ class StreamSession:
         while True:
             item = await queue.get()
             if isinstance(item, StreamEnded):
-                if item.judged:
-                    return self.consumer.result()
-                return item if item.resumable else self._ended(item)
+                return self._judge(item)
             if not self._apply(item):
                 return self.consumer.result()
             if self.options.process_delay_s:
                 await asyncio.sleep(self.options.process_delay_s)
+
+    def _judge(self, end: StreamEnded) -> StreamResult | StreamEnded:
+        """How the call ended: the verdict, or (resumable) the ending for the resume loop."""
+        if end.judged:
+            return self.consumer.result()
+        return end if end.resumable else self._ended(end)
 
     async def _process_buffered(
         self, queue: asyncio.Queue[QueueItem]
@@ -548,17 +646,19 @@ class StreamSession:
         return item if item.resumable else self._ended(item)
 
     def _apply(self, data: bytes) -> bool:
+        consumer = self.consumer
         try:
-            self.consumer.receive_data(data)
+            consumer.receive_data(data)
         except ProtocolFailure:
             self.cancel()  # nothing after the first refusal is read
             return False
-        self._log.debug(
-            "chunk_applied",
-            size=len(data),
-            bytes_applied=self.consumer.stats.bytes_received,
-            frames_applied=self.consumer.stats.application_frames,
-        )
+        if self._debug:
+            self._log.debug(
+                "chunk_applied",
+                size=len(data),
+                bytes_applied=consumer.stats.bytes_received,
+                frames_applied=consumer.stats.application_frames,
+            )
         return True
 
     def _ended(self, end: StreamEnded) -> StreamResult:
@@ -643,6 +743,8 @@ class _Kept:
 
     channel: grpc.aio.Channel
     connecting: asyncio.Task[None]
+    #: The channel's stub, made once (a stub per call makes its callables per call).
+    stub: pb_grpc.ReplyStreamAsyncStub
     users: int = 0
     retired: bool = False
 
@@ -673,6 +775,8 @@ class ReplyClient:
         self.options = options
         self._logger = logger
         self._kept: dict[ChannelKey, _Kept] = {}
+        #: The key of the client's own options, made once (every stream would make it).
+        self._own_key = channel_key(options)
         #: Retired channels still in use: closed by their last stream, or by close().
         self._retired: list[_Kept] = []
 
@@ -687,28 +791,46 @@ class ReplyClient:
         """Channels open now (kept, or retired and still in use)."""
         return len(self._kept) + len(self._retired)
 
+    def _key(self, options: StreamOptions) -> ChannelKey:
+        return self._own_key if options is self.options else channel_key(options)
+
     @asynccontextmanager
     async def channel(self, options: StreamOptions) -> AsyncIterator[grpc.aio.Channel]:
         """The kept channel for ``options`` (opened on first use), for one call."""
-        key = channel_key(options)
+        kept = await self.checkout(options)
+        try:
+            yield kept.channel
+        finally:
+            await self.checkin(kept)
+
+    async def checkout(self, options: StreamOptions) -> _Kept:
+        """The kept channel for ``options`` (opened on first use), counted as in use until
+        ``checkin``: what ``channel()`` does, without a context manager per stream."""
+        key = self._key(options)
         kept = self._kept.get(key)
         if kept is None:
             channel = open_channel(options)
-            kept = self._kept[key] = _Kept(channel, asyncio.create_task(_connected(channel)))
+            connecting = asyncio.create_task(_connected(channel))
+            kept = self._kept[key] = _Kept(channel, connecting, pb_grpc.ReplyStreamStub(channel))
         kept.users += 1
-        try:
-            if not kept.connecting.done():
+        if not kept.connecting.done():
+            try:
                 await asyncio.shield(kept.connecting)
-            yield kept.channel
-        finally:
-            kept.users -= 1
-            if kept.retired and not kept.users:
-                self._retired.remove(kept)
-                await kept.channel.close(None)
+            except BaseException:
+                await self.checkin(kept)
+                raise
+        return kept
+
+    async def checkin(self, kept: _Kept) -> None:
+        """The call on ``kept`` ended; a retired channel's last call closes it."""
+        kept.users -= 1
+        if kept.retired and not kept.users:
+            self._retired.remove(kept)
+            await kept.channel.close(None)
 
     def retire(self, options: StreamOptions, channel: grpc.aio.Channel) -> None:
         """The transport under ``channel`` broke: the next call opens a new channel."""
-        key = channel_key(options)
+        key = self._key(options)
         kept = self._kept.get(key)
         if kept is None or kept.channel is not channel:
             return  # already retired by another stream of the same connection
@@ -740,8 +862,9 @@ class ReplyClient:
         options = options or self.options
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
         log = (logger or self._logger or structlog.get_logger()).bind(case_id=request.case_id)
-        consumer = request.consumer(log.bind(component="core"))
-        session = StreamSession(request.open_request(), consumer, options, log, self)
+        sent = request.open_request()
+        consumer = request.consumer(log.bind(component="core"), sent=sent)
+        session = StreamSession(sent, consumer, options, log, self)
         if observer is not None:
             observer(session)
         result = await session.run(interrupted)
@@ -784,6 +907,17 @@ def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:
     resumed.CopyFrom(request)
     resumed.resume_after = resume_after
     return resumed
+
+
+async def _interrupted_within(stop: asyncio.Event | None, wait_s: float) -> bool:
+    """Wait ``wait_s`` (a resume's backoff); True, at once, if ``stop`` is set meanwhile."""
+    if stop is None:
+        await asyncio.sleep(wait_s)
+        return False
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({stopped}, timeout=wait_s)
+    stopped.cancel()
+    return stop.is_set()
 
 
 def install_interrupt(event: asyncio.Event) -> Callable[[], None]:

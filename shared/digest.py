@@ -16,7 +16,12 @@ def canonical_json(value: Any) -> bytes:
 
 def digest(value: Any) -> str:
     """SHA-256 hex of the canonical JSON of ``value`` (the lab's ``digest``)."""
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+    return canonical_digest(canonical_json(value))
+
+
+def canonical_digest(canonical: bytes) -> str:
+    """``digest(value)`` from ``canonical_json(value)`` already made (no second encoding)."""
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def _unique_pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -39,11 +39,12 @@ def _drop(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any
 
 
 #: A logger that does nothing (h2's ``DummyLogger``): the default of every machine.
+#: Bound once: a lazy proxy (what ``wrap_logger`` returns) binds anew on every call.
 NULL_LOGGER: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
     structlog.ReturnLogger(),
     processors=[_drop],
     wrapper_class=structlog.make_filtering_bound_logger(50),  # logging.CRITICAL
-)
+).bind()
 
 
 @dataclass(frozen=True)

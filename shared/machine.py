@@ -47,13 +47,13 @@ from shared.reply import validate_reply
 from shared.result import (
     AnswerValidated,
     ConsumerAborted,
-    ContentReceived,
     DuplicateDropped,
     Event,
     Stats,
     StreamResult,
     TerminalReceived,
     TransportFailed,
+    content_received,
 )
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
@@ -144,6 +144,9 @@ STATUS_OF: Final = {
     S.ERROR: Status.ERROR,
     S.INVALID: Status.INVALID,
 }
+_CONTENT_DELTA: Final = FrameKind.CONTENT_DELTA
+#: ``logging.DEBUG`` (no ``logging`` here: the core is pure).
+DEBUG: Final = 10
 _END_AFTER: Final = {
     FrameKind.DONE: In.END_AFTER_DONE,
     FrameKind.CANCEL: In.END_AFTER_CANCEL,
@@ -266,12 +269,17 @@ class ReplyConsumer:
         limits: Limits | None = None,
         ignore_duplicates: bool = False,
         logger: structlog.typing.FilteringBoundLogger | None = None,
+        binding_sha256: str | None = None,
     ) -> None:
+        """``binding_sha256``: ``digest(binding)`` when the caller has it already (the
+        SHA-256 of the canonical JSON it sent, ``shared.digest.canonical_digest``)."""
         self.binding = binding
-        self.binding_sha256 = digest(binding)
+        self.binding_sha256 = binding_sha256 or digest(binding)
         self.wire = wire
         self.limits = limits or Limits()
         self._log: structlog.typing.FilteringBoundLogger = logger or NULL_LOGGER
+        #: The per-chunk and per-frame debug records are built only when they are written.
+        self._debug = self._log.is_enabled_for(DEBUG)
         self._codec = codec_for(wire)
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
         self.verdict = Verdict(self._log)
@@ -279,6 +287,9 @@ class ReplyConsumer:
             self.binding_sha256, self.limits, ignore_duplicates=ignore_duplicates
         )
         self.content = Content()
+        # Looked up once, used per frame.
+        self._admit = self.checks.admit
+        self._max_content_chars = self.limits.max_content_chars
         #: Set by the first of end_of_stream / transport_error / abort: no input after it.
         self._input_ended = False
         self._bytes = 0
@@ -331,46 +342,56 @@ class ReplyConsumer:
             raise self._fail(Reason.TRANSPORT_REQUIRES_BYTES, type(data).__name__)
         self._bytes += len(data)
         self._fragments += 1
-        self._log.debug("chunk_received", size=len(data), bytes_received=self._bytes)
+        if self._debug:
+            self._log.debug("chunk_received", size=len(data), bytes_received=self._bytes)
         if self._bytes > self.limits.max_stream_bytes:
             raise self._fail(Reason.STREAM_BYTE_LIMIT, f"{self._bytes} bytes")
+        decoder, apply = self._decoder, self._apply
         try:
-            self._decoder.receive_data(data)
-            while (payload := self._decoder.next_event()) is not NEED_DATA:
-                assert isinstance(payload, bytes)
-                self._apply(payload)
+            decoder.receive_data(data)
+            while (payload := decoder.next_event()) is not NEED_DATA:
+                apply(payload)
         except ProtocolFailure as failure:
             if self.verdict.finished:  # already recorded
                 raise
             raise self._fail(failure.reason, failure.detail) from failure
 
     def _apply(self, payload: bytes) -> None:
+        """One frame, in the lab's order of checks. A content delta, nearly every frame, is
+        applied here (its checks, the content, its event) without a further call but the
+        parse and the frame checks."""
         if self._terminal is not None:
             raise ProtocolFailure(Reason.FRAME_AFTER_TERMINAL)
         frame = self._codec.parse_frame(payload)
-        if not self.checks.admit(frame, payload):
-            assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
-            self._events.append(DuplicateDropped(frame.sequence))
-            self._log.info("duplicate_dropped", sequence=frame.sequence)
+        if not self._admit(frame, payload):
+            self._dropped(frame)
             return
-        self._log.debug("frame_applied", sequence=frame.sequence, kind=frame.kind.value)
-        assert isinstance(frame.sequence, int)  # admitted: the next sequence number
-        if frame.kind is FrameKind.CONTENT_DELTA:
-            self._apply_content(frame.text, frame.sequence)
-        else:
-            self._apply_terminal(frame, frame.sequence)
-
-    def _apply_content(self, text: object, sequence: int) -> None:
+        sequence = frame.sequence
+        assert isinstance(sequence, int)  # admitted: the next sequence number
+        if self._debug:
+            self._log.debug("frame_applied", sequence=sequence, kind=frame.kind.value)
+        if frame.kind is not _CONTENT_DELTA:
+            self._apply_terminal(frame, sequence)
+            return
+        text = frame.text
         if not isinstance(text, str) or not text:
             raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "empty or not text")
         try:
             encoded = text.encode("utf-8")
         except UnicodeError as error:
             raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "not UTF-8") from error
-        self.content.append(text, encoded)
-        if self.content.characters > self.limits.max_content_chars:
-            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{self.content.characters} characters")
-        self._events.append(ContentReceived(sequence, self.content.characters))
+        content = self.content
+        content.append(text, encoded)
+        characters = content.characters
+        if characters > self._max_content_chars:
+            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{characters} characters")
+        self._events.append(content_received(sequence, characters))
+
+    def _dropped(self, frame: Frame) -> None:
+        """Under the duplicate policy, an exact replay of an applied frame."""
+        assert isinstance(frame.sequence, int)  # a duplicate has a valid sequence
+        self._events.append(DuplicateDropped(frame.sequence))
+        self._log.info("duplicate_dropped", sequence=frame.sequence)
 
     def _apply_terminal(self, frame: Frame, sequence: int) -> None:
         if frame.kind is not FrameKind.DONE:

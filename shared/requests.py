@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import structlog
 
-from shared.digest import bounded_json, canonical_json, digest
+from shared.digest import bounded_json, canonical_digest, canonical_json, digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.machine import Limits, ReplyConsumer
@@ -199,13 +199,18 @@ class ReplyRequest:
         return request
 
     def consumer(
-        self, logger: structlog.typing.FilteringBoundLogger | None = None
+        self,
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+        *,
+        sent: pb.OpenRequest | None = None,
     ) -> ReplyConsumer:
-        """A consumer core that judges the reply to this request."""
+        """A consumer core that judges the reply to this request (``sent``: the request's
+        ``open_request()``, whose canonical binding bytes give the binding's digest)."""
         return ReplyConsumer(
             self.binding,
             wire=self.wire,
             limits=self.limits,
             ignore_duplicates=self.ignore_duplicates,
             logger=logger,
+            binding_sha256=None if sent is None else canonical_digest(sent.binding_json),
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from shared.errors import ReplywireError, Status
@@ -63,6 +63,21 @@ class ContentReceived:
             "sequence": self.sequence,
             "characters_received": self.characters_received,
         }
+
+
+# The slots' own setters: a frozen dataclass's __init__ goes through object.__setattr__ per
+# field, which costs more than the rest of recording a content delta (one per frame).
+_NEW: Final = object.__new__
+_SET_SEQUENCE: Final = ContentReceived.__dict__["sequence"].__set__
+_SET_CHARACTERS: Final = ContentReceived.__dict__["characters_received"].__set__
+
+
+def content_received(sequence: int, characters_received: int) -> ContentReceived:
+    """``ContentReceived(sequence, characters_received)`` for the core's per-frame path."""
+    event: ContentReceived = _NEW(ContentReceived)
+    _SET_SEQUENCE(event, sequence)
+    _SET_CHARACTERS(event, characters_received)
+    return event
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +238,14 @@ class StreamResult:
         return self.accepted_answer is not None
 
     def with_stream(self, stream_id: str, flow: Flow) -> StreamResult:
-        """This result as it came over one gRPC stream."""
-        return replace(self, stream_id=stream_id, flow=flow)
+        """This result as it came over one gRPC stream (``replace()``, by the slots: once
+        per stream, where ``replace`` re-checks every field)."""
+        result: StreamResult = _NEW(StreamResult)
+        for get, set_ in _RESULT_SLOTS:
+            set_(result, get(self))
+        _SET_STREAM_ID(result, stream_id)
+        _SET_FLOW(result, flow)
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -254,3 +275,11 @@ class StreamResult:
     def to_json(self) -> str:
         """The document as every consumer command prints it."""
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+_RESULT_SLOTS: Final = tuple(
+    (StreamResult.__dict__[name].__get__, StreamResult.__dict__[name].__set__)
+    for name in StreamResult.__slots__
+)
+_SET_STREAM_ID: Final = StreamResult.__dict__["stream_id"].__set__
+_SET_FLOW: Final = StreamResult.__dict__["flow"].__set__

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
-from consumer.client import ReplyClient, StreamOptions, stream_reply
+from consumer.client import IdleWatch, ReplyClient, StreamOptions, stream_reply
+from shared.faults import Fault, FaultKind
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
@@ -147,3 +149,72 @@ def test_a_client_closes_its_channels(tmp_path: Path, recording: Recording) -> N
 
     with producer(tmp_path) as p:
         assert asyncio.run(scenario(p.target)) == (1, 0)
+
+
+def test_the_idle_timeout_runs_only_while_a_read_waits(
+    served: Producer, recording: Recording
+) -> None:
+    """``IdleWatch``: a reader that is not reading (paused on a full queue) is not idle,
+    however long; once it reads, the chunks come and the reading task was never cancelled."""
+
+    async def paused_then_read(target: str) -> tuple[int, int]:
+        async with ReplyClient(StreamOptions(target=target)) as client:
+            kept = await client.checkout(client.options)
+            call = kept.stub.Open(request(recording, "idle-paused").open_request())
+            watch = IdleWatch(call, 0.2)
+            await asyncio.sleep(0.6)  # three timeouts without a read
+            chunks = 0
+            while await watch.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                chunks += 1
+            watch.close()
+            await client.checkin(kept)
+            task = asyncio.current_task()
+            assert task is not None
+            return chunks, task.cancelling()
+
+    assert asyncio.run(paused_then_read(served.target)) == (15, 0)
+
+
+def test_the_idle_timeout_ends_a_read_that_waits_too_long_and_only_that(
+    tmp_path: Path, recording: Recording
+) -> None:
+    """A read that waits past the timeout raises ``TimeoutError`` (the task is not left
+    cancelled); a cancel from elsewhere stays a cancel."""
+
+    async def stalled(target: str) -> tuple[str, int, str]:
+        stall = Fault(kind=FaultKind.STALL, target_frame=2, stall_ms=3000)
+        message = dataclasses.replace(request(recording, "idle-stall"), fault=stall)
+        async with ReplyClient(StreamOptions(target=target)) as client:
+            kept = await client.checkout(client.options)
+            watch = IdleWatch(kept.stub.Open(message.open_request()), 0.3)
+            try:
+                while True:
+                    await watch.read()
+            except TimeoutError:
+                ended = "timeout"
+            watch.close()
+            task = asyncio.current_task()
+            assert task is not None
+            again = dataclasses.replace(message, stream_id="idle-cancelled")
+            reading = asyncio.Event()
+            reader = asyncio.create_task(read_until_cancelled(kept, again, reading))
+            # Once a chunk came (a cancel while gRPC still sends the request can be lost).
+            await asyncio.wait_for(reading.wait(), 30)
+            reader.cancel()
+            outcome = await asyncio.gather(reader, return_exceptions=True)
+            await client.checkin(kept)
+            return ended, task.cancelling(), type(outcome[0]).__name__
+
+    async def read_until_cancelled(
+        kept: Any, message: ReplyRequest, reading: asyncio.Event
+    ) -> None:
+        watch = IdleWatch(kept.stub.Open(message.open_request()), 5.0)
+        try:
+            while True:
+                await watch.read()
+                reading.set()
+        finally:
+            watch.close()
+
+    with producer(tmp_path, "--allow-faults") as faulty:
+        assert asyncio.run(stalled(faulty.target)) == ("timeout", 0, "CancelledError")
