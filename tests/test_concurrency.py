@@ -18,7 +18,7 @@ import structlog
 
 from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession, stream_reply
 from producer.cli import build_parser
-from producer.server import DEFAULT_MAX_PENDING, server_options
+from producer.server import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS, server_options
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording
 from shared.requests import ReplyRequest
@@ -64,7 +64,8 @@ def test_3000_concurrent_streams_on_one_producer_all_complete(
     tmp_path: Path, recording: Recording
 ) -> None:
     streams = 3000
-    with producer(tmp_path, "--max-streams", str(streams)) as p:
+    assert streams < DEFAULT_MAX_STREAMS  # the producer's defaults serve them all
+    with producer(tmp_path) as p:
         results = asyncio.run(on_clients(p.target, recording, streams, clients=10))
         stopped = stopped_record(p)
     assert Counter(map(outcome, results)) == {("complete", None): streams}
