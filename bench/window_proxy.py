@@ -13,7 +13,7 @@ length, type, flags, stream id, then the payload; the client's side starts with 
 So ``data_bytes <= initial_window + sum(updates)`` always (the server's transport obeys
 the window), with equality once the server has used every byte it was given: the
 stream is blocked by flow control. Plaintext HTTP/2 (h2c) only. It runs on an event
-loop of its own in a thread, like tests/reset_proxy.py; every wait is bounded.
+loop of its own in a thread (bench.loopback); every wait is bounded.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Final
+
+from bench.loopback import LoopbackProxy, pipe
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADER_BYTES: Final = 9
@@ -33,8 +34,6 @@ SETTINGS: Final = 0x4
 WINDOW_UPDATE: Final = 0x8
 ACK: Final = 0x1
 INITIAL_WINDOW_SIZE: Final = 0x4
-START_TIMEOUT_S: Final = 10.0
-READ_BYTES: Final = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,25 +93,16 @@ def initial_window(frame: Frame) -> int | None:
     return found
 
 
-class WindowProxy:
+class WindowProxy(LoopbackProxy):
     """Forwards ``127.0.0.1:port`` to the upstream; counts the first connection's flow
     control (a consumer's ``stream_reply`` opens one connection per call)."""
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = 0
+        super().__init__(upstream_port)
         self._initial_window: int | None = None
         self._streams: dict[int, StreamWindow] = {}
         self._connections = 0
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._server: asyncio.Server | None = None
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     @property
     def announced_window(self) -> int | None:
@@ -124,73 +114,33 @@ class WindowProxy:
         with self._lock:
             return self._streams.get(stream_id, StreamWindow())
 
-    def __enter__(self) -> WindowProxy:
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S):
-            raise RuntimeError("the proxy did not start")
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(START_TIMEOUT_S)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", 0)
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._server.close()
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-            self._loop.run_until_complete(asyncio.sleep(0))
-            self._loop.close()
-
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self._connections += 1
         counted = self._connections == 1
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            client_w.close()
+        upstream = await self._upstream(client_w)
+        if upstream is None:
             return
-        uplink = self._pipe(client_r, up_w, FrameReader(len(PREFACE)), counted, from_client=True)
-        downlink = self._pipe(up_r, client_w, FrameReader(), counted, from_client=False)
+        up_r, up_w = upstream
+        uplink = pipe(client_r, up_w, self._counter(FrameReader(len(PREFACE)), counted, True))
+        downlink = pipe(up_r, client_w, self._counter(FrameReader(), counted, False))
         try:
             await asyncio.gather(uplink, downlink)
         except asyncio.CancelledError:  # the proxy stops
             client_w.transport.abort()
             up_w.transport.abort()
 
-    async def _pipe(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        frames: FrameReader,
-        counted: bool,
-        *,
-        from_client: bool,
-    ) -> None:
-        try:
-            while data := await reader.read(READ_BYTES):
-                writer.write(data)
-                await writer.drain()
-                if counted:
-                    for frame in frames.feed(data):
-                        self._count(frame, from_client=from_client)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
+    def _counter(
+        self, frames: FrameReader, counted: bool, from_client: bool
+    ) -> Callable[[bytes], None] | None:
+        """What reads one direction's frames as they pass (nothing on a later connection)."""
+        if not counted:
+            return None
+
+        def count(data: bytes) -> None:
+            for frame in frames.feed(data):
+                self._count(frame, from_client=from_client)
+
+        return count
 
     def _count(self, frame: Frame, *, from_client: bool) -> None:
         with self._lock:

@@ -11,10 +11,15 @@ import struct
 import threading
 from typing import Final
 
-PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-SETTINGS: Final = 0x4
+# The preface and frame types the proxy reads, for the tests that send them.
+from bench.window_proxy import ACK, PREFACE, SETTINGS
+
+__all__ = [
+    "ACK", "GOAWAY", "INTERNAL_ERROR", "NO_ERROR", "PREFACE", "SETTINGS",
+    "OneShotServer", "frame", "goaway", "read_some", "settings",
+]  # fmt: skip
+
 GOAWAY: Final = 0x7
-ACK: Final = 0x1
 #: RFC 9113 §7: the defined error codes are 0x0 (NO_ERROR) .. 0xd (HTTP_1_1_REQUIRED).
 NO_ERROR: Final = 0x0
 INTERNAL_ERROR: Final = 0x2
