@@ -72,6 +72,17 @@ class Producer:
     def stream_trace(self, stream_id: str) -> list[dict[str, Any]]:
         return [r for r in self.trace() if r.get("stream_id") == stream_id]
 
+    def logged(self, *events: str) -> bool:
+        """Whether the trace has a record of any of ``events`` yet."""
+        return any(r["event"] in events for r in self.trace())
+
+    def released_upstream(self) -> bool:
+        """Whether the producer closed the provider's stream and settled (or kept) the
+        call's ledger entry."""
+        return self.logged("provider_stream_closed") and self.logged(
+            "budget_settled", "budget_reservation_kept"
+        )
+
     def states(self, stream_id: str) -> list[tuple[str | None, str]]:
         return [
             (r["from_state"], r["to_state"])

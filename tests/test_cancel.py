@@ -65,16 +65,7 @@ def test_ctrl_c_cancels_the_generation_and_the_provider_call_at_once(
             lambda: len(fake.log()) > before and bool(fake.log()[-1]["client_disconnected"]),
             timeout=PROMPTLY_S,
         )
-        wait_for(
-            lambda: any(r["event"] == "provider_stream_closed" for r in running.trace()),
-            timeout=PROMPTLY_S,
-        )
-        wait_for(
-            lambda: any(
-                r["event"] in {"budget_settled", "budget_reservation_kept"} for r in running.trace()
-            ),
-            timeout=PROMPTLY_S,
-        )
+        wait_for(running.released_upstream, timeout=PROMPTLY_S)
         records = running.stream_trace(stream_id)
     result = json.loads((tmp_path / "result.json").read_text())
     assert (result["status"], result["reason"]) == ("incomplete", "consumer_cancelled")

@@ -245,7 +245,7 @@ def test_consumer_cancellation_closes_the_upstream_response(
         )  # fmt: skip
         assert (run.result["status"], run.result["reason"]) == ("incomplete", "deadline_exceeded")
         wait_for(lambda: len(fake.log()) > before and bool(fake.log()[-1]["client_disconnected"]))
-        wait_for(lambda: any(r["event"] == "provider_stream_closed" for r in running.trace()))
+        wait_for(lambda: running.logged("provider_stream_closed"))
         closed = next(r for r in running.trace() if r["event"] == "provider_stream_closed")
     entry = fake.log()[-1]
     assert entry["client_disconnected"] is True

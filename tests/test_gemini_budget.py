@@ -219,7 +219,7 @@ def test_open_then_cancel_leaves_no_reservation_behind(
         assert {r["reason"] for r in results} == {"deadline_exceeded"}
         wait_for(lambda: cancelled() == first + second, timeout=30)
         patient = run_consumer(running.target, "--case", CASE, "--stream-id", "patient")
-        wait_for(lambda: any(r["event"] == "budget_settled" for r in running.trace()))
+        wait_for(lambda: running.logged("budget_settled"))
         trace = running.trace()
     assert patient.result["status"] == "complete"
     assert len(phase_one) == first

@@ -98,10 +98,7 @@ def test_a_live_reply_nobody_comes_back_for_ends_reply_abandoned(
                 timeout=30,
             )
             stop_process(consumer, signal.SIGKILL)
-        wait_for(
-            lambda: any(r["event"] == "provider_stream_closed" for r in running.trace()),
-            timeout=PROMPTLY_S,
-        )
+        wait_for(lambda: running.logged("provider_stream_closed"), timeout=PROMPTLY_S)
         late = run_consumer(running.target, "--case", CASE, "--stream-id", stream_id)
         records = running.trace()
     stopped = [r for r in records if r["event"] == "generation_stopped"]

@@ -305,7 +305,7 @@ def test_reflection_lists_the_services(tmp_path: Path) -> None:
 
 
 def metrics_port(p: Producer) -> int:
-    wait_for(lambda: any(r["event"] == "metrics_listening" for r in p.trace()))
+    wait_for(lambda: p.logged("metrics_listening"))
     return int(next(r["port"] for r in p.trace() if r["event"] == "metrics_listening"))
 
 
@@ -349,7 +349,7 @@ def test_metrics_count_a_complete_and_a_refused_stream_exactly(tmp_path: Path) -
 def test_metrics_are_off_by_default(tmp_path: Path) -> None:
     with producer(tmp_path) as p:
         stopped_record(p)
-    assert not any(r["event"] == "metrics_listening" for r in p.trace())
+    assert not p.logged("metrics_listening")
     assert build_parser().parse_args([]).metrics_port is None
 
 

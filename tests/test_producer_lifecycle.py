@@ -232,7 +232,7 @@ def test_a_second_signal_ends_the_grace_at_once(tmp_path: Path, recording: Recor
         with _run_in_thread(runner) as future:
             wait_for(lambda: ("verified", "streaming") in p.states("held2"))
             p.process.send_signal(signal.SIGINT)
-            wait_for(lambda: any(r["event"] == "producer_stopping" for r in p.trace()))
+            wait_for(lambda: p.logged("producer_stopping"))
             p.process.send_signal(signal.SIGINT)
             # Bounded far below the 600 s grace: the second signal ended it.
             assert future.result(timeout=30) == ("UNAVAILABLE", "producer_shutdown")

@@ -216,16 +216,7 @@ def test_a_cancel_on_the_replica_that_does_not_generate_stops_the_generation(
         assert fake.log()[before]["body_completed"] is False
         assert cancel(b.target, stream_id) is True
         wait_for(lambda: bool(fake.log()[before]["client_disconnected"]), timeout=PROMPTLY_S)
-        wait_for(
-            lambda: any(r["event"] == "provider_stream_closed" for r in a.trace()),
-            timeout=PROMPTLY_S,
-        )
-        wait_for(
-            lambda: any(
-                r["event"] in {"budget_settled", "budget_reservation_kept"} for r in a.trace()
-            ),
-            timeout=PROMPTLY_S,
-        )
+        wait_for(a.released_upstream, timeout=PROMPTLY_S)
         # A second Cancel: nothing is generating any more.
         assert cancel(b.target, stream_id) is False
         a_records, b_records = a.stream_trace(stream_id), b.stream_trace(stream_id)
@@ -263,7 +254,7 @@ def test_ctrl_c_on_a_consumer_of_two_replicas_stops_the_generation_wherever_it_r
             assert stop_process(consumer, signal.SIGINT) == 3
         wait_for(lambda: bool(fake.log()[before]["client_disconnected"]), timeout=PROMPTLY_S)
         wait_for(
-            lambda: any(r["event"] == "generation_stopped" for r in generating.trace()),
+            lambda: generating.logged("generation_stopped"),
             timeout=PROMPTLY_S,
         )
         requested = [
