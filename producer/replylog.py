@@ -174,23 +174,10 @@ class MemoryReply:
         return self.ended_at is not None
 
     async def append(self, entry: Entry) -> None:
-        if self.ended:
-            raise RuntimeError(f"reply {self.stream_id} already ended")
-        if entry.sequence != len(self.entries) + 1:
-            raise ValueError(f"sequence {entry.sequence}, expected {len(self.entries) + 1}")
-        if (
-            len(self.entries) + 1 > self._limits.max_frames
-            or self.size + len(entry.data) > self._limits.max_bytes
-        ):
-            await self.end(Reason.INTERNAL_ERROR.value)
-            return
-        async with self._changed:
-            self.entries.append(entry)
-            self.size += len(entry.data)
-            self._changed.notify_all()
+        await self.extend((entry,))
 
     async def extend(self, entries: Sequence[Entry]) -> None:
-        # One wake-up of the readers for the whole reply, not one per frame.
+        # One wake-up of the readers for all of them (a recorded reply: not one per frame).
         if self.ended:
             raise RuntimeError(f"reply {self.stream_id} already ended")
         count, size, fitting = len(self.entries), self.size, []

@@ -170,15 +170,14 @@ class JsonLine:
     utc=True)``, ``format_exc_info``, ``redact_secrets`` and ``JSONRenderer`` in turn."""
 
     def __init__(self, side: str) -> None:
-        self.side = side
+        self._add_side = _add_side(side)
 
     def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
         event_dict["level"] = _LEVEL_OF_METHOD.get(method, method)
         event_dict["timestamp"] = (
             datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
         )
-        event_dict.setdefault("side", self.side)
-        event_dict.setdefault("stream_id", None)
+        self._add_side(logger, method, event_dict)
         if "exc_info" in event_dict:
             event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
         return json_dumps(redact_secrets(logger, method, event_dict))
@@ -212,12 +211,10 @@ class TraceWriter:
         except RuntimeError:
             loop = None
         with self._lock:
-            if loop is None:  # another thread, or no loop: at once, after what is pending
-                self._lines.append(message)
-                self._write_locked()
-                return
             self._lines.append(message)
-            if self._flush_on is not loop:
+            if loop is None:  # another thread, or no loop: at once, after what is pending
+                self._write_locked()
+            elif self._flush_on is not loop:
                 self._flush_on = loop
                 loop.call_soon(self.flush)
 
@@ -287,17 +284,15 @@ def configure_logging(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=(
-            _writer_factory(_trace_writer) if _trace_writer else structlog.WriteLoggerFactory(out)
+            structlog.WriteLoggerFactory(out) if _trace_writer is None else _the(_trace_writer)
         ),
         cache_logger_on_first_use=False,
     )
 
 
-def _writer_factory(writer: TraceWriter) -> Callable[..., TraceWriter]:
-    def factory(*args: Any) -> TraceWriter:
-        return writer
-
-    return factory
+def _the(writer: TraceWriter) -> Callable[..., TraceWriter]:
+    """A logger factory that gives every logger the one writer."""
+    return lambda *args: writer
 
 
 _trace_writer: TraceWriter | None = None

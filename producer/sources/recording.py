@@ -47,7 +47,7 @@ class RecordingPlan:
         )
         #: The reply's log entries (the frames' wire bytes), made once per fault-free
         #: transmission: None with a fault (the log then encodes the frames itself).
-        self.reply_entries = entries if fault is None else None
+        self.reply_entries = entries
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
