@@ -17,6 +17,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, MutableMapping
 from typing import Any, Final, Literal, TextIO
 
@@ -167,59 +168,118 @@ class JsonLine:
     per transition: each processor call costs as much as its work): the level, the UTC
     ISO timestamp, the side, the traceback as a field, secrets redacted, one line by
     orjson. The same record as structlog's ``add_log_level``, ``TimeStamper(fmt="iso",
-    utc=True)``, ``format_exc_info``, ``redact_secrets`` and ``JSONRenderer`` in turn."""
+    utc=True)``, ``format_exc_info``, ``redact_secrets`` and ``JSONRenderer`` in turn.
+
+    ``emit`` is the same record by ``TraceLogger``'s shorter way: into a batched trace
+    its line is rendered when the batch is written (``render``), with the time it was
+    made."""
 
     def __init__(self, side: str) -> None:
         self._add_side = _add_side(side)
 
     def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
         event_dict["level"] = _LEVEL_OF_METHOD.get(method, method)
-        event_dict["timestamp"] = (
-            datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
-        )
-        self._add_side(logger, method, event_dict)
+        event_dict["timestamp"] = time.time()
         if "exc_info" in event_dict:
             event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
-        return json_dumps(redact_secrets(logger, method, event_dict))
+        return self.render(event_dict)
+
+    def emit(self, logger: Any, method: str, event_dict: dict[str, Any]) -> None:
+        """Hand the record to ``logger``: a batched trace keeps it as it is, to be rendered
+        with the batch, when every value is one nothing can change meanwhile (and it has
+        no traceback, which is rendered now, while the exception is current)."""
+        if type(logger) is TraceWriter and "exc_info" not in event_dict:
+            for value in event_dict.values():
+                if not isinstance(value, _FIXED):
+                    break
+            else:
+                event_dict["level"] = _LEVEL_OF_METHOD.get(method, method)
+                event_dict["timestamp"] = time.time()
+                logger.keep(self, event_dict)
+                return
+        logger.msg(self(logger, method, event_dict))
+
+    def render(self, event_dict: MutableMapping[str, Any]) -> str:
+        """The line of a record whose ``timestamp`` is still the seconds it was made at."""
+        event_dict["timestamp"] = _iso_utc(event_dict["timestamp"])
+        self._add_side(None, "", event_dict)
+        return json_dumps(redact_secrets(None, "", event_dict))
+
+
+def _iso_utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).isoformat()[:-6] + "Z"
+
+
+#: Values a record may hold until its batch is written: none of them changes.
+_FIXED = (str, int, float, type(None))
 
 
 #: structlog's level names of its method names (``add_log_level``).
 _LEVEL_OF_METHOD: Final = {"warn": "warning", "exception": "error"}
 
 
+#: How long a batched trace may hold a record before it is written (``TraceWriter``).
+DEFAULT_FLUSH_DELAY_S: Final = 0.005
+#: How many records a batched trace holds at most: the one that fills it writes them all.
+DEFAULT_MAX_BATCH: Final = 512
+
+
 class TraceWriter:
-    """structlog's output for a process's trace: each record one line, handed to the file
-    at the end of the event loop's current pass (all of that pass's records in one write
-    and one flush), or at once outside a running loop (another thread, start-up, exit).
+    """structlog's output for a process's trace: records are kept and written together,
+    each one line, ``flush_delay_s`` after the first of a batch was kept (0: at the end of
+    the event loop's current pass), or at once when the batch is full, when a record
+    comes from outside a running loop (another thread, start-up, exit), and at exit.
 
     A write and a flush per record cost a system call each, and each gives gRPC's poller
-    thread the GIL; batched per pass, a record still reaches the file before the loop
-    next waits for anything. Left in the buffer at exit: written by ``atexit``."""
+    thread the GIL; a record kept as its fields (``keep``) is rendered with its batch,
+    which costs a third of rendering it in the middle of a stream's work. A record is
+    late by ``flush_delay_s`` at most; a SIGKILL loses what is held."""
 
-    def __init__(self, file: TextIO) -> None:
+    def __init__(
+        self,
+        file: TextIO,
+        *,
+        flush_delay_s: float = DEFAULT_FLUSH_DELAY_S,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> None:
+        if flush_delay_s < 0 or max_batch < 1:
+            raise ValueError("flush_delay_s must be >= 0 and max_batch >= 1")
         self._file = file
-        self._lines: list[str] = []
+        self._delay_s = flush_delay_s
+        self._max_batch = max_batch
+        #: Rendered lines, and records kept as (renderer, fields) to be rendered.
+        self._lines: list[str | tuple[JsonLine, MutableMapping[str, Any]]] = []
         self._lock = threading.Lock()
         #: The loop a flush is scheduled on (None: none is): a loop that closed before it
-        #: ran the flush leaves its lines to the next loop's pass, or to the exit.
+        #: ran the flush leaves its lines to the next loop's flush, or to the exit.
         self._flush_on: asyncio.AbstractEventLoop | None = None
         atexit.register(self.flush)
 
     def msg(self, message: str) -> None:
+        self._add(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+    def keep(self, renderer: JsonLine, event_dict: MutableMapping[str, Any]) -> None:
+        """A record rendered when its batch is written (its values do not change)."""
+        self._add((renderer, event_dict))
+
+    def _add(self, item: str | tuple[JsonLine, MutableMapping[str, Any]]) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         with self._lock:
-            self._lines.append(message)
-            if loop is None:  # another thread, or no loop: at once, after what is pending
-                self._write_locked()
+            self._lines.append(item)
+            if loop is None or len(self._lines) >= self._max_batch:
+                self._write_locked()  # at once, after what is held
             elif self._flush_on is not loop:
                 self._flush_on = loop
-                loop.call_soon(self.flush)
-
-    log = debug = info = warn = warning = msg
-    fatal = failure = err = error = critical = exception = msg
+                if self._delay_s:
+                    loop.call_later(self._delay_s, self.flush)
+                else:
+                    loop.call_soon(self.flush)
 
     def flush(self) -> None:
         with self._lock:
@@ -229,13 +289,52 @@ class TraceWriter:
         self._flush_on = None
         if not self._lines:
             return
-        text = "\n".join(self._lines) + "\n"
+        text = "\n".join(
+            [item if isinstance(item, str) else item[0].render(item[1]) for item in self._lines]
+        )
         self._lines.clear()
         try:
-            self._file.write(text)
+            self._file.write(text + "\n")
             self._file.flush()
         except ValueError:  # the file was closed (a test's stream, at exit): nothing to do
             return
+
+
+def _trace_logger_class(level: int) -> type[Any]:
+    """structlog's filtering bound logger at ``level``, whose ``info`` and ``debug`` (a
+    record per transition, per chunk) take a shorter way into a JSON trace: the bound
+    context, the call's fields, the event and the stream context (``merge_contextvars``)
+    in one dict, handed to ``JsonLine.emit``; the same record as structlog's chain makes.
+    Any other chain (the console, a test's capture) is run by structlog as configured."""
+    base: type[Any] = structlog.make_filtering_bound_logger(level)
+
+    def shorter(method: str) -> Callable[..., Any]:
+        proxied = getattr(base, method)
+
+        def record(self: Any, event: str, *args: Any, **kw: Any) -> Any:
+            processors = self._processors
+            if (
+                args
+                or len(processors) != 2
+                or processors[0] is not _merge_contextvars
+                or type(processors[1]) is not JsonLine
+            ):
+                return proxied(self, event, *args, **kw)
+            event_dict = self._context.copy()
+            event_dict.update(kw)
+            if event is not None:
+                event_dict["event"] = event
+            processors[1].emit(self._logger, method, _merge_contextvars(None, method, event_dict))
+            return None
+
+        return record
+
+    methods = {method: shorter(method) for method in ("debug", "info") if level <= _LEVEL[method]}
+    return type(f"Trace{base.__name__}", (base,), methods)
+
+
+_merge_contextvars: Final = structlog.contextvars.merge_contextvars
+_LEVEL: Final = {"debug": logging.DEBUG, "info": logging.INFO}
 
 
 def _scrubbed_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
@@ -251,9 +350,11 @@ def configure_logging(
     level: str = "info",
     stream: TextIO | None = None,
     batched: bool = False,
+    flush_delay_s: float = DEFAULT_FLUSH_DELAY_S,
 ) -> None:
     """Configure structlog for one process. Call once, at start-up. ``batched``: a
-    process's JSON trace, written once per event-loop pass (see ``TraceWriter``)."""
+    process's JSON trace, written in batches, each at most ``flush_delay_s`` after its
+    first record (see ``TraceWriter``)."""
     global _trace_writer  # noqa: PLW0603 - one trace per process, flushed by flush_trace
     flush_trace()  # a batched trace configured before this one keeps nothing back
     out = stream or sys.stderr
@@ -277,12 +378,14 @@ def configure_logging(
             ),
         ]
         if use_console
-        else [structlog.contextvars.merge_contextvars, JsonLine(side)]
+        else [_merge_contextvars, JsonLine(side)]
     )
-    _trace_writer = TraceWriter(out) if batched and not use_console else None
+    _trace_writer = (
+        TraceWriter(out, flush_delay_s=flush_delay_s) if batched and not use_console else None
+    )
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        wrapper_class=_trace_logger_class(getattr(logging, level.upper())),
         logger_factory=(
             structlog.WriteLoggerFactory(out) if _trace_writer is None else _the(_trace_writer)
         ),

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import warnings
 
 import pytest
 import structlog
 
-from runtime.logs import REDACTED, configure_logging, register_secret
+from runtime.logs import REDACTED, JsonLine, TraceWriter, configure_logging, register_secret
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:
@@ -96,7 +97,7 @@ def test_tracebacks_are_rendered_and_scrubbed_on_both_paths(log_format: str) -> 
 
 def test_a_batched_trace_writes_a_loop_pass_at_once_and_before_the_loop_waits() -> None:
     out = io.StringIO()
-    configure_logging("producer", log_format="json", stream=out, batched=True)
+    configure_logging("producer", log_format="json", stream=out, batched=True, flush_delay_s=0)
     log = structlog.get_logger()
     seen: list[int] = []
 
@@ -117,9 +118,12 @@ def test_a_batched_trace_writes_a_loop_pass_at_once_and_before_the_loop_waits() 
     assert [r["event"] for r in records(out)] == ["first", "second", "third", "from_a_thread"]
 
 
-def test_a_batched_trace_keeps_what_a_closed_loop_left_for_the_next_writer() -> None:
+@pytest.mark.parametrize("delay_s", [0, 0.005])
+def test_a_batched_trace_keeps_what_a_closed_loop_left_for_the_next_writer(delay_s: float) -> None:
     out = io.StringIO()
-    configure_logging("consumer", log_format="json", stream=out, batched=True)
+    configure_logging(
+        "consumer", log_format="json", stream=out, batched=True, flush_delay_s=delay_s
+    )
     log = structlog.get_logger()
     loop = asyncio.new_event_loop()
 
@@ -134,9 +138,107 @@ def test_a_batched_trace_keeps_what_a_closed_loop_left_for_the_next_writer() -> 
 
     async def next_loop() -> None:
         log.info("in_the_next_loop")
-        await asyncio.sleep(0)
+        await asyncio.sleep(delay_s * 2)
 
     asyncio.run(next_loop())
     assert [r["event"] for r in records(out)] == ["before_close", "in_the_next_loop"]
     log.info("outside_a_loop")  # no loop: at once
     assert records(out)[-1]["event"] == "outside_a_loop"
+
+
+def test_a_batched_trace_holds_records_for_the_delay_at_most_and_a_full_batch_not_at_all() -> None:
+    out = io.StringIO()
+    writer = TraceWriter(out, flush_delay_s=0.05, max_batch=3)
+    renderer = JsonLine("producer")
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        writer.keep(renderer, {"event": "first", "timestamp": 0.0})
+        writer.msg('{"event":"second"}')
+        await asyncio.sleep(0)  # a pass later: still held (the delay has not passed)
+        seen.append(len(records(out)))
+        started = loop.time()
+        while not records(out) and loop.time() - started < 1.0:
+            await asyncio.sleep(0.005)
+        seen.append(len(records(out)))  # written once the delay passed
+        seen.append(round(loop.time() - started, 1) <= 0.1)
+        for n in range(3):  # the third fills the batch: all three at once
+            writer.msg(json.dumps({"event": f"bound_{n}"}))
+            seen.append(len(records(out)))
+
+    asyncio.run(scenario())
+    assert seen == [0, 2, True, 2, 2, 5]
+    assert records(out)[0] == {"event": "first", "timestamp": "1970-01-01T00:00:00Z",
+                               "side": "producer", "stream_id": None}  # fmt: skip
+    with pytest.raises(ValueError):
+        TraceWriter(out, flush_delay_s=-1)
+    with pytest.raises(ValueError):
+        TraceWriter(out, max_batch=0)
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_held_record_is_the_one_structlog_s_own_chain_renders(held: bool) -> None:
+    """The trace logger's shorter way (fields kept, rendered with the batch; or at once,
+    with a list among them) gives the same record as structlog's filtering logger running
+    the configured chain."""
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out, batched=True, flush_delay_s=0)
+    config = structlog.get_config()
+    plain = structlog.wrap_logger(
+        config["logger_factory"](),
+        processors=config["processors"],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+    )
+    fast = structlog.get_logger()
+    register_secret("s3cr3t-value")
+    fields: dict[str, object] = {
+        "from_state": "a",
+        "to_state": None,
+        "bytes": 3,
+        "share": 0.5,
+        "flag": True,
+        "note": "has s3cr3t-value in it",
+        "token": "abc",
+    }
+    if not held:
+        fields["items"] = [1, "s3cr3t-value"]
+
+    async def scenario() -> None:
+        structlog.contextvars.bind_contextvars(stream_id="s-1")
+        for logger in (plain, fast):
+            logger.bind(case_id="c").info("state_changed", **fields)
+            logger.debug("not_written")
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    structlog.contextvars.clear_contextvars()
+    first, second = records(out)
+    assert str(first.pop("timestamp")) <= str(second.pop("timestamp"))
+    assert first == second
+    assert first["note"] == "has [redacted] in it" and first["token"] == REDACTED
+    assert first["stream_id"] == "s-1" and first.get("items", [1, REDACTED]) == [1, REDACTED]
+
+
+def test_a_record_with_a_value_that_can_change_is_rendered_at_once() -> None:
+    out = io.StringIO()
+    configure_logging("consumer", log_format="json", stream=out, batched=True)
+    log = structlog.get_logger()
+    kept: list[object] = []
+
+    async def scenario() -> None:
+        items = ["before"]
+        log.info("listed", items=items)
+        items.append("after")  # the record says what was logged
+        log.info("fixed", count=1)
+        kept.extend(writer._lines)
+        await asyncio.sleep(0.02)
+
+    writer: TraceWriter = structlog.get_config()["logger_factory"]()
+
+    asyncio.run(scenario())
+    assert [type(item) for item in kept] == [str, tuple]  # rendered, held as fields
+    assert [(r["event"], r.get("items")) for r in records(out)] == [
+        ("listed", ["before"]),
+        ("fixed", None),
+    ]
