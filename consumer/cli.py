@@ -37,7 +37,14 @@ from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import TOKEN_ENV, load_security
 from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
 from runtime.help_format import DefaultsHelpFormatter
-from runtime.logs import LEVELS, LogFormat, configure_logging
+from runtime.logs import (
+    DEFAULT_FLUSH_DELAY_S,
+    LEVELS,
+    TRACE_FLUSH_HELP,
+    LogFormat,
+    configure_logging,
+    flush_delay_ms,
+)
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
@@ -97,6 +104,12 @@ def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> N
         help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
     )
     parser.add_argument("--log-level", choices=LEVELS, default=level, help="trace level")
+    parser.add_argument(
+        "--trace-flush-ms",
+        type=flush_delay_ms,
+        default=round(DEFAULT_FLUSH_DELAY_S * 1000),
+        help=TRACE_FLUSH_HELP,
+    )
     parser.add_argument(
         "--trace-file",
         type=Path,
@@ -523,6 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",
         **HELP_FORMAT,
     )
+    # Commands without the logging flags (demo, join-traces, trace) hold records as long.
+    parser.set_defaults(trace_flush_ms=round(DEFAULT_FLUSH_DELAY_S * 1000))
     commands = parser.add_subparsers(dest="command", required=True)
     replay_parser = commands.add_parser(
         "replay", help="frame a recorded case and consume it in this process", **HELP_FORMAT
@@ -654,6 +669,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         level=args.log_level,
         stream=stream,
         batched=True,
+        flush_delay_s=args.trace_flush_ms / 1000,
     )
     try:
         if args.command == "replay":

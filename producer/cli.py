@@ -57,8 +57,11 @@ from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
+    DEFAULT_FLUSH_DELAY_S,
     LEVELS,
+    TRACE_FLUSH_HELP,
     configure_logging,
+    flush_delay_ms,
     flush_trace,
     register_secret,
     route_stdlib_logging,
@@ -281,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LEVELS,
         default=env("LOG_LEVEL", "info"),
         help="debug adds one record per chunk sent",
+    )
+    parser.add_argument(
+        "--trace-flush-ms",
+        type=flush_delay_ms,
+        default=env("TRACE_FLUSH_MS", str(round(DEFAULT_FLUSH_DELAY_S * 1000))),
+        help=TRACE_FLUSH_HELP,
     )
     parser.add_argument(
         "--ready-file",
@@ -541,7 +550,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as error:
             parser.error(f"--trace-file: {error.strerror}: {args.trace_file}")
     configure_logging(
-        "producer", log_format=args.log_format, level=args.log_level, stream=trace, batched=True
+        "producer",
+        log_format=args.log_format,
+        level=args.log_level,
+        stream=trace,
+        batched=True,
+        flush_delay_s=args.trace_flush_ms / 1000,
     )
     # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...) would print bare lines
     # into stderr; they become records of the trace with one fixed event name.

@@ -9,6 +9,7 @@ replaced before rendering, so no API key or token reaches a trace.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import atexit
 import datetime
@@ -222,6 +223,23 @@ _LEVEL_OF_METHOD: Final = {"warn": "warning", "exception": "error"}
 DEFAULT_FLUSH_DELAY_S: Final = 0.005
 #: How many records a batched trace holds at most: the one that fills it writes them all.
 DEFAULT_MAX_BATCH: Final = 512
+#: The longest a process may be asked to hold its trace's records (``--trace-flush-ms``).
+MAX_FLUSH_DELAY_MS: Final = 1000
+TRACE_FLUSH_HELP: Final = (
+    "hold trace records at most this long, to write them together (0: at the end of each "
+    f"event-loop pass; at most {MAX_FLUSH_DELAY_MS})"
+)
+
+
+def flush_delay_ms(text: str) -> int:
+    """``--trace-flush-ms``: whole milliseconds from 0 to ``MAX_FLUSH_DELAY_MS``."""
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a whole number of ms: {text!r}") from error
+    if not 0 <= value <= MAX_FLUSH_DELAY_MS:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_FLUSH_DELAY_MS}: {text}")
+    return value
 
 
 class TraceWriter:

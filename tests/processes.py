@@ -102,7 +102,10 @@ def producer(
     """``python -m producer --port 0 ...``; yields once it prints its port; stops it after.
     ``prefix`` runs it through a command, e.g. on a test host (tests/netns.py)."""
     trace_path = tmp_path / f"{name}.trace.jsonl"
-    command = [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json", *args]
+    # Records written at the end of each event-loop pass (not held the default 5 ms): a
+    # test reads what the producer logged as soon as an RPC returns.
+    command = [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json",
+               "--trace-flush-ms", "0", *args]  # fmt: skip
     with trace_path.open("w") as trace_file:
         process = subprocess.Popen(
             [*prefix, *command],
@@ -188,6 +191,8 @@ def consumer_command(target: str, *args: str) -> list[str]:
         target,
         "--log-format",
         "json",
+        "--trace-flush-ms",
+        "0",
         *args,
     ]
 

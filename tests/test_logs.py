@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -11,7 +12,15 @@ import warnings
 import pytest
 import structlog
 
-from runtime.logs import REDACTED, JsonLine, TraceWriter, configure_logging, register_secret
+from runtime.logs import (
+    MAX_FLUSH_DELAY_MS,
+    REDACTED,
+    JsonLine,
+    TraceWriter,
+    configure_logging,
+    flush_delay_ms,
+    register_secret,
+)
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:
@@ -242,3 +251,16 @@ def test_a_record_with_a_value_that_can_change_is_rendered_at_once() -> None:
         ("listed", ["before"]),
         ("fixed", None),
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0), ("5", 5), (str(MAX_FLUSH_DELAY_MS), MAX_FLUSH_DELAY_MS),  # at the bounds
+     (str(MAX_FLUSH_DELAY_MS + 1), None), ("-1", None), ("0.5", None), ("soon", None)],
+)  # fmt: skip
+def test_the_trace_flush_delay_is_whole_ms_within_its_bound(text: str, value: int | None) -> None:
+    if value is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            flush_delay_ms(text)
+    else:
+        assert flush_delay_ms(text) == value

@@ -295,3 +295,23 @@ def test_an_out_of_range_port_is_a_usage_error(port: str) -> None:
 @pytest.mark.parametrize("port", ["0", "65535"])
 def test_port_bounds_are_accepted(port: str) -> None:
     assert build_parser().parse_args(["--port", port]).port == int(port)
+
+
+def test_records_held_for_a_batch_are_written_when_the_producer_stops(
+    tmp_path: Path, recording: Recording
+) -> None:
+    """With records held up to a second (``--trace-flush-ms 1000``), a stream that just
+    ended and the stop are still in the trace once the process exits."""
+    with producer(tmp_path, "--trace-flush-ms", "1000") as p:
+        run = _open_slow_stream(p.target, "held-records", recording, chunk_bytes=4096)
+        assert asyncio.run(run()) == ("OK", "")
+        p.process.send_signal(signal.SIGTERM)
+        p.process.wait(timeout=30)
+    assert p.process.returncode == 0
+    assert p.states("held-records") == [
+        (None, "received"),
+        ("received", "verified"),
+        ("verified", "streaming"),
+        ("streaming", "completed"),
+    ]
+    assert_counters_add_up(p.trace())

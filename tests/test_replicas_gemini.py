@@ -219,6 +219,7 @@ def test_a_cancel_on_the_replica_that_does_not_generate_stops_the_generation(
         wait_for(a.released_upstream, timeout=PROMPTLY_S)
         # A second Cancel: nothing is generating any more.
         assert cancel(b.target, stream_id) is False
+        wait_for(lambda: len(requests_of(b, stream_id)) == 2)  # the trace is written in batches
         a_records, b_records = a.stream_trace(stream_id), b.stream_trace(stream_id)
     assert fake.log()[before]["body_completed"] is False
     assert len(fake.log()) == before + 1
@@ -269,3 +270,8 @@ def test_ctrl_c_on_a_consumer_of_two_replicas_stops_the_generation_wherever_it_r
     name = "a" if generating is a else "b"
     entries = json.loads((tmp_path / name / "ledger.json").read_text())["entries"]
     assert len(entries) == 1 and entries[0]["state"] != "reserved"
+
+
+def requests_of(p: Producer, stream_id: str) -> list[dict[str, Any]]:
+    """The ``Cancel`` requests ``p`` answered for the stream."""
+    return [r for r in p.stream_trace(stream_id) if r["event"] == "stream_cancel_requested"]
