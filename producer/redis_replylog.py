@@ -188,6 +188,9 @@ class RedisReply:
         self._last = entry.sequence
         self._size += len(entry.data)
 
+    def log_now(self, entries: Sequence[Entry]) -> bool:
+        return False  # every entry is a command to Redis: logged by extend and end
+
     async def extend(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             if self._ended:  # a bound ended it

@@ -113,6 +113,12 @@ class LoggedReply(Protocol):
         without it (``error``: a reason code). Idempotent: the first call wins."""
         ...
 
+    def log_now(self, entries: Sequence[Entry]) -> bool:
+        """A reply just created, that nobody reads yet: log all of its frames (known in
+        advance) and end it, as ``extend`` then ``end`` would, without waiting for
+        anything; False (nothing done) when this log cannot."""
+        ...
+
     def read(self, after: int) -> AsyncIterator[Entry]:
         """Entries with sequence > ``after``, following the log until it ends; raises
         ``LogEnded`` after the last entry when the reply ended with an error."""
@@ -178,19 +184,7 @@ class MemoryReply:
 
     async def extend(self, entries: Sequence[Entry]) -> None:
         # One wake-up of the readers for all of them (a recorded reply: not one per frame).
-        if self.ended:
-            raise RuntimeError(f"reply {self.stream_id} already ended")
-        count, size, fitting = len(self.entries), self.size, []
-        max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
-        over = False
-        for entry in entries:
-            if entry.sequence != count + 1:
-                raise ValueError(f"sequence {entry.sequence}, expected {count + 1}")
-            if count + 1 > max_frames or size + len(entry.data) > max_bytes:
-                over = True
-                break
-            fitting.append(entry)
-            count, size = count + 1, size + len(entry.data)
+        fitting, size, over = self._fitting(entries)
         if fitting:
             async with self._changed:
                 self.entries.extend(fitting)
@@ -199,6 +193,22 @@ class MemoryReply:
         if over:
             await self.end(Reason.INTERNAL_ERROR.value)
 
+    def _fitting(self, entries: Sequence[Entry]) -> tuple[list[Entry], int, bool]:
+        """The entries that fit the bounds, the size with them, and whether one did not."""
+        if self.ended:
+            raise RuntimeError(f"reply {self.stream_id} already ended")
+        count, size = len(self.entries), self.size
+        fitting: list[Entry] = []
+        max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
+        for entry in entries:
+            if entry.sequence != count + 1:
+                raise ValueError(f"sequence {entry.sequence}, expected {count + 1}")
+            if count + 1 > max_frames or size + len(entry.data) > max_bytes:
+                return fitting, size, True
+            fitting.append(entry)
+            count, size = count + 1, size + len(entry.data)
+        return fitting, size, False
+
     async def end(self, error: str | None = None) -> None:
         if self.ended:
             return
@@ -206,6 +216,16 @@ class MemoryReply:
             self.error = error
             self.ended_at = self._clock()
             self._changed.notify_all()
+
+    def log_now(self, entries: Sequence[Entry]) -> bool:
+        # Nobody to wake: no reader has the reply yet, so no lock and no notification.
+        if self.entries:
+            raise RuntimeError(f"reply {self.stream_id} is being logged already")
+        fitting, size, over = self._fitting(entries)
+        self.entries, self.size = fitting, size
+        self.error = Reason.INTERNAL_ERROR.value if over else None
+        self.ended_at = self._clock()
+        return True
 
     def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
         return None  # every Cancel reaches this process itself
@@ -288,7 +308,8 @@ class MemoryReplyLog:
 
 class Generation:
     """One reply's generation as a task of its own: ``frames`` are logged as they come
-    (a tuple: all at once).
+    (a tuple: all at once; at once in the constructor, with no task, when the log can:
+    ``task`` is then a future that is done).
 
     Deliveries ``attach()`` and ``detach()``; when the last one detaches before the reply
     ended, generation goes on for ``grace_s``; if none attaches by then it is stopped
@@ -313,7 +334,12 @@ class Generation:
         self._frames = frames
         #: Why the generation was stopped (the log's error ending); None: not stopped.
         self.stopped: Reason | None = None
-        self.task = asyncio.create_task(self._run(), name=f"generation-{reply.stream_id}")
+        self.task: asyncio.Future[None]
+        if isinstance(frames, tuple) and reply.log_now(frames):  # logged and ended, here
+            self.task = asyncio.get_running_loop().create_future()
+            self.task.set_result(None)
+        else:
+            self.task = asyncio.create_task(self._run(), name=f"generation-{reply.stream_id}")
 
     async def _run(self) -> None:
         try:

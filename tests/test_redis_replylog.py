@@ -50,6 +50,7 @@ def test_a_reader_on_another_replica_follows_the_log_until_it_ends(server: Redis
     async def scenario() -> None:
         a, b = replicas(server, "t1:")
         reply = await a.create("s", "b" * 64, "lp")
+        assert not reply.log_now((Entry(1, b"x"),))  # each entry is a command: never at once
         early = asyncio.create_task(read_all(b, "s", 0))
         for sequence in (1, 2, 3):
             await reply.append(Entry(sequence, bytes([sequence]) * 3))

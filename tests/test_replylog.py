@@ -147,6 +147,11 @@ def test_extend_logs_a_known_reply_as_appends_would(
         for entry in entries:
             if not one_by_one.ended:
                 await one_by_one.append(entry)
+        now = await MemoryReplyLog(limits).create("s", "b", "lp")
+        assert now.log_now(entries)  # nobody reads it yet: logged and ended in one call
+        generated = await MemoryReplyLog(limits).create("s", "b", "lp")
+        generation = Generation(generated, entries, grace_s=60)
+        assert generation.task.done() and not isinstance(generation.task, asyncio.Task)
         at_once = await MemoryReplyLog(limits).create("s", "b", "lp")
         waiting = asyncio.create_task(
             _sequences(at_once)  # a reader already waiting is woken once, with all of them
@@ -155,11 +160,13 @@ def test_extend_logs_a_known_reply_as_appends_would(
         await at_once.extend(entries)
         if error is None:
             await at_once.end()
-        for reply in (one_by_one, at_once):
+        for reply in (one_by_one, at_once, now, generated):
             assert [entry.sequence for entry in reply.entries] == kept
             assert reply.size == 2 * len(kept)
-        assert at_once.error == one_by_one.error == error
-        assert await waiting == kept
+            assert reply.error == error
+        assert at_once.ended and now.ended and generated.ended
+        assert await waiting == kept == await _sequences(now)
+        assert not generation.stop(Reason.CONSUMER_CANCELLED)  # it had ended
 
     asyncio.run(scenario())
 
@@ -184,5 +191,11 @@ def test_extend_refuses_a_gap_in_the_sequences_and_an_ended_reply() -> None:
         await reply.end()
         with pytest.raises(RuntimeError, match="already ended"):
             await reply.extend((Entry(2, b"x"),))
+        with pytest.raises(RuntimeError, match="being logged already"):
+            reply.log_now((Entry(2, b"x"),))
+        fresh = await MemoryReplyLog().create("t", "b", "lp")
+        with pytest.raises(ValueError, match="sequence 2, expected 1"):
+            fresh.log_now((Entry(2, b"x"),))
+        assert fresh.entries == [] and not fresh.ended
 
     asyncio.run(scenario())
