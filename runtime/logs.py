@@ -308,7 +308,7 @@ class TraceWriter:
         if not self._lines:
             return
         text = "\n".join(
-            [item if isinstance(item, str) else item[0].render(item[1]) for item in self._lines]
+            [item if isinstance(item, str) else _rendered(*item) for item in self._lines]
         )
         self._lines.clear()
         try:
@@ -316,6 +316,22 @@ class TraceWriter:
             self._file.flush()
         except ValueError:  # the file was closed (a test's stream, at exit): nothing to do
             return
+
+
+def _rendered(renderer: JsonLine, event_dict: MutableMapping[str, Any]) -> str:
+    """A held record's line; one that cannot be rendered (nothing known does that) is
+    named, not lost with its batch or left to fail every later write."""
+    try:
+        return renderer.render(event_dict)
+    except Exception as error:
+        return json_dumps(
+            {
+                "event": "trace_record_unrendered",
+                "record_event": str(event_dict.get("event")),
+                "error": type(error).__name__,
+                "level": "error",
+            }
+        )
 
 
 def _trace_logger_class(level: int) -> type[Any]:

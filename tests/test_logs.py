@@ -264,3 +264,16 @@ def test_the_trace_flush_delay_is_whole_ms_within_its_bound(text: str, value: in
             flush_delay_ms(text)
     else:
         assert flush_delay_ms(text) == value
+
+
+def test_a_held_record_that_cannot_be_rendered_is_named_and_the_batch_is_written() -> None:
+    out = io.StringIO()
+    writer = TraceWriter(out, flush_delay_s=0)
+    renderer = JsonLine("consumer")
+    writer.keep(renderer, {"event": "broken", "timestamp": "not seconds"})
+    writer.keep(renderer, {"event": "fine", "timestamp": 0.0})
+    writer.flush()
+    broken, fine = records(out)
+    assert broken == {"event": "trace_record_unrendered", "record_event": "broken",
+                      "error": "TypeError", "level": "error"}  # fmt: skip
+    assert fine["event"] == "fine"
