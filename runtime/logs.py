@@ -16,6 +16,7 @@ import datetime
 import io
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -208,7 +209,31 @@ class JsonLine:
 
 
 def _iso_utc(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).isoformat()[:-6] + "Z"
+    """``datetime.fromtimestamp(seconds, UTC).isoformat()`` with ``Z`` for ``+00:00``,
+    rounded as it rounds (half to even, to the microsecond), the date and time of day made
+    once per second (a trace has many records a second; making them was a record's
+    costliest step)."""
+    fraction, whole = math.modf(seconds)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    elif micro < 0:  # before 1970: not a clock this trace has
+        return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).isoformat()[:-6] + "Z"
+    second = int(whole)
+    cached = _second_text
+    if cached[0] != second:
+        cached = (second, datetime.datetime.fromtimestamp(second, tz=datetime.UTC).isoformat()[:-6])
+        _set_second_text(cached)
+    return f"{cached[1]}.{micro:06d}Z" if micro else f"{cached[1]}Z"
+
+
+#: The last second ``_iso_utc`` made the text of (one tuple: replaced whole, thread-safe).
+_second_text: tuple[int, str] = (-1, "")
+
+
+def _set_second_text(value: tuple[int, str]) -> None:
+    global _second_text  # noqa: PLW0603 - a one-entry cache
+    _second_text = value
 
 
 #: Values a record may hold until its batch is written: none of them changes.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import io
 import json
 import logging
@@ -11,12 +12,15 @@ import warnings
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runtime.logs import (
     MAX_FLUSH_DELAY_MS,
     REDACTED,
     JsonLine,
     TraceWriter,
+    _iso_utc,
     configure_logging,
     flush_delay_ms,
     register_secret,
@@ -277,3 +281,14 @@ def test_a_held_record_that_cannot_be_rendered_is_named_and_the_batch_is_written
     assert broken == {"event": "trace_record_unrendered", "record_event": "broken",
                       "error": "TypeError", "level": "error"}  # fmt: skip
     assert fine["event"] == "fine"
+
+
+@given(st.floats(min_value=0, max_value=2.0**33, allow_nan=False), st.integers(0, 2**33))
+def test_a_record_s_timestamp_is_the_datetime_iso_text_of_its_seconds(
+    seconds: float, whole: int
+) -> None:
+    """The per-second cache gives datetime's own text (rounded half to even, to the
+    microsecond, ``.ffffff`` left out at zero), for any seconds and across seconds."""
+    for value in (seconds, whole + 0.0000005, whole + 0.9999995, float(whole), seconds):
+        expected = datetime.datetime.fromtimestamp(value, tz=datetime.UTC).isoformat()
+        assert _iso_utc(value) == expected.replace("+00:00", "Z")
