@@ -83,12 +83,7 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
         raise RequestRefused(Reason.INVALID_REQUEST, f"wire format {request.wire_format}")
     if request.whole_body and request.chunk_sizes:
         raise RequestRefused(Reason.INVALID_REQUEST, "whole_body with chunk_sizes")
-    if request.whole_body:
-        plan = ChunkPlan(ChunkMode.WHOLE)
-    elif request.chunk_sizes:
-        plan = ChunkPlan(ChunkMode.SIZES, tuple(request.chunk_sizes))
-    else:
-        plan = ChunkPlan(ChunkMode.FRAME)
+    plan = _plan(request.whole_body, tuple(request.chunk_sizes))
     if request.chunk_interval_ms > MAX_CHUNK_INTERVAL_MS:
         raise RequestRefused(Reason.INVALID_REQUEST, "chunk interval over 60000 ms")
     check_envelope(request)
@@ -114,6 +109,17 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
         fault=fault,
         interval_s=request.chunk_interval_ms / 1000,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(whole_body: bool, sizes: tuple[int, ...]) -> ChunkPlan:
+    """The request's chunking, checked once per distinct request (a refusal raises, and is
+    not remembered): streams ask for the same few."""
+    if whole_body:
+        return ChunkPlan(ChunkMode.WHOLE)
+    if sizes:
+        return ChunkPlan(ChunkMode.SIZES, sizes)
+    return FRAME_PLAN
 
 
 def parse_binding(binding_json: bytes) -> object:
