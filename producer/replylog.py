@@ -72,13 +72,29 @@ class Entry:
     data: bytes
 
 
-def log_entries(frames: Sequence[Frame], wire: Sequence[bytes]) -> tuple[Entry, ...]:
+class Entries(tuple[Entry, ...]):
+    """A reply's entries made in advance, looked at once: their total ``size``, and
+    whether they are numbered 1, 2, 3, ... (``numbered``), so a log that takes all of
+    them at once checks its bounds on the totals, not entry by entry."""
+
+    size: int
+    numbered: bool
+
+    @classmethod
+    def of(cls, items: Sequence[Entry]) -> Entries:
+        entries = cls(items)
+        entries.size = sum(len(entry.data) for entry in entries)
+        entries.numbered = all(entry.sequence == index for index, entry in enumerate(entries, 1))
+        return entries
+
+
+def log_entries(frames: Sequence[Frame], wire: Sequence[bytes]) -> Entries:
     """The frames as log entries, ``wire`` being their encoded bytes, one per frame."""
-    entries = []
+    items = []
     for frame, data in zip(frames, wire, strict=True):
         assert isinstance(frame.sequence, int)
-        entries.append(Entry(frame.sequence, data))
-    return tuple(entries)
+        items.append(Entry(frame.sequence, data))
+    return Entries.of(items)
 
 
 class LogEnded(Exception):
@@ -198,8 +214,16 @@ class MemoryReply:
         if self.ended:
             raise RuntimeError(f"reply {self.stream_id} already ended")
         count, size = len(self.entries), self.size
-        fitting: list[Entry] = []
         max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
+        if (
+            not count
+            and type(entries) is Entries
+            and entries.numbered
+            and len(entries) <= max_frames
+            and entries.size <= max_bytes
+        ):  # all of a reply made in advance, within the bounds: nothing to look at again
+            return list(entries), entries.size, False
+        fitting: list[Entry] = []
         for entry in entries:
             if entry.sequence != count + 1:
                 raise ValueError(f"sequence {entry.sequence}, expected {count + 1}")

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from producer.replylog import Entry, Generation, LogEnded, LogLimits, MemoryReply, MemoryReplyLog
+from producer.replylog import (
+    Entries,
+    Entry,
+    Generation,
+    LogEnded,
+    LogLimits,
+    MemoryReply,
+    MemoryReplyLog,
+)
 from shared.errors import Reason, RequestRefused
 
 
@@ -138,11 +146,12 @@ def test_a_stopped_generation_ends_the_log_with_the_reason_it_was_stopped_for(
         (LogLimits(max_bytes=5), [1, 2], Reason.INTERNAL_ERROR.value),  # past it
     ],
 )
+@pytest.mark.parametrize("made", [tuple, Entries.of], ids=["tuple", "entries-made-in-advance"])
 def test_extend_logs_a_known_reply_as_appends_would(
-    limits: LogLimits, kept: list[int], error: str | None
+    limits: LogLimits, kept: list[int], error: str | None, made: Callable[..., tuple[Entry, ...]]
 ) -> None:
     async def scenario() -> None:
-        entries = tuple(Entry(sequence, b"xy") for sequence in (1, 2, 3))
+        entries = made([Entry(sequence, b"xy") for sequence in (1, 2, 3)])
         one_by_one = await MemoryReplyLog(limits).create("s", "b", "lp")
         for entry in entries:
             if not one_by_one.ended:
@@ -194,8 +203,9 @@ def test_extend_refuses_a_gap_in_the_sequences_and_an_ended_reply() -> None:
         with pytest.raises(RuntimeError, match="being logged already"):
             reply.log_now((Entry(2, b"x"),))
         fresh = await MemoryReplyLog().create("t", "b", "lp")
-        with pytest.raises(ValueError, match="sequence 2, expected 1"):
-            fresh.log_now((Entry(2, b"x"),))
-        assert fresh.entries == [] and not fresh.ended
+        for gap in ((Entry(2, b"x"),), Entries.of([Entry(1, b"x"), Entry(3, b"x")])):
+            with pytest.raises(ValueError, match=r"sequence (2, expected 1|3, expected 2)"):
+                fresh.log_now(gap)  # not numbered 1, 2, ...: looked at entry by entry
+            assert fresh.entries == [] and not fresh.ended
 
     asyncio.run(scenario())
