@@ -172,9 +172,9 @@ class JsonLine:
     orjson. The same record as structlog's ``add_log_level``, ``TimeStamper(fmt="iso",
     utc=True)``, ``format_exc_info``, ``redact_secrets`` and ``JSONRenderer`` in turn.
 
-    ``emit`` is the same record by ``TraceLogger``'s shorter way: into a batched trace
-    its line is rendered when the batch is written (``render``), with the time it was
-    made."""
+    ``emit`` is the same record by the trace logger's shorter way (``_trace_logger_class``):
+    into a batched trace its line is rendered when the batch is written (``render``), with
+    the time it was made."""
 
     def __init__(self, side: str) -> None:
         self._add_side = _add_side(side)
