@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.common import process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
 from bench.streams import CHUNKINGS, PerStreamClient, replywire_client, shares_channel
+from consumer.children import stop_process
 from consumer.client import ReplyClient, StreamOptions
+from tests.processes import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = (
@@ -130,3 +134,27 @@ def test_the_replywire_side_is_one_function_and_the_bare_sides_copy_its_policy()
     assert shares_channel(client) is True
     assert shares_channel(PerStreamClient(StreamOptions(target="127.0.0.1:1"))) is False
     assert shares_channel(object()) is True  # a client without the flag: one shared channel
+
+
+def test_a_process_s_cpu_is_read_to_below_a_clock_tick() -> None:
+    """The producer's CPU per stream comes from the kernel's CPU clock of its process (ns),
+    not /proc's 10 ms ticks: it agrees with the ticks, and it is not a whole number of
+    them."""
+    burner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.3\n"
+            "while time.process_time() < end: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        wait_for(lambda: process_cpu_s(burner.pid) >= 0.3, timeout=30)
+        precise = process_cpu_s(burner.pid)
+        with open(f"/proc/{burner.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        assert abs(precise - ticks) < 0.05
+        assert precise != round(precise, 2)  # not a whole number of 10 ms ticks
+    finally:
+        stop_process(burner)
