@@ -709,6 +709,24 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         plan: StreamPlan,
     ) -> None:
         stream.fire(StreamInput.START)
+        if plan.fixed_chunks is not None:  # a recording's, fault-free or nearly
+            for data in plan.fixed_chunks:
+                await self._write(checked, context, stream, data)
+        else:
+            await self._deliver_generated(checked, context, stream, plan)
+        if plan.abort_details is not None:
+            stream.fire(StreamInput.ABORT, reason=plan.abort_details, **stream.sent)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+    async def _deliver_generated(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        plan: StreamPlan,
+    ) -> None:
+        """The plan's chunks as its generator makes them, with the stalls between them."""
         # aclosing: the source's generator (and the upstream read it is inside) is closed
         # here, on every exit, before the plan itself is closed.
         async with aclosing(plan.chunks()) as chunks:
@@ -719,10 +737,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                     stream.fire(StreamInput.RESUME)
                     continue
                 await self._write(checked, context, stream, data)
-        if plan.abort_details is not None:
-            stream.fire(StreamInput.ABORT, reason=plan.abort_details, **stream.sent)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
-        stream.fire(StreamInput.COMPLETE, **stream.sent)
 
     async def _deliver_logged(
         self,
@@ -796,12 +810,13 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.counters.chunks_written += 1
         self.counters.bytes_written += len(data)
         self.metrics.chunk_written(len(data), time.monotonic() - started)
-        stream.log.debug(
-            "chunk_sent",
-            index=stream.chunks_sent - 1,
-            size=len(data),
-            bytes_sent=stream.bytes_sent,
-        )
+        if stream.debug:
+            stream.log.debug(
+                "chunk_sent",
+                index=stream.chunks_sent - 1,
+                size=len(data),
+                bytes_sent=stream.bytes_sent,
+            )
 
     async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
         """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the

@@ -19,6 +19,7 @@ final counts. The servicer (``producer.server``) is the only code that fires.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Final
@@ -102,6 +103,8 @@ class ProducerStream:
         self._on_final = on_final
         #: The stream's own logger (bound: a lazy proxy would bind again per record).
         self.log = logger
+        #: Whether a record per chunk is written (the level is looked at once a stream).
+        self.debug = logger.is_enabled_for(logging.DEBUG)
         self.machine = Machine(SPEC, logger, on_final=self._ended, log_initial=True)
         #: Who asked (the token's name, or "anonymous"): charged in the ledger.
         self.caller = caller

@@ -135,6 +135,7 @@ async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
 
 class GeminiPlan:
     needs_close = True  # the upstream response and the ledger reservation
+    fixed_chunks: tuple[bytes, ...] | None = None  # made as the model answers
 
     def __init__(
         self,

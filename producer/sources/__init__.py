@@ -35,6 +35,9 @@ class StreamPlan(Protocol):
     #: Whether ``close`` has anything to release (a recording's plan holds nothing: the
     #: end of its stream skips the close, and the task that shields it from cancellation).
     needs_close: bool
+    #: The chunks, when they are all known and nothing comes between them (no stall, no
+    #: abort after them): written one after another with no generator (None: ``chunks``).
+    fixed_chunks: tuple[bytes, ...] | None
 
     def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
 

@@ -48,6 +48,11 @@ class RecordingPlan:
         #: The reply's log entries (the frames' wire bytes), made once per fault-free
         #: transmission: None with a fault (the log then encodes the frames itself).
         self.reply_entries = entries
+        self.fixed_chunks: tuple[bytes, ...] | None = (
+            transmission.chunks
+            if transmission.stall is None and transmission.ending is not Ending.TRANSPORT_ERROR
+            else None
+        )
         self.description: dict[str, Any] = {
             "wire": checked.wire.value,
             "chunks": checked.plan.describe(),
