@@ -9,6 +9,8 @@ import io
 import json
 import logging
 import warnings
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
 import structlog
@@ -292,3 +294,36 @@ def test_a_record_s_timestamp_is_the_datetime_iso_text_of_its_seconds(
     for value in (seconds, whole + 0.0000005, whole + 0.9999995, float(whole), seconds):
         expected = datetime.datetime.fromtimestamp(value, tz=datetime.UTC).isoformat()
         assert _iso_utc(value) == expected.replace("+00:00", "Z")
+
+
+def test_a_processor_between_the_stream_context_and_the_line_runs_on_the_shorter_way() -> None:
+    """A chain with a processor of its own between ``merge_contextvars`` and ``JsonLine``
+    (the benchmark's first-chunk clock) keeps the shorter way: the processor sees every
+    record with its stream context, may change it or drop it (``DropEvent``)."""
+    out = io.StringIO()
+    configure_logging("consumer", log_format="json", stream=out, batched=True, flush_delay_s=0)
+    merge, line = structlog.get_config()["processors"]
+    seen: list[tuple[str, object]] = []
+
+    def note(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+        seen.append((event_dict["event"], event_dict.get("stream_id")))
+        if event_dict["event"] == "dropped":
+            raise structlog.DropEvent
+        event_dict["noted"] = True
+        return event_dict
+
+    structlog.configure(processors=[merge, note, line])
+
+    async def scenario() -> None:
+        structlog.contextvars.bind_contextvars(stream_id="s-2")
+        log = structlog.get_logger()
+        log.info("kept")
+        log.info("dropped")
+        log.debug("below_the_level")
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    structlog.contextvars.clear_contextvars()
+    assert seen == [("kept", "s-2"), ("dropped", "s-2")]
+    (record,) = records(out)
+    assert (record["event"], record["noted"], record["stream_id"]) == ("kept", True, "s-2")
