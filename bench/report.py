@@ -140,6 +140,22 @@ def trace_cost(streams: dict[str, Any]) -> list[str]:
     )  # fmt: skip
 
 
+def consumer_trace_cost(streams: dict[str, Any]) -> list[str]:
+    rows = []
+    for chunking, row in streams["consumer_trace_cost"].items():
+        info, warning = row["sides"].values()
+        rows.append([
+            chunking, info["client_cpu_ms_per_stream"], warning["client_cpu_ms_per_stream"],
+            row["info_over_warning_consumer_cpu"], info["streams_per_s"],
+            warning["streams_per_s"], row["info_over_warning_streams_per_s"],
+        ])  # fmt: skip
+    return table(
+        ["chunks", "consumer CPU ms/stream at info", "at warning", "info / warning",
+         "streams/s at info", "at warning", "info / warning"],
+        rows,
+    )  # fmt: skip
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     streams, decoders = results["streams"], results["decoders"]
@@ -205,5 +221,8 @@ def markdown(results: dict[str, Any]) -> str:
         "## Trace cost (the producer's records at info against warning)",
         "",
         *trace_cost(streams),
+        "## Trace cost (the consumer's records at info against warning, against the bare server)",
+        "",
+        *consumer_trace_cost(streams),
     ]
     return "\n".join(out).rstrip() + "\n"

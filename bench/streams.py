@@ -17,8 +17,9 @@ round once it shares one. Sequential streams report streams per second, the
 CPU of the client process and of the server process per stream; concurrency
 reports streams per second, p50/p99 time to first chunk and failures by code.
 The trace cost runs the replywire side against two producers, ``--log-level
-info`` and ``--log-level warning``. The replywire consumer writes its trace at
-info into a file, as its CLI does. The servers run pinned to one CPU, this
+info`` and ``--log-level warning``, and the replywire consumer at info and at
+warning against the bare server. The replywire consumer writes its trace at info
+into a file, as its CLI does (but in its own trace-cost rounds). The servers run pinned to one CPU, this
 process (every client) to another (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.streams
@@ -133,13 +134,28 @@ CLOCK: Final = FirstChunkClock()
 
 
 def consumer_trace(path: Path) -> TextIO:
-    """The replywire side's trace as the consumer CLI writes it (JSON lines at info, once
-    per event-loop pass, into a file), with the first-chunk clock after the stream id."""
+    """The replywire side's trace as the consumer CLI writes it (JSON lines at info, held
+    and written in batches, into a file), with the first-chunk clock after the stream id."""
     trace = path.open("w", encoding="utf-8")
-    configure_logging("consumer", log_format="json", level="info", stream=trace, batched=True)
+    consumer_level(trace, "info")
+    return trace
+
+
+def consumer_level(trace: TextIO, level: str) -> None:
+    """The replywire side's trace into ``trace`` at ``level`` (the trace-cost rounds)."""
+    configure_logging("consumer", log_format="json", level=level, stream=trace, batched=True)
     merge, *rest = structlog.get_config()["processors"]
     structlog.configure(processors=[merge, CLOCK, *rest])
-    return trace
+
+
+@contextmanager
+def consumer_at(trace: TextIO, level: str) -> Iterator[None]:
+    """A round of the replywire consumer at ``level``; at info again after it."""
+    consumer_level(trace, level)
+    try:
+        yield
+    finally:
+        consumer_level(trace, "info")
 
 
 # --- the two servers, as child processes -----------------------------------------------------
@@ -379,12 +395,12 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
     pin(os.getpid(), CLIENT_CPU)
     trace = consumer_trace(workdir / "consumer.trace.jsonl")
     try:
-        return await _run_all(plan, workdir)
+        return await _run_all(plan, workdir, trace)
     finally:
         trace.close()
 
 
-async def _run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
+async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
     out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
     out["pinning"] = pinning()
     with producer(workdir) as ours, bare_server() as bare:
@@ -407,6 +423,7 @@ async def _run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
             out["concurrency"][str(n)] = with_ratios({k: summary(v) for k, v in runs.items()})
     out["over_limit"] = await over_limit(plan, workdir)
     out["trace_cost"] = await trace_cost(plan, workdir)
+    out["consumer_trace_cost"] = await consumer_trace_cost(plan, trace)
     return out  # fmt: skip
 
 
@@ -470,6 +487,35 @@ async def trace_cost(plan: Plan, workdir: Path) -> dict[str, Any]:
                 ),
             }
         return rows
+
+
+async def consumer_trace_cost(plan: Plan, trace: TextIO) -> dict[str, Any]:
+    """The same replywire streams against the bare server (no producer of ours to vary),
+    the consumer's trace at info and at warning, alternated round by round."""
+    levels = ("info", "warning")
+    rows: dict[str, Any] = {}
+    with bare_server() as bare:
+        for chunking in ("frame", "4096"):
+            request = request_for(ChunkPlan.parse(chunking))
+            runs: dict[str, list[Round]] = {level: [] for level in levels}
+            for index in range(plan.rounds):
+                for level in levels[index % 2 :] + levels[: index % 2]:
+                    with consumer_at(trace, level):
+                        runs[level].append(
+                            await sequential_round("replywire", bare, request, plan.trace_streams)
+                        )
+            table = {f"replywire (consumer at {level})": summary(runs[level]) for level in levels}
+            at_info, at_warning = table.values()
+            rows[chunking] = {
+                "sides": table,
+                "info_over_warning_consumer_cpu": ratio(
+                    at_info["client_cpu_ms_per_stream"], at_warning["client_cpu_ms_per_stream"]
+                ),
+                "info_over_warning_streams_per_s": ratio(
+                    at_info["streams_per_s"], at_warning["streams_per_s"]
+                ),
+            }
+    return rows
 
 
 def run(size: Size) -> dict[str, Any]:

@@ -84,6 +84,15 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
             assert side["failures"] == {}
             assert side["first_chunk_ms_p50"] is not None
     assert set(streams["trace_cost"]) == {"frame", "64"}
+    assert set(streams["consumer_trace_cost"]) == {"frame", "4096"}
+    for row in streams["consumer_trace_cost"].values():
+        assert list(row["sides"]) == [
+            "replywire (consumer at info)",
+            "replywire (consumer at warning)",
+        ]
+        assert all(
+            side["failures"] == {} and side["streams"] == 3 for side in row["sides"].values()
+        )
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:
