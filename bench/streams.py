@@ -19,8 +19,8 @@ reports streams per second, p50/p99 time to first chunk and failures by code.
 The trace cost runs the replywire side against two producers, ``--log-level
 info`` and ``--log-level warning``, and the replywire consumer at info and at
 warning against the bare server. The replywire consumer writes its trace at info
-into a file, as its CLI does (but in its own trace-cost rounds). The servers run pinned to one CPU, this
-process (every client) to another (``bench.common.pin``).
+into a file, as its CLI does (but in its own trace-cost rounds). The servers run
+pinned to one CPU, this process (every client) to another (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.streams
 """
