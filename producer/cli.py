@@ -270,8 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace-file",
         type=Path,
         default=env_path("TRACE_FILE"),
-        help="append the JSON trace to this file (line-buffered); stderr keeps only "
-        "one-line messages",
+        help="append the JSON trace to this file (whole lines, in batches: --trace-flush-ms); "
+        "stderr keeps only one-line messages",
     )
     parser.add_argument(
         "--log-format",
@@ -545,7 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace = None
     if args.trace_file is not None:
         try:
-            # Appending and line-buffered: every record reaches the file whole, at once.
+            # Appending, and each batch written and flushed whole (TraceWriter): every record
+            # reaches the file as whole lines, at most --trace-flush-ms after it was made.
             trace = args.trace_file.open("a", encoding="utf-8", buffering=1)
         except OSError as error:
             parser.error(f"--trace-file: {error.strerror}: {args.trace_file}")
