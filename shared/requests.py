@@ -218,5 +218,12 @@ class ReplyRequest:
             limits=self.limits,
             ignore_duplicates=self.ignore_duplicates,
             logger=logger,
-            binding_sha256=None if sent is None else canonical_digest(sent.binding_json),
+            binding_sha256=None if sent is None else _sent_binding_sha256(sent.binding_json),
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _sent_binding_sha256(canonical: bytes) -> str:
+    """The digest of a binding's canonical bytes, remembered for the last few: a consumer's
+    streams of a case send the same bytes."""
+    return canonical_digest(canonical)
