@@ -124,35 +124,22 @@ def backpressure(memory: dict[str, Any]) -> list[str]:
     )  # fmt: skip
 
 
-def trace_cost(streams: dict[str, Any]) -> list[str]:
-    rows = []
-    for chunking, row in streams["trace_cost"].items():
+def trace_cost(rows: dict[str, Any], side: str) -> list[str]:
+    """A trace-cost table: ``side``'s CPU per stream (producer or consumer) and the
+    streams per second, at info against warning."""
+    cpu = "server_cpu_ms_per_stream" if side == "producer" else "client_cpu_ms_per_stream"
+    cells = []
+    for chunking, row in rows.items():
         info, warning = row["sides"].values()
-        rows.append([
-            chunking, info["server_cpu_ms_per_stream"], warning["server_cpu_ms_per_stream"],
-            row["info_over_warning_producer_cpu"], info["streams_per_s"],
-            warning["streams_per_s"], row["info_over_warning_streams_per_s"],
+        cells.append([
+            chunking, info[cpu], warning[cpu], row[f"info_over_warning_{side}_cpu"],
+            info["streams_per_s"], warning["streams_per_s"],
+            row["info_over_warning_streams_per_s"],
         ])  # fmt: skip
     return table(
-        ["chunks", "producer CPU ms/stream at info", "at warning", "info / warning",
+        ["chunks", f"{side} CPU ms/stream at info", "at warning", "info / warning",
          "streams/s at info", "at warning", "info / warning"],
-        rows,
-    )  # fmt: skip
-
-
-def consumer_trace_cost(streams: dict[str, Any]) -> list[str]:
-    rows = []
-    for chunking, row in streams["consumer_trace_cost"].items():
-        info, warning = row["sides"].values()
-        rows.append([
-            chunking, info["client_cpu_ms_per_stream"], warning["client_cpu_ms_per_stream"],
-            row["info_over_warning_consumer_cpu"], info["streams_per_s"],
-            warning["streams_per_s"], row["info_over_warning_streams_per_s"],
-        ])  # fmt: skip
-    return table(
-        ["chunks", "consumer CPU ms/stream at info", "at warning", "info / warning",
-         "streams/s at info", "at warning", "info / warning"],
-        rows,
+        cells,
     )  # fmt: skip
 
 
@@ -220,9 +207,9 @@ def markdown(results: dict[str, Any]) -> str:
         ),
         "## Trace cost (the producer's records at info against warning)",
         "",
-        *trace_cost(streams),
+        *trace_cost(streams["trace_cost"], "producer"),
         "## Trace cost (the consumer's records at info against warning, against the bare server)",
         "",
-        *consumer_trace_cost(streams),
+        *trace_cost(streams["consumer_trace_cost"], "consumer"),
     ]
     return "\n".join(out).rstrip() + "\n"

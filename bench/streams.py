@@ -325,14 +325,40 @@ async def compare(
     run: RoundFn, sides: dict[str, Server], request: ReplyRequest, n: int, rounds: int
 ) -> dict[str, list[Round]]:
     """Every side once per round, the order rotated each round."""
+
+    def side_round(name: str) -> Callable[[], Awaitable[Round]]:
+        kind = "replywire" if name.startswith("replywire") else "bare"
+        return lambda: run(kind, sides[name], request, n)
+
+    return await alternate_rounds({name: side_round(name) for name in sides}, rounds)
+
+
+async def alternate_rounds(
+    sides: dict[str, Callable[[], Awaitable[Round]]], rounds: int
+) -> dict[str, list[Round]]:
+    """``bench.common.alternate`` for rounds that are awaited: every side once per round,
+    the order rotated each round, so drift hits all sides."""
     names = list(sides)
     results: dict[str, list[Round]] = {name: [] for name in names}
     for index in range(rounds):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
-            kind = "replywire" if name.startswith("replywire") else "bare"
-            results[name].append(await run(kind, sides[name], request, n))
+            results[name].append(await sides[name]())
     return results
+
+
+def info_against_warning(table: dict[str, dict[str, Any]], side: str) -> dict[str, Any]:
+    """A trace-cost row: the two sides (at info, then at warning) and their ratios, of the
+    CPU per stream of ``side`` (the producer: the server's; the consumer: the client's)."""
+    at_info, at_warning = table.values()
+    cpu = "server_cpu_ms_per_stream" if side == "producer" else "client_cpu_ms_per_stream"
+    return {
+        "sides": table,
+        f"info_over_warning_{side}_cpu": ratio(at_info[cpu], at_warning[cpu]),
+        "info_over_warning_streams_per_s": ratio(
+            at_info["streams_per_s"], at_warning["streams_per_s"]
+        ),
+    }
 
 
 def percentile(values: list[float], share: float) -> float | None:
@@ -475,47 +501,42 @@ async def trace_cost(plan: Plan, workdir: Path) -> dict[str, Any]:
         for chunking in ("frame", "64"):
             request = request_for(ChunkPlan.parse(chunking))
             runs = await compare(sequential_round, sides, request, plan.trace_streams, plan.rounds)
-            table = {k: summary(v) for k, v in runs.items()}
-            at_info, at_warning = table.values()
-            rows[chunking] = {
-                "sides": table,
-                "info_over_warning_producer_cpu": ratio(
-                    at_info["server_cpu_ms_per_stream"], at_warning["server_cpu_ms_per_stream"]
-                ),
-                "info_over_warning_streams_per_s": ratio(
-                    at_info["streams_per_s"], at_warning["streams_per_s"]
-                ),
-            }
+            rows[chunking] = info_against_warning(
+                {k: summary(v) for k, v in runs.items()}, "producer"
+            )
         return rows
 
 
 async def consumer_trace_cost(plan: Plan, trace: TextIO) -> dict[str, Any]:
     """The same replywire streams against the bare server (no producer of ours to vary),
     the consumer's trace at info and at warning, alternated round by round."""
-    levels = ("info", "warning")
     rows: dict[str, Any] = {}
     with bare_server() as bare:
         for chunking in ("frame", "4096"):
             request = request_for(ChunkPlan.parse(chunking))
-            runs: dict[str, list[Round]] = {level: [] for level in levels}
-            for index in range(plan.rounds):
-                for level in levels[index % 2 :] + levels[: index % 2]:
-                    with consumer_at(trace, level):
-                        runs[level].append(
-                            await sequential_round("replywire", bare, request, plan.trace_streams)
-                        )
-            table = {f"replywire (consumer at {level})": summary(runs[level]) for level in levels}
-            at_info, at_warning = table.values()
-            rows[chunking] = {
-                "sides": table,
-                "info_over_warning_consumer_cpu": ratio(
-                    at_info["client_cpu_ms_per_stream"], at_warning["client_cpu_ms_per_stream"]
-                ),
-                "info_over_warning_streams_per_s": ratio(
-                    at_info["streams_per_s"], at_warning["streams_per_s"]
-                ),
+            sides = {
+                f"replywire (consumer at {level})": consumer_round_at(
+                    trace, level, bare, request, plan.trace_streams
+                )
+                for level in ("info", "warning")
             }
+            runs = await alternate_rounds(sides, plan.rounds)
+            rows[chunking] = info_against_warning(
+                {k: summary(v) for k, v in runs.items()}, "consumer"
+            )
     return rows
+
+
+def consumer_round_at(
+    trace: TextIO, level: str, server: Server, request: ReplyRequest, n: int
+) -> Callable[[], Awaitable[Round]]:
+    """A sequential round of the replywire consumer with its trace at ``level``."""
+
+    async def round_at_level() -> Round:
+        with consumer_at(trace, level):
+            return await sequential_round("replywire", server, request, n)
+
+    return round_at_level
 
 
 def run(size: Size) -> dict[str, Any]:
