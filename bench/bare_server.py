@@ -5,7 +5,12 @@ no binding, no framing work, no trace: for each request it looks up the chunks
 of (case, wire, chunking), cut once at start-up by the same code the producer
 uses, and writes them. Prints ``listening on 127.0.0.1:PORT`` like the producer.
 
-    .venv/bin/python -m bench.bare_server [--port 0]
+With ``--trace-file PATH`` it also writes, per stream, the four transition records the
+producer writes at info (``producer.states.ProducerStream``: received, verified,
+streaming, completed; the same fields, the same batched JSON trace): what those records
+alone cost a server, the producer's floor (``bench.streams``, "records only").
+
+    .venv/bin/python -m bench.bare_server [--port 0] [--trace-file PATH]
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import structlog
 
+from producer.security import ANONYMOUS
+from producer.states import ProducerStream, StreamInput
+from runtime.logs import configure_logging
 from runtime.recording_file import load_recording
+from shared.errors import Reason
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -65,9 +75,57 @@ class Bare(pb_grpc.ReplyStreamServicer):
         return pb.CancelReply()
 
 
-async def serve(port: int) -> None:
+class Recorded(Bare):
+    """The bare server and the producer's four transition records per stream, nothing else:
+    no checks, no plan, no reply log."""
+
+    def __init__(self, table: dict[Key, tuple[pb.Chunk, ...]]) -> None:
+        super().__init__(table)
+        self._log = structlog.get_logger().bind()
+
+    async def Open(  # noqa: N802
+        self, request: pb.OpenRequest, context: Any
+    ) -> AsyncIterator[pb.Chunk]:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
+        log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=ANONYMOUS)
+        stream = ProducerStream(log, ANONYMOUS)
+        chunks = self.table[key_of(request)]
+        stream.fire(
+            StreamInput.VERIFY,
+            source="recording",
+            resume_after=request.resume_after,
+            attempt=1,
+            wire=WIRE_NAMES[request.wire_format],
+            chunks=",".join(map(str, request.chunk_sizes))
+            or ("whole" if request.whole_body else "frame"),
+            fault=None,
+            planned_chunks=len(chunks),
+        )
+        stream.fire(StreamInput.START)
+        try:
+            for chunk in chunks:
+                yield chunk
+                stream.bytes_sent += len(chunk.data)
+                stream.chunks_sent += 1
+        except (asyncio.CancelledError, GeneratorExit):  # the consumer went away
+            reason = Reason.CONSUMER_CANCELLED
+            stream.fire(StreamInput.CONSUMER_CANCELLED, reason=reason, **stream.sent)
+            raise
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+
+WIRE_NAMES = {code: wire.value for wire, code in WIRE_CODES.items()}
+
+
+async def serve(port: int, trace_file: str | None) -> None:
     server = grpc.aio.server()
-    pb_grpc.add_ReplyStreamServicer_to_server(Bare(precut()), server)
+    servicer = Bare(precut())
+    if trace_file is not None:
+        trace = open(trace_file, "a", encoding="utf-8")  # noqa: SIM115 - the process's life
+        configure_logging("producer", log_format="json", level="info", stream=trace, batched=True)
+        servicer = Recorded(servicer.table)
+    pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print(f"listening on 127.0.0.1:{bound}", flush=True)
@@ -82,7 +140,9 @@ async def serve(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
-    asyncio.run(serve(parser.parse_args().port))
+    parser.add_argument("--trace-file", help="also write the producer's records per stream here")
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.trace_file))
 
 
 if __name__ == "__main__":

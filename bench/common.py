@@ -17,6 +17,11 @@ from google.protobuf import __version__ as protobuf_version
 T = TypeVar("T")
 Size = Literal["tiny", "full"]
 SIZES: Final[tuple[Size, ...]] = ("tiny", "full")
+#: The floor sides of the stream benchmarks: a bare client with the consumer's checks (the
+#: sans-IO core, no records) and a bare server with the producer's four records per stream,
+#: each against the bare other half: what the checks and the records alone cost.
+CHECKS_ONLY: Final = "checks only"
+RECORDS_ONLY: Final = "records only"
 
 
 def bench_size(default: Size = "full") -> Size:

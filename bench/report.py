@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
+
+from bench.common import CHECKS_ONLY, RECORDS_ONLY
 
 
 def _cell(value: Any) -> str:
@@ -29,16 +31,21 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 def sequential(streams: dict[str, Any]) -> list[str]:
     rows = []
     for chunking, row in streams["sequential"].items():
-        ours, bare, pair = (row["sides"][k] for k in ("replywire", "bare client", "bare pair"))
+        ours, bare, pair, checks = (
+            row["sides"][k] for k in ("replywire", "bare client", "bare pair", CHECKS_ONLY)
+        )
         rows.append([
             chunking, ours["streams_per_s"], bare["streams_per_s"], pair["streams_per_s"],
             row["replywire_over_bare_pair"], row["replywire_over_bare_client"],
-            ours["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"],
+            checks["streams_per_s"], row["checks_only_over_bare_pair"],
+            ours["client_cpu_ms_per_stream"], checks["client_cpu_ms_per_stream"],
+            pair["client_cpu_ms_per_stream"],
         ])  # fmt: skip
     return table(
         ["chunks", "replywire streams/s", "bare client → producer", "bare pair",
-         "replywire / bare pair", "replywire / bare client",
-         "client CPU ms/stream (replywire)", "(bare pair)"],
+         "replywire / bare pair", "replywire / bare client", "checks only → bare server",
+         "checks only / bare pair", "client CPU ms/stream (replywire)", "(checks only)",
+         "(bare pair)"],
         rows,
     )  # fmt: skip
 
@@ -50,10 +57,14 @@ def producer_cpu(streams: dict[str, Any]) -> list[str]:
         rows.append([
             chunking, ours["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"],
             row["producer_cpu_over_bare_server"],
+            row["sides"][RECORDS_ONLY]["server_cpu_ms_per_stream"],
+            row["records_only_server_cpu_over_bare_server"],
         ])  # fmt: skip
     return table(
-        ["chunks", "producer CPU ms/stream", "bare server CPU ms/stream", "producer / bare"], rows
-    )
+        ["chunks", "producer CPU ms/stream", "bare server CPU ms/stream", "producer / bare",
+         "records only CPU ms/stream", "records only / bare"],
+        rows,
+    )  # fmt: skip
 
 
 def concurrency(streams: dict[str, Any]) -> list[str]:
@@ -63,13 +74,20 @@ def concurrency(streams: dict[str, Any]) -> list[str]:
             rows.append([
                 n, name, side["streams_per_s"], side["first_chunk_ms_p50"],
                 side["first_chunk_ms_p99"], side["failures"],
-                row["replywire_over_bare_pair"] if name == "replywire" else "",
+                row[OVER_PAIR[name]] if name in OVER_PAIR else "",
             ])  # fmt: skip
     return table(
         ["concurrent streams", "side", "streams/s", "first chunk p50 ms", "p99 ms",
-         "failures (by code)", "replywire / bare pair"],
+         "failures (by code)", "/ bare pair"],
         rows,
     )  # fmt: skip
+
+
+#: A concurrency side's ratio to the bare pair, by the side's name.
+OVER_PAIR: Final = {
+    "replywire": "replywire_over_bare_pair",
+    CHECKS_ONLY: "checks_only_over_bare_pair",
+}
 
 
 def over_limit(streams: dict[str, Any]) -> list[str]:
@@ -168,8 +186,17 @@ def markdown(results: dict[str, Any]) -> str:
         f"## Sequential streams between two processes ({streams['case']}, {streams['wire']} wire, "
         f"{streams['channel_policy']} on every side, median of {streams['rounds']} rounds)",
         "",
+        "Checks only: a bare client that runs each chunk through the consumer's sans-IO core "
+        "(decoding, the frame checks, the content digest, the reply validation; no records, "
+        "no session, no reader) against the bare server: the most a consumer that checks "
+        "what it reads can reach against the bare pair.",
+        "",
         *sequential(streams),
         "## Producer CPU per stream (the producer against the bare server, same streams)",
+        "",
+        "Records only: the bare server writing, per stream, the producer's four transition "
+        "records at info (its stream machine, into a batched JSON trace), nothing else: "
+        "the least a producer that records every transition costs.",
         "",
         *producer_cpu(streams),
         "## Concurrent streams (one frame per chunk; time to first chunk; failures by code)",

@@ -47,7 +47,9 @@ import grpc
 import structlog
 
 from bench.common import (
+    CHECKS_ONLY,
     CLIENT_CPU,
+    RECORDS_ONLY,
     SERVER_CPU,
     Size,
     bench_size,
@@ -62,6 +64,7 @@ from consumer.children import read_listening_port, start_producer, stop_producer
 from consumer.client import StreamOptions, channel_options
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from shared.errors import ProtocolFailure, Status
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
@@ -187,9 +190,12 @@ def producer(workdir: Path, log_level: str = "info", *flags: str) -> Iterator[Se
 
 
 @contextmanager
-def bare_server() -> Iterator[Server]:
+def bare_server(trace: Path | None = None) -> Iterator[Server]:
+    """``bench.bare_server``; with ``trace``, writing the producer's four records per stream
+    there (the records-only server)."""
+    flags = [] if trace is None else ["--trace-file", str(trace)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_server", "--port", "0"],
+        [sys.executable, "-m", "bench.bare_server", "--port", "0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -198,7 +204,7 @@ def bare_server() -> Iterator[Server]:
         if port is None:
             raise RuntimeError("bench.bare_server did not start")
         pin(process.pid, SERVER_CPU)
-        yield Server("bare server", process, port)
+        yield Server("bare server" if trace is None else "records only", process, port)
     finally:
         stop_producer(process)
 
@@ -247,22 +253,51 @@ async def bare_read(channel: grpc.aio.Channel, request: pb.OpenRequest) -> Outco
     return Outcome(True, "ok", first)
 
 
-class BareClient:
-    """A bare grpc.aio client with the replywire side's channel policy."""
+async def checked_read(channel: grpc.aio.Channel, request: ReplyRequest) -> Outcome:
+    """``bare_read`` with the consumer's checks and nothing else: each chunk into the sans-IO
+    core (no logger: no records), then its verdict; no session, reader or queue."""
+    message = request.open_request()
+    core = request.consumer(sent=message)
+    started = time.perf_counter()
+    first: float | None = None
+    try:
+        async for chunk in pb_grpc.ReplyStreamStub(channel).Open(message):
+            if first is None:
+                first = time.perf_counter() - started
+            core.receive_data(chunk.data)
+    except grpc.aio.AioRpcError as error:
+        return Outcome(False, error.code().name, first)
+    except ProtocolFailure as failure:
+        return Outcome(False, f"invalid:{failure.reason.value}", first)
+    result = core.end_of_stream()
+    ok = result.status is Status.COMPLETE
+    return Outcome(ok, "ok" if ok else f"{result.status.value}:{result.reason}", first)
 
-    def __init__(self, target: str, options: StreamOptions, shared: bool) -> None:
+
+class BareClient:
+    """A bare grpc.aio client with the replywire side's channel policy; ``checks``: with the
+    consumer's checks (``checked_read``)."""
+
+    def __init__(
+        self, target: str, options: StreamOptions, shared: bool, *, checks: bool = False
+    ) -> None:
         self.target = target
         self.options = channel_options(options)
+        self.checks = checks
         self.shared: grpc.aio.Channel | None = None
         if shared:
             self.shared = grpc.aio.insecure_channel(target, options=self.options)
 
     async def once(self, request: ReplyRequest) -> Outcome:
-        message = fresh(request).open_request()
         if self.shared is not None:
-            return await bare_read(self.shared, message)
+            return await self._read(self.shared, fresh(request))
         async with grpc.aio.insecure_channel(self.target, options=self.options) as channel:
-            return await bare_read(channel, message)
+            return await self._read(channel, fresh(request))
+
+    async def _read(self, channel: grpc.aio.Channel, request: ReplyRequest) -> Outcome:
+        if self.checks:
+            return await checked_read(channel, request)
+        return await bare_read(channel, request.open_request())
 
     async def close(self) -> None:
         if self.shared is not None:
@@ -273,12 +308,13 @@ class BareClient:
 async def side(
     kind: str, server: Server, options: StreamOptions
 ) -> AsyncIterator[Callable[[ReplyRequest], Awaitable[Outcome]]]:
-    """One stream function for a round: the replywire client or a bare one (same policy)."""
+    """One stream function for a round: the replywire client, or a bare one (same policy;
+    ``checks``: with the consumer's checks)."""
     async with replywire_client(options) as client:
         if kind == "replywire":
             yield lambda request: replywire_once(client, request)
             return
-        bare = BareClient(server.target, options, shares_channel(client))
+        bare = BareClient(server.target, options, shares_channel(client), checks=kind == "checks")
         try:
             yield bare.once
         finally:
@@ -327,10 +363,17 @@ async def compare(
     """Every side once per round, the order rotated each round."""
 
     def side_round(name: str) -> Callable[[], Awaitable[Round]]:
-        kind = "replywire" if name.startswith("replywire") else "bare"
-        return lambda: run(kind, sides[name], request, n)
+        return lambda: run(client_kind(name), sides[name], request, n)
 
     return await alternate_rounds({name: side_round(name) for name in sides}, rounds)
+
+
+def client_kind(side: str) -> str:
+    """The client a side's name says: the replywire consumer, the checks-only client, or
+    the bare one."""
+    if side.startswith("replywire"):
+        return "replywire"
+    return "checks" if side == CHECKS_ONLY else "bare"
 
 
 async def alternate_rounds(
@@ -399,6 +442,16 @@ def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
         row["replywire_over_bare_client"] = ratio(
             ours["streams_per_s"], sides["bare client"]["streams_per_s"]
         )
+    if CHECKS_ONLY in sides:  # the ceiling of any consumer that checks what it reads
+        checks = sides[CHECKS_ONLY]
+        row["checks_only_over_bare_pair"] = ratio(checks["streams_per_s"], pair["streams_per_s"])
+        row["checks_only_client_cpu_over_bare_pair"] = ratio(
+            checks["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"]
+        )
+    if RECORDS_ONLY in sides:  # the floor of a producer that records every transition
+        row["records_only_server_cpu_over_bare_server"] = ratio(
+            sides[RECORDS_ONLY]["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"]
+        )
     return row
 
 
@@ -429,8 +482,15 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
 async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
     out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
     out["pinning"] = pinning()
-    with producer(workdir) as ours, bare_server() as bare:
-        sides = {"replywire": ours, "bare client": ours, "bare pair": bare}
+    records_trace = workdir / "records-only.trace.jsonl"
+    with producer(workdir) as ours, bare_server() as bare, bare_server(records_trace) as records:
+        sides = {
+            "replywire": ours,
+            "bare client": ours,
+            "bare pair": bare,
+            CHECKS_ONLY: bare,
+            RECORDS_ONLY: records,
+        }
         policy = shares_channel(replywire_client(StreamOptions(target=ours.target)))
         out["channel_policy"] = "one channel, shared" if policy else "a new channel per stream"
         out["sequential"] = {}
@@ -441,7 +501,7 @@ async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
             )
             out["sequential"][chunking] = with_ratios({k: summary(v) for k, v in runs.items()})
         out["concurrency"] = {}
-        pair = {"replywire": ours, "bare pair": bare}
+        pair = {"replywire": ours, "bare pair": bare, CHECKS_ONLY: bare}
         for n in plan.concurrency:
             runs = await compare(
                 concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds

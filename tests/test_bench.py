@@ -8,6 +8,8 @@ are not asserted: they are measurements (bench/results.md has the full run).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,9 +21,19 @@ import pytest
 
 from bench.common import process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
-from bench.streams import CHUNKINGS, PerStreamClient, replywire_client, shares_channel
+from bench.streams import (
+    CHUNKINGS,
+    BareClient,
+    Outcome,
+    PerStreamClient,
+    bare_server,
+    replywire_client,
+    request_for,
+    shares_channel,
+)
 from consumer.children import stop_process
 from consumer.client import ReplyClient, StreamOptions
+from shared.wire.chunking import ChunkPlan
 from tests.processes import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +85,22 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
     assert list(streams["sequential"]) == list(CHUNKINGS)
     assert streams["channel_policy"] == "one channel, shared"
     for row in streams["sequential"].values():
-        assert set(row["sides"]) == {"replywire", "bare client", "bare pair"}
+        assert set(row["sides"]) == {
+            "replywire",
+            "bare client",
+            "bare pair",
+            "checks only",
+            "records only",
+        }
         assert all(side["failures"] == {} for side in row["sides"].values())
         assert all(side["streams"] == 2 or side["streams"] == 3 for side in row["sides"].values())
         assert row["replywire_over_bare_pair"] > 0
         assert row["replywire_over_bare_client"] > 0
+        assert row["checks_only_over_bare_pair"] > 0
+        assert row["records_only_server_cpu_over_bare_server"] > 0
     for row in streams["concurrency"].values():
-        assert set(row["sides"]) == {"replywire", "bare pair"}
+        assert set(row["sides"]) == {"replywire", "bare pair", "checks only"}
+        assert row["checks_only_over_bare_pair"] > 0
         for side in row["sides"].values():
             assert side["failures"] == {}
             assert side["first_chunk_ms_p50"] is not None
@@ -167,3 +188,43 @@ def test_a_process_s_cpu_is_read_to_below_a_clock_tick() -> None:
         assert precise != round(precise, 2)  # not a whole number of 10 ms ticks
     finally:
         stop_process(burner)
+
+
+@pytest.mark.timeout(60)
+def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) -> None:
+    """The checks-only client judges each reply with the consumer's core (a reply bound to
+    another request is refused by name); the records-only server writes the producer's four
+    transition records per stream, and nothing else."""
+    trace = tmp_path / "records.jsonl"
+    request = request_for(ChunkPlan.parse("64"))
+    other = dataclasses.replace(request, binding={**request.binding, "case_id": "another"})
+
+    async def streams(target: str) -> list[Outcome]:
+        client = BareClient(target, StreamOptions(target=target), True, checks=True)
+        try:
+            return [await client.once(request), await client.once(other)]
+        finally:
+            await client.close()
+
+    with bare_server(trace) as server:
+        ok, refused = asyncio.run(streams(server.target))
+    assert (ok.ok, ok.code) == (True, "ok")
+    assert (refused.ok, refused.code) == (False, "invalid:frame_request_mismatch")
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    by_stream: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        assert record["event"] == "state_changed"
+        by_stream.setdefault(record["stream_id"], []).append(record)
+    assert len(by_stream) == 2
+    # The refused stream's consumer went away after its first chunk: the server may or may
+    # not have written them all by then; either way the stream has its final state.
+    ended = {"completed", "cancelled_by_consumer"}
+    for stream in by_stream.values():
+        states = [r["to_state"] for r in stream]
+        assert states[:3] == ["received", "verified", "streaming"]
+        assert len(states) == 4 and states[3] in ended
+        assert {r["side"] for r in stream} == {"producer"}
+        assert stream[1]["chunks"] == "64"
+    first = next(iter(by_stream.values()))  # the ok stream ran first
+    assert first[3]["to_state"] == "completed"
+    assert first[3]["chunks_sent"] == first[1]["planned_chunks"] > 1
