@@ -65,6 +65,7 @@ from consumer.client import StreamOptions, channel_options
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.errors import ProtocolFailure, Status
+from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
@@ -240,35 +241,26 @@ async def replywire_once(client: Any, request: ReplyRequest) -> Outcome:
     return Outcome(ok, code, None if first is None else first - started)
 
 
-async def bare_read(channel: grpc.aio.Channel, request: pb.OpenRequest) -> Outcome:
+async def bare_read(
+    channel: grpc.aio.Channel, request: pb.OpenRequest, core: ReplyConsumer | None = None
+) -> Outcome:
+    """One stream read by a bare client; with ``core``, with the consumer's checks and
+    nothing else: each chunk into the sans-IO core (made with no logger: no records), then
+    its verdict; no session, reader or queue."""
     started = time.perf_counter()
     first: float | None = None
     try:
         async for chunk in pb_grpc.ReplyStreamStub(channel).Open(request):
             if first is None:
                 first = time.perf_counter() - started
-            del chunk
-    except grpc.aio.AioRpcError as error:
-        return Outcome(False, error.code().name, first)
-    return Outcome(True, "ok", first)
-
-
-async def checked_read(channel: grpc.aio.Channel, request: ReplyRequest) -> Outcome:
-    """``bare_read`` with the consumer's checks and nothing else: each chunk into the sans-IO
-    core (no logger: no records), then its verdict; no session, reader or queue."""
-    message = request.open_request()
-    core = request.consumer(sent=message)
-    started = time.perf_counter()
-    first: float | None = None
-    try:
-        async for chunk in pb_grpc.ReplyStreamStub(channel).Open(message):
-            if first is None:
-                first = time.perf_counter() - started
-            core.receive_data(chunk.data)
+            if core is not None:
+                core.receive_data(chunk.data)
     except grpc.aio.AioRpcError as error:
         return Outcome(False, error.code().name, first)
     except ProtocolFailure as failure:
         return Outcome(False, f"invalid:{failure.reason.value}", first)
+    if core is None:
+        return Outcome(True, "ok", first)
     result = core.end_of_stream()
     ok = result.status is Status.COMPLETE
     return Outcome(ok, "ok" if ok else f"{result.status.value}:{result.reason}", first)
@@ -276,7 +268,7 @@ async def checked_read(channel: grpc.aio.Channel, request: ReplyRequest) -> Outc
 
 class BareClient:
     """A bare grpc.aio client with the replywire side's channel policy; ``checks``: with the
-    consumer's checks (``checked_read``)."""
+    consumer's checks (``bare_read`` with a core)."""
 
     def __init__(
         self, target: str, options: StreamOptions, shared: bool, *, checks: bool = False
@@ -295,9 +287,9 @@ class BareClient:
             return await self._read(channel, fresh(request))
 
     async def _read(self, channel: grpc.aio.Channel, request: ReplyRequest) -> Outcome:
-        if self.checks:
-            return await checked_read(channel, request)
-        return await bare_read(channel, request.open_request())
+        message = request.open_request()
+        core = request.consumer(sent=message) if self.checks else None
+        return await bare_read(channel, message, core)
 
     async def close(self) -> None:
         if self.shared is not None:
