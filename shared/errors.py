@@ -69,6 +69,10 @@ class Reason(StrEnum):
     RESUME_BINDING_MISMATCH = "resume_binding_mismatch"
     GENERATOR_LOST = "generator_lost"
     REPLY_ABANDONED = "reply_abandoned"
+    IDENTITY_STREAM_LIMIT = "identity_stream_limit"
+    REPLY_LOG_UNAVAILABLE = "reply_log_unavailable"
+    REPLY_LOG_LIMIT = "reply_log_limit"
+    HEALTH_WATCH_LIMIT = "health_watch_limit"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -126,6 +130,7 @@ class Reason(StrEnum):
     # --- terminals the producer sends in controlled faults (lab) ----------
     CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
+    CONTROLLED_TRANSPORT_ABORT = "controlled_transport_abort"
 
     @property
     def status(self) -> Status:
@@ -199,6 +204,22 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.REPLY_ABANDONED: _info(
         _E, "UNAVAILABLE", "no consumer came back within --detach-grace-s: generation stopped"
+    ),
+    Reason.IDENTITY_STREAM_LIMIT: _info(
+        _R,
+        "RESOURCE_EXHAUSTED",
+        "the caller already has --max-streams-per-identity streams open; try later",
+    ),
+    Reason.REPLY_LOG_UNAVAILABLE: _info(
+        _E, "UNAVAILABLE", "the reply log could not be read or written: the reply ended there"
+    ),
+    Reason.REPLY_LOG_LIMIT: _info(
+        _E,
+        "RESOURCE_EXHAUSTED",
+        "the reply outgrew --reply-log-max-frames or --reply-log-max-bytes: generation stopped",
+    ),
+    Reason.HEALTH_WATCH_LIMIT: _info(
+        _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-health-watches Watch streams"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"
@@ -323,12 +344,22 @@ REASONS: dict[Reason, ReasonInfo] = {
         Status.CANCELLED, "CANCELLED", "the producer sent a cancel terminal"
     ),
     Reason.CONTROLLED_LOCAL_ERROR: _info(_E, "INTERNAL", "the producer sent an error terminal"),
+    Reason.CONTROLLED_TRANSPORT_ABORT: _info(
+        _E, "UNAVAILABLE", "the producer ended the RPC mid-stream on purpose (a controlled fault)"
+    ),
 }
 
 #: How a shared reply ended without its terminal that its readers are told as that reason
 #: (the producer's status details, also to a late resume), never resumed: the consumer
 #: ends with it, not with ``transport_io_error``.
-REPLY_ENDINGS: frozenset[Reason] = frozenset({Reason.GENERATOR_LOST, Reason.REPLY_ABANDONED})
+REPLY_ENDINGS: frozenset[Reason] = frozenset(
+    {
+        Reason.GENERATOR_LOST,
+        Reason.REPLY_ABANDONED,
+        Reason.REPLY_LOG_UNAVAILABLE,
+        Reason.REPLY_LOG_LIMIT,
+    }
+)
 
 
 class ReplywireError(Exception):
