@@ -82,7 +82,9 @@ DEFAULT_RESUME_ATTEMPTS: Final = 3
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
 CANCEL_TIMEOUT_S: Final = 2.0
 #: Named endings of the producer that are a broken transport, not a verdict: resumable.
-RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
+RESUMABLE_REASONS: Final = frozenset(
+    {Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT, Reason.CONTROLLED_TRANSPORT_ABORT}
+)
 #: A producer that does not stream says why in the status details: one of these codes.
 KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value

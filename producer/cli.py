@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import redis
 import structlog
 
+from producer.admission import default_per_identity
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Ledger, Rates
@@ -108,6 +109,10 @@ def stream_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
     return value
+
+
+def optional_count(text: str) -> int | None:
+    return stream_count(text) if text else None
 
 
 def optional_port(text: str) -> int | None:
@@ -219,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=stream_count,
         default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
         help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
+    )
+    parser.add_argument(
+        "--max-streams-per-identity",
+        type=optional_count,
+        default=env("MAX_STREAMS_PER_IDENTITY", ""),
+        help="with --auth-tokens: streams one caller may hold at once (default: a quarter of "
+        "--max-streams); one more is refused RESOURCE_EXHAUSTED / identity_stream_limit. "
+        "Without tokens every caller is one identity and only --max-streams applies",
     )
     parser.add_argument(
         "--max-pending",
@@ -469,6 +482,8 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         min_ping_interval_s=args.min_ping_interval_s,
         exposure=exposure,
         max_streams=args.max_streams,
+        max_streams_per_identity=args.max_streams_per_identity
+        or default_per_identity(args.max_streams),
         max_pending=args.max_pending,
         metrics=metrics,
         log_limits=limits,
@@ -511,6 +526,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         mutual_tls=args.tls_client_ca is not None,
         tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
         max_streams=args.max_streams,
+        max_streams_per_identity=servicer.admission.max_per_identity,
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,

@@ -1,22 +1,32 @@
 """The reply log in Redis Streams (``--reply-log redis://HOST:PORT/DB``): replicas share it.
 
-Key layout, under a prefix (default ``replywire:replies:``), per stream id::
+Key layout, under a prefix (default ``replywire:replies:``), per reply: its key
+(``replylog.ReplyKey``: the caller's identity and the stream id, each percent-encoded,
+joined by ``/``) in braces, a Redis Cluster hash tag that keeps a reply's keys, which
+every script touches together, in one slot::
 
-    PREFIX ID:meta   hash    binding (the binding hash), wire
-    PREFIX ID:log    stream  one entry per frame, id ``0-SEQUENCE``, field ``d`` = its
-                             wire bytes; then one end entry, field ``e`` = "" (the
-                             terminal frame was the last entry) or the error reason code
-    PREFIX ID:lease  string  the generating process's token, ``SET ... PX lease``
-    PREFIX ID:cancel list    callers whose ``Cancel`` reached another replica: the
-                             generator pops them (``BLPOP``) and stops if one started it
+    PREFIX{IDENTITY/ID}:meta   hash    binding (the binding hash), wire
+    PREFIX{IDENTITY/ID}:log    stream  one entry per frame, id ``0-SEQUENCE``, field ``d``
+                                       = its wire bytes; then one end entry, field ``e``
+                                       = "" (the terminal frame was the last entry) or
+                                       the error reason code
+    PREFIX{IDENTITY/ID}:lease  string  the generating process's token, ``SET ... PX``
+    PREFIX{IDENTITY/ID}:cancel list    ``Cancel`` requests that reached another replica:
+                                       the generator pops them (``BLPOP``) and stops
+
+Another identity's Open of the same stream id names other keys: it never attaches to,
+reads, blocks or learns of this reply.
 
 The generator holds the lease: it claims it with ``SET NX PX`` when it creates the
 reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
 one Lua script that first checks the lease is still its own, so a generator that lost
-its lease writes nothing more. Readers ``XREAD BLOCK`` from ``0-AFTER`` and follow the
-stream to its end entry; a reader that waits while the lease is gone and no end entry
-came ends with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
-generator's last refresh). Another process may then create the reply anew (a source
+its lease writes nothing more (its write raises ``ReplyLogFailed``: ``generator_lost``;
+a Redis error: ``reply_log_unavailable``). Readers ``XREAD BLOCK`` from ``0-AFTER`` and
+follow the stream to its end entry; a read from at or past the end of an ended reply
+ends at once, as the memory log's does; a reader that waits while the lease is gone and
+no end entry came ends with ``generator_lost`` (at most ``lease_s`` plus a quarter of
+it after the generator's last refresh); a reader that cannot reach Redis ends with
+``reply_log_unavailable``. Another process may then create the reply anew (a source
 that regenerates): the create claims the lease first, then empties the stream.
 
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
@@ -41,7 +51,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
-from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy
+from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
@@ -53,9 +63,14 @@ MAX_CANCEL_REQUESTS: Final = 16
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
 
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire.
+# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire. A reply
+# that is being generated (its lease is held) or complete (its end entry is empty) is
+# never claimed: whoever claims the lease first generates it.
 _CREATE: Final = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if tail and tail[2][1] == 'e' and tail[2][2] == '' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
@@ -109,23 +124,29 @@ class RedisReply:
     def __init__(
         self,
         log: RedisReplyLog,
-        stream_id: str,
+        key: ReplyKey,
         binding_sha256: str,
         wire: str,
         error: str | None = None,
+        frames: int = 0,
     ) -> None:
-        self.stream_id = stream_id
+        self.key = key
         self.binding_sha256 = binding_sha256
         self.wire = wire
         self.error = error
         self._log = log
-        self._keys = log.keys(stream_id)
+        self._keys = log.keys(key)
         self._token: str | None = None
-        self._last = 0
+        #: Frames logged: found so (a reader's snapshot), or written (the generator's).
+        self._last = frames
         self._size = 0
         self._ended = False
         self._refresher: asyncio.Task[None] | None = None
         self._on_cancel: Callable[[str], None] | None = None
+
+    @property
+    def frames(self) -> int:
+        return self._last
 
     def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
         """While this process generates the reply, call ``on_cancel(caller)`` for each
@@ -135,7 +156,7 @@ class RedisReply:
     def generate(self, token: str) -> None:
         """This process generates the reply: refresh its lease until it ends."""
         self._token = token
-        self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.stream_id}")
+        self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.key}")
 
     async def _refresh(self) -> None:
         limits = self._log.limits
@@ -176,15 +197,22 @@ class RedisReply:
 
     async def append(self, entry: Entry) -> None:
         if self._ended or self._token is None:
-            raise RuntimeError(f"reply {self.stream_id} is not generated here")
+            raise RuntimeError(f"reply {self.key} is not generated here")
         if entry.sequence != self._last + 1:
             raise ValueError(f"sequence {entry.sequence}, expected {self._last + 1}")
         limits = self._log.limits
         if entry.sequence > limits.max_frames or self._size + len(entry.data) > limits.max_bytes:
-            await self.end(Reason.INTERNAL_ERROR.value)
-            return
-        if not await self._write(f"0-{entry.sequence}", "d", entry.data, self._expire_s):
-            raise RuntimeError(f"lost the lease of reply {self.stream_id}")
+            await self.end(Reason.REPLY_LOG_LIMIT.value)
+            raise ReplyLogFailed(
+                Reason.REPLY_LOG_LIMIT,
+                f"over {limits.max_frames} frames or {limits.max_bytes} bytes",
+            )
+        try:
+            written = await self._write(f"0-{entry.sequence}", "d", entry.data, self._expire_s)
+        except aioredis.RedisError as error:
+            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
+        if not written:
+            raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
         self._last = entry.sequence
         self._size += len(entry.data)
 
@@ -193,8 +221,6 @@ class RedisReply:
 
     async def extend(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            if self._ended:  # a bound ended it
-                return
             await self.append(entry)
 
     @property
@@ -211,12 +237,24 @@ class RedisReply:
         try:
             await self._write(f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s)
         except aioredis.RedisError as failure:  # its readers will see the lease lapse
-            structlog.get_logger().warning("reply_end_not_logged", detail=str(failure))
+            structlog.get_logger().warning("reply_end_not_logged", detail=type(failure).__name__)
 
     async def read(self, after: int) -> AsyncIterator[Entry]:
+        try:
+            async for entry in self._read(max(after, 0)):
+                yield entry
+        except aioredis.RedisError as error:
+            structlog.get_logger().warning("reply_log_read_failed", detail=type(error).__name__)
+            raise LogEnded(Reason.REPLY_LOG_UNAVAILABLE.value) from error
+
+    async def _read(self, after: int) -> AsyncIterator[Entry]:
         client, log_key = self._log.client, self._keys[1]
         block_ms = _ms(self._log.limits.lease_s / 4)
-        last = f"0-{max(after, 0)}"
+        last = f"0-{after}"
+        # A read from at or past the end of an ended reply ends now: XREAD would see nothing
+        # after it, and the lease is gone.
+        if after and _ended_by(await client.xrevrange(log_key, count=1), after):
+            return
         while True:
             batch = await client.xread({log_key: last}, count=READ_COUNT, block=block_ms)
             if not batch and not await client.exists(self._keys[0]):
@@ -224,6 +262,9 @@ class RedisReply:
                 # there now if the generator ended the reply.
                 batch = await client.xread({log_key: last}, count=READ_COUNT)
                 if not batch:
+                    read_to = int(last.partition("-")[2])
+                    if _ended_by(await client.xrevrange(log_key, count=1), read_to):
+                        return
                     raise LogEnded(Reason.GENERATOR_LOST.value)
             for entry_id, fields in batch[0][1] if batch else ():
                 if b"e" in fields:
@@ -251,69 +292,76 @@ class RedisReplyLog:
         )
         self.scripts = _Scripts(self.client)
 
-    def keys(self, stream_id: str) -> list[str]:
-        """The lease, log, meta and cancel keys of a stream id."""
-        base = f"{self.prefix}{stream_id}:"
+    def keys(self, key: ReplyKey) -> list[str]:
+        """The lease, log, meta and cancel keys of a reply."""
+        base = f"{self.prefix}{{{key.token}}}:"
         return [base + "lease", base + "log", base + "meta", base + "cancel"]
 
     async def check(self) -> None:
         """Raises ``redis.RedisError`` unless the server answers."""
         await self.client.ping()
 
-    async def find(self, stream_id: str) -> RedisReply | None:
-        lease, log_key, meta, _ = self.keys(stream_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
-            fields, leased, tail = await pipe.execute()
+    async def find(self, key: ReplyKey) -> RedisReply | None:
+        lease, log_key, meta, _ = self.keys(key)
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
+                fields, leased, tail = await pipe.execute()
+        except aioredis.RedisError as error:
+            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
             return None
         return RedisReply(
             self,
-            stream_id,
+            key,
             fields[b"binding"].decode(),
             fields[b"wire"].decode(),
             _ending(tail, bool(leased)),
+            _frames(tail),
         )
 
-    async def create(self, stream_id: str, binding_sha256: str, wire: str) -> RedisReply:
-        known = await self.find(stream_id)
+    async def create(self, key: ReplyKey, binding_sha256: str, wire: str) -> RedisReply:
+        known = await self.find(key)
         if known is not None and known.error is None:
-            raise ReplyBusy(f"reply {stream_id} is being generated or complete")
+            raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
-        claimed = await self.scripts.create(
-            keys=self.keys(stream_id),
-            args=[
-                token,
-                _ms(self.limits.lease_s),
-                _ms(self.limits.lease_s + self.limits.ttl_s),
-                binding_sha256,
-                wire,
-            ],
-        )
+        try:
+            claimed = await self.scripts.create(
+                keys=self.keys(key),
+                args=[
+                    token,
+                    _ms(self.limits.lease_s),
+                    _ms(self.limits.lease_s + self.limits.ttl_s),
+                    binding_sha256,
+                    wire,
+                ],
+            )
+        except aioredis.RedisError as error:
+            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not claimed:
-            raise ReplyBusy(f"reply {stream_id} is being generated elsewhere")
-        reply = RedisReply(self, stream_id, binding_sha256, wire)
+            raise ReplyBusy(f"reply {key} is being generated elsewhere")
+        reply = RedisReply(self, key, binding_sha256, wire)
         reply.generate(token)
         return reply
 
-    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
-        """Relay ``caller``'s ``Cancel`` to the replica generating the reply; True once the
-        reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody generates
-        it, the generator did not stop in time (or not for this caller), or Redis fails."""
-        lease, _, _, cancel = self.keys(stream_id)
+    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
+        """Relay the key's caller's ``Cancel`` to the replica generating the reply; True once
+        the reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody
+        generates it, the generator did not stop in time, or Redis fails."""
+        lease, _, _, cancel = self.keys(key)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            args = [caller, expire_ms, MAX_CANCEL_REQUESTS]
+            args = [key.identity, expire_ms, MAX_CANCEL_REQUESTS]
             if not await self.scripts.cancel(keys=[lease, cancel], args=args):
                 return False
-            return await self._ended_cancelled(stream_id, wait_s)
+            return await self._ended_cancelled(key, wait_s)
         except aioredis.RedisError as error:
-            structlog.get_logger().warning("cancel_not_relayed", detail=str(error))
+            structlog.get_logger().warning("cancel_not_relayed", detail=type(error).__name__)
             return False
 
-    async def _ended_cancelled(self, stream_id: str, wait_s: float) -> bool:
+    async def _ended_cancelled(self, key: ReplyKey, wait_s: float) -> bool:
         """Whether the reply ends ``consumer_cancelled`` within ``wait_s`` (polled)."""
-        lease, log_key, _, _ = self.keys(stream_id)
+        lease, log_key, _, _ = self.keys(key)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
         while True:
@@ -332,7 +380,30 @@ class RedisReplyLog:
             await self.client.aclose()
 
 
-def _ending(tail: list[tuple[bytes, dict[bytes, bytes]]], leased: bool) -> str | None:
+Tail = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+def _frames(tail: Tail) -> int:
+    """Frames logged, from the log's last entry (an end entry follows the last frame)."""
+    if not tail:
+        return 0
+    entry_id, fields = tail[0]
+    sequence = int(entry_id.decode().partition("-")[2])
+    return sequence - 1 if b"e" in fields else sequence
+
+
+def _ended_by(tail: Tail, after: int) -> bool:
+    """Whether the reply has ended with nothing after ``after`` left to read: True when it
+    is complete; raises ``LogEnded`` with its error ending; False while there is more."""
+    if not tail or b"e" not in tail[0][1] or after < _frames(tail):
+        return False
+    ending = tail[0][1][b"e"]
+    if ending:
+        raise LogEnded(ending.decode())
+    return True
+
+
+def _ending(tail: Tail, leased: bool) -> str | None:
     """How a reply ended from its last entry and its lease: None while it is generated (or
     once it is complete), else the error reason code."""
     last: dict[bytes, Any] = tail[0][1] if tail else {}

@@ -1,23 +1,23 @@
 """The reply log: a reply is generated once, and every delivery of it reads the log.
 
-A logged reply is keyed by its stream id and holds the binding hash, the wire format,
-each application frame's encoded wire bytes with its sequence number, and how it ended
+A logged reply is named by its ``ReplyKey``, the caller's identity and the stream id:
+the same stream id under another identity is another, unrelated reply, which never
+learns that this one exists. It holds the binding hash, the wire format, each
+application frame's encoded wire bytes with its sequence number, and how it ended
 (``done`` / ``error`` / ``cancel`` when its terminal frame was logged, or an error ending
 when generation stopped without one). A delivery reads it from ``resume_after + 1`` and
-follows it until the end; chunking (transport fragments) and transport faults belong to
-the delivery, never to the log.
+follows it until the end (a read from at or past the end of an ended reply ends at
+once); chunking (transport fragments) and transport faults belong to the delivery,
+never to the log.
 
 The interface (``ReplyLog``, ``LoggedReply``) is small on purpose: the in-process
 backend (``MemoryReplyLog``) and the Redis Streams one that replicas share
-(``producer.redis_replylog``) are behind it. Everything is
-bounded (``LogLimits``): frames and bytes per reply, replies kept, and how long an ended
-reply is kept (its TTL). A reply over its frame or byte bound ends with the error ending
-``internal_error``. ``Generation`` runs a reply's frames into the log as a task of its
-own, so that generation goes on after its consumer disconnects, for ``detach_grace_s``:
-if no delivery attaches again by then, the generation is stopped (its upstream
-closed) and the log ends with the error ending ``reply_abandoned``. A generation is
-stopped with its own reason (``Generation.stop``): ``consumer_cancelled`` (the ``Cancel``
-RPC), ``producer_shutdown`` (the producer stops), ``reply_abandoned`` (the grace).
+(``producer.redis_replylog``) are behind it. Everything is bounded (``LogLimits``):
+frames and bytes per reply, replies kept, and how long an ended reply is kept (its
+TTL). A write the log cannot take raises ``ReplyLogFailed`` with a registered reason:
+over the frame or byte bound ``reply_log_limit`` (the log has ended the reply so), a
+lost lease ``generator_lost``, a store that fails ``reply_log_unavailable``. Who writes
+the log, and ends it however it fails, is ``producer.generation``.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
+from urllib.parse import quote
 
-import structlog
-
-from shared.errors import Reason, RequestRefused
+from shared.errors import Reason, ReplywireError, RequestRefused
 from shared.frames import Frame
 
 DEFAULT_MAX_FRAMES: Final = 10_000
@@ -62,6 +61,24 @@ class LogLimits:
         for name in ("ttl_s", "detach_grace_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyKey:
+    """What names a reply everywhere (the log, the generations, Redis keys, ``Cancel``):
+    the authenticated caller and the stream id it chose."""
+
+    identity: str
+    stream_id: str
+
+    @property
+    def token(self) -> str:
+        """The key as one string with no separator of its own inside either part (each
+        part percent-encoded), for stores that name things by strings (Redis keys)."""
+        return f"{quote(self.identity, safe='')}/{quote(self.stream_id, safe='')}"
+
+    def __str__(self) -> str:
+        return self.token
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +123,30 @@ class LogEnded(Exception):
 
 
 class ReplyBusy(ValueError):
-    """``create`` of a stream id whose reply is being generated, or complete, already."""
+    """``create`` of a key whose reply is being generated, or complete, already."""
+
+
+class ReplyLogFailed(ReplywireError):
+    """The log could not do what was asked: ``reason`` is ``reply_log_limit`` (a write
+    over a bound), ``generator_lost`` (a write by a generator that lost its lease) or
+    ``reply_log_unavailable`` (the store failed). A generation stops at once."""
 
 
 class LoggedReply(Protocol):
-    stream_id: str
+    key: ReplyKey
     binding_sha256: str
     wire: str
     #: The error ending (a reason code), once the reply ended without its terminal.
     error: str | None
 
+    @property
+    def frames(self) -> int:
+        """Frames logged (when found; a generator's own handle counts as it writes)."""
+        ...
+
     async def append(self, entry: Entry) -> None:
-        """Log the next frame (sequence = last + 1). Over a bound the reply ends in error."""
+        """Log the next frame (sequence = last + 1). Raises ``ReplyLogFailed`` when the log
+        cannot take it (over a bound the reply has then ended ``reply_log_limit``)."""
         ...
 
     async def extend(self, entries: Sequence[Entry]) -> None:
@@ -132,12 +161,15 @@ class LoggedReply(Protocol):
     def log_now(self, entries: Sequence[Entry]) -> bool:
         """A reply just created, that nobody reads yet: log all of its frames (known in
         advance) and end it, as ``extend`` then ``end`` would, without waiting for
-        anything; False (nothing done) when this log cannot."""
+        anything (over a bound it ends ``reply_log_limit``); False (nothing done) when
+        this log cannot."""
         ...
 
     def read(self, after: int) -> AsyncIterator[Entry]:
         """Entries with sequence > ``after``, following the log until it ends; raises
-        ``LogEnded`` after the last entry when the reply ended with an error."""
+        ``LogEnded`` after the last entry when the reply ended with an error, at once when
+        ``after`` is at or past the end of an ended reply, and ``LogEnded``
+        (``reply_log_unavailable``) when the log cannot be read."""
         ...
 
     def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
@@ -149,21 +181,23 @@ class LoggedReply(Protocol):
 class ReplyLog(Protocol):
     limits: LogLimits
 
-    async def find(self, stream_id: str) -> LoggedReply | None:
-        """The reply as it is now (``error`` set if it ended without its terminal)."""
+    async def find(self, key: ReplyKey) -> LoggedReply | None:
+        """The reply as it is now (``error`` set if it ended without its terminal). Raises
+        ``ReplyLogFailed`` (``reply_log_unavailable``) when the log cannot be read."""
         ...
 
-    async def create(self, stream_id: str, binding_sha256: str, wire: str) -> LoggedReply:
-        """A new, empty reply, generated by this process; it replaces one that ended in
-        error (a regeneration). Raises ``ReplyBusy`` if the stream id's reply is being
-        generated or complete; the memory log refuses ``stream_limit`` when max replies
-        are kept and none has ended (an ended one is dropped to make room, the oldest
-        first)."""
+    async def create(self, key: ReplyKey, binding_sha256: str, wire: str) -> LoggedReply:
+        """A new, empty reply, generated by this process (the claim: whoever creates it
+        makes it); it replaces one that ended in error (a regeneration). Raises
+        ``ReplyBusy`` if the key's reply is being generated or complete, and
+        ``ReplyLogFailed`` when the log cannot be written; the memory log refuses
+        ``stream_limit`` when max replies are kept and none has ended (an ended one is
+        dropped to make room, the oldest first)."""
         ...
 
-    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
-        """Relay a ``Cancel`` to the replica generating the reply (a shared log); True once
-        the reply ended ``consumer_cancelled`` within ``wait_s``."""
+    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
+        """Relay the key's caller's ``Cancel`` to the replica generating the reply (a
+        shared log); True once the reply ended ``consumer_cancelled`` within ``wait_s``."""
         ...
 
     async def aclose(self) -> None: ...
@@ -174,13 +208,13 @@ class MemoryReply:
 
     def __init__(
         self,
-        stream_id: str,
+        key: ReplyKey,
         binding_sha256: str,
         wire: str,
         limits: LogLimits,
         clock: Callable[[], float],
     ) -> None:
-        self.stream_id = stream_id
+        self.key = key
         self.binding_sha256 = binding_sha256
         self.wire = wire
         self._limits = limits
@@ -195,6 +229,10 @@ class MemoryReply:
     def ended(self) -> bool:
         return self.ended_at is not None
 
+    @property
+    def frames(self) -> int:
+        return len(self.entries)
+
     async def append(self, entry: Entry) -> None:
         await self.extend((entry,))
 
@@ -207,12 +245,17 @@ class MemoryReply:
                 self.size = size
                 self._changed.notify_all()
         if over:
-            await self.end(Reason.INTERNAL_ERROR.value)
+            await self.end(Reason.REPLY_LOG_LIMIT.value)
+            raise ReplyLogFailed(Reason.REPLY_LOG_LIMIT, self._over_detail())
+
+    def _over_detail(self) -> str:
+        limits = self._limits
+        return f"over {limits.max_frames} frames or {limits.max_bytes} bytes"
 
     def _fitting(self, entries: Sequence[Entry]) -> tuple[list[Entry], int, bool]:
         """The entries that fit the bounds, the size with them, and whether one did not."""
         if self.ended:
-            raise RuntimeError(f"reply {self.stream_id} already ended")
+            raise RuntimeError(f"reply {self.key} already ended")
         count, size = len(self.entries), self.size
         max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
         if (
@@ -244,10 +287,10 @@ class MemoryReply:
     def log_now(self, entries: Sequence[Entry]) -> bool:
         # Nobody to wake: no reader has the reply yet, so no lock and no notification.
         if self.entries:
-            raise RuntimeError(f"reply {self.stream_id} is being logged already")
+            raise RuntimeError(f"reply {self.key} is being logged already")
         fitting, size, over = self._fitting(entries)
         self.entries, self.size = fitting, size
-        self.error = Reason.INTERNAL_ERROR.value if over else None
+        self.error = Reason.REPLY_LOG_LIMIT.value if over else None
         self.ended_at = self._clock()
         return True
 
@@ -272,14 +315,14 @@ class MemoryReply:
 
 
 class MemoryReplyLog:
-    """The in-process backend: replies by stream id, oldest first."""
+    """The in-process backend: replies by key, oldest first."""
 
     def __init__(
         self, limits: LogLimits | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.limits = limits or LogLimits()
         self._clock = clock
-        self._replies: OrderedDict[str, MemoryReply] = OrderedDict()
+        self._replies: OrderedDict[ReplyKey, MemoryReply] = OrderedDict()
         #: No reply expires before this: a reply ended since the last look expires a TTL
         #: after it, so the replies are looked at once per expiry, not once per call.
         self._next_expiry = float("-inf")
@@ -294,24 +337,24 @@ class MemoryReplyLog:
             return
         ttl = self.limits.ttl_s
         self._next_expiry = now + ttl
-        for stream_id, reply in list(self._replies.items()):
+        for key, reply in list(self._replies.items()):
             if reply.ended_at is None:
                 continue
             if now - reply.ended_at >= ttl:
-                del self._replies[stream_id]
+                del self._replies[key]
             else:
                 self._next_expiry = min(self._next_expiry, reply.ended_at + ttl)
 
-    async def find(self, stream_id: str) -> MemoryReply | None:
+    async def find(self, key: ReplyKey) -> MemoryReply | None:
         self._expire()
-        return self._replies.get(stream_id)
+        return self._replies.get(key)
 
-    async def create(self, stream_id: str, binding_sha256: str, wire: str) -> MemoryReply:
+    async def create(self, key: ReplyKey, binding_sha256: str, wire: str) -> MemoryReply:
         self._expire()
-        known = self._replies.get(stream_id)
+        known = self._replies.get(key)
         if known is not None and known.error is None:
-            raise ReplyBusy(f"reply {stream_id} is already logged")
-        self._replies.pop(stream_id, None)
+            raise ReplyBusy(f"reply {key} is already logged")
+        self._replies.pop(key, None)
         while len(self._replies) >= self.limits.max_replies:
             oldest = next((key for key, r in self._replies.items() if r.ended), None)
             if oldest is None:
@@ -319,98 +362,12 @@ class MemoryReplyLog:
                     Reason.STREAM_LIMIT, f"{len(self._replies)} replies being generated"
                 )
             del self._replies[oldest]
-        reply = MemoryReply(stream_id, binding_sha256, wire, self.limits, self._clock)
-        self._replies[stream_id] = reply
+        reply = MemoryReply(key, binding_sha256, wire, self.limits, self._clock)
+        self._replies[key] = reply
         return reply
 
-    async def request_cancel(self, stream_id: str, caller: str, wait_s: float) -> bool:
+    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
         return False  # no other process generates a reply of this log
 
     async def aclose(self) -> None:
         return None
-
-
-class Generation:
-    """One reply's generation as a task of its own: ``frames`` are logged as they come
-    (a tuple: all at once; at once in the constructor, with no task, when the log can:
-    ``task`` is then a future that is done).
-
-    Deliveries ``attach()`` and ``detach()``; when the last one detaches before the reply
-    ended, generation goes on for ``grace_s``; if none attaches by then it is stopped
-    (``reply_abandoned``). A stopped generation's task is cancelled, ``on_abandoned`` runs
-    (it closes the upstream), and the log ends with the stop's reason.
-    """
-
-    def __init__(
-        self,
-        reply: LoggedReply,
-        frames: AsyncIterator[Entry] | tuple[Entry, ...],
-        *,
-        grace_s: float,
-        on_abandoned: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.reply = reply
-        self.grace_s = grace_s
-        self.attempts = 0
-        self._attached = 0
-        self._on_abandoned = on_abandoned
-        self._grace: asyncio.TimerHandle | None = None
-        self._frames = frames
-        #: Why the generation was stopped (the log's error ending); None: not stopped.
-        self.stopped: Reason | None = None
-        self.task: asyncio.Future[None]
-        if isinstance(frames, tuple) and reply.log_now(frames):  # logged and ended, here
-            self.task = asyncio.get_running_loop().create_future()
-            self.task.set_result(None)
-        else:
-            self.task = asyncio.create_task(self._run(), name=f"generation-{reply.stream_id}")
-
-    async def _run(self) -> None:
-        try:
-            if isinstance(self._frames, tuple):  # known in advance: logged at once
-                await self.reply.extend(self._frames)
-            else:
-                async for entry in self._frames:
-                    await self.reply.append(entry)
-            await self.reply.end()
-        except LogEnded as ended:  # the frames said the reply ends in error
-            await self.reply.end(ended.reason)
-        except asyncio.CancelledError:
-            await self.reply.end((self.stopped or Reason.PRODUCER_SHUTDOWN).value)
-            if self._on_abandoned is not None:
-                await self._on_abandoned()
-            raise
-        except Exception:  # the log says so; a delivery reading it ends internal_error
-            await self.reply.end(Reason.INTERNAL_ERROR.value)
-
-    def attach(self) -> int:
-        """A delivery starts; returns its attempt number (1 for the first)."""
-        self.attempts += 1
-        self._attached += 1
-        if self._grace is not None:
-            self._grace.cancel()
-            self._grace = None
-        return self.attempts
-
-    def detach(self) -> None:
-        self._attached -= 1
-        if self._attached == 0 and not self.task.done():
-            loop = asyncio.get_running_loop()
-            self._grace = loop.call_later(self.grace_s, self._abandon)
-
-    def stop(self, reason: Reason) -> bool:
-        """Stop generating now; the log ends ``reason``. False if it had already ended."""
-        if self.task.done():
-            return False
-        if self.stopped is None:
-            self.stopped = reason
-            structlog.get_logger().info(
-                "generation_stopped", stream_id=self.reply.stream_id, reason=reason.value
-            )
-        self.task.cancel()
-        return True
-
-    def _abandon(self) -> None:
-        self._grace = None
-        if self._attached == 0:
-            self.stop(Reason.REPLY_ABANDONED)

@@ -1,4 +1,5 @@
-"""A loopback TCP proxy that resets its first client connection after N bytes.
+"""A loopback TCP proxy that resets its first client connection after N bytes (or N
+seconds).
 
 It forwards both ways between a client (the consumer) and an upstream (the producer).
 On the first connection only, once it has forwarded ``reset_after`` bytes from the
@@ -18,10 +19,14 @@ from bench.loopback import READ_BYTES, LoopbackProxy, pipe
 
 
 class ResetProxy(LoopbackProxy):
-    def __init__(self, upstream_port: int, reset_after: int | None) -> None:
+    def __init__(
+        self, upstream_port: int, reset_after: int | None, *, reset_after_s: float | None = None
+    ) -> None:
         super().__init__(upstream_port)
         #: None: never reset (measures an unbroken connection).
         self.reset_after = reset_after
+        #: Reset the first connection this long after it opened, whatever it carried.
+        self.reset_after_s = reset_after_s
         self.connections = 0
         #: Bytes the upstream sent on the first connection, and where each read ended.
         self.first_bytes = 0
@@ -46,9 +51,15 @@ class ResetProxy(LoopbackProxy):
             return
         up_r, up_w = upstream
         uplink = asyncio.create_task(pipe(client_r, up_w))
+        timer = None
+        if first and self.reset_after_s is not None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self.reset_after_s, self._reset_both, client_w, up_w)
         try:
             await self._downlink(up_r, client_w, first)
         finally:
+            if timer is not None:
+                timer.cancel()
             uplink.cancel()
             up_w.close()
             client_w.close()
@@ -74,6 +85,10 @@ class ResetProxy(LoopbackProxy):
                     self.first_downlink += data
         except (ConnectionError, OSError):
             return
+
+    def _reset_both(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter) -> None:
+        self._reset(client)
+        upstream.transport.abort()
 
     def _reset(self, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")

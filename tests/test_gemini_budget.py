@@ -193,18 +193,25 @@ def test_open_then_cancel_leaves_no_reservation_behind(
     """Phase 1: the test holds the ledger's lock, so every open is cancelled while its
     reservation is being written; each is written, then released, and logged. Phase 2: the
     provider is slow to answer (``fake-slow-start``), so each open is cancelled after its
-    request was sent; those keep their reservations. Then a patient consumer is served."""
+    request was sent; those keep their reservations. Then a patient consumer is served.
+    A live reply is prepared by its generation, which outlives its consumer for the detach
+    grace (a resume would attach): a grace of 0 stops it as soon as its consumer leaves."""
     lock_path = tmp_path / "ledger.json.lock"
     requests_before = len(fake.log())
     first, second = 12, 6
-    with gemini_producer(tmp_path, fake, "fake-slow-start", "--budget-usd", "0.05") as running:
+    with gemini_producer(
+        tmp_path, fake, "fake-slow-start", "--budget-usd", "0.05", "--detach-grace-s", "0"
+    ) as running:
 
         def cancelled() -> int:
-            return sum(
+            """Streams whose consumer left, and whose generation has ended since."""
+            trace = running.trace()
+            left = sum(
                 1
-                for r in running.trace()
+                for r in trace
                 if r["event"] == "state_changed" and r["to_state"] == "cancelled_by_consumer"
             )
+            return min(left, sum(1 for r in trace if r["event"] == "generation_ended"))
 
         with lock_path.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from producer.redis_replylog import MAX_CANCEL_REQUESTS, RedisReply, RedisReplyLog
-from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy
+from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
 from tests.redis_server import RedisServer, redis_server
 
 LEASE_S = 0.4
+
+
+def key(stream_id: str, identity: str = "anonymous") -> ReplyKey:
+    return ReplyKey(identity, stream_id)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def replicas(
 
 
 async def read_all(log: RedisReplyLog, stream_id: str, after: int) -> list[tuple[int, bytes]]:
-    reply = await log.find(stream_id)
+    reply = await log.find(key(stream_id))
     assert reply is not None
     return [(entry.sequence, entry.data) async for entry in reply.read(after)]
 
@@ -49,7 +53,7 @@ async def close(*logs: RedisReplyLog) -> None:
 def test_a_reader_on_another_replica_follows_the_log_until_it_ends(server: RedisServer) -> None:
     async def scenario() -> None:
         a, b = replicas(server, "t1:")
-        reply = await a.create("s", "b" * 64, "lp")
+        reply = await a.create(key("s"), "b" * 64, "lp")
         assert not reply.log_now((Entry(1, b"x"),))  # each entry is a command: never at once
         early = asyncio.create_task(read_all(b, "s", 0))
         for sequence in (1, 2, 3):
@@ -58,12 +62,12 @@ def test_a_reader_on_another_replica_follows_the_log_until_it_ends(server: Redis
         await reply.end()
         assert await early == [(1, b"\1" * 3), (2, b"\2" * 3), (3, b"\3" * 3)]
         assert [s for s, _ in await read_all(b, "s", 2)] == [3]
-        found = await b.find("s")
+        found = await b.find(key("s"))
         assert found is not None
         assert (found.binding_sha256, found.wire, found.error) == ("b" * 64, "lp", None)
         with pytest.raises(ReplyBusy):  # a complete reply is never generated again
-            await b.create("s", "b" * 64, "lp")
-        assert await b.find("unknown") is None
+            await b.create(key("s"), "b" * 64, "lp")
+        assert await b.find(key("unknown")) is None
         await close(a, b)
 
     asyncio.run(scenario())
@@ -72,20 +76,25 @@ def test_a_reader_on_another_replica_follows_the_log_until_it_ends(server: Redis
 def test_an_error_ending_and_the_bounds(server: RedisServer) -> None:
     async def scenario() -> None:
         a, b = replicas(server, "t2:", max_frames=2, ttl_s=30)
-        reply = await a.create("s", "b", "lp")
-        for sequence in (1, 2, 3):
+        reply = await a.create(key("s"), "b", "lp")
+        for sequence in (1, 2):
             await reply.append(Entry(sequence, b"x"))
+        with pytest.raises(ReplyLogFailed) as failed:
+            await reply.append(Entry(3, b"x"))
+        assert failed.value.reason is Reason.REPLY_LOG_LIMIT
         with pytest.raises(LogEnded) as ended:
             await read_all(b, "s", 0)
-        assert ended.value.reason == Reason.INTERNAL_ERROR.value
-        big = await a.create("t", "b", "lp")
-        await big.append(Entry(1, b"x" * ((4 << 20) + 1)))  # over the default byte bound
-        found = await b.find("t")
-        assert found is not None and found.error == Reason.INTERNAL_ERROR.value
+        assert ended.value.reason == Reason.REPLY_LOG_LIMIT.value
+        big = await a.create(key("t"), "b", "lp")
+        with pytest.raises(ReplyLogFailed):
+            await big.append(Entry(1, b"x" * ((4 << 20) + 1)))  # over the default byte bound
+        found = await b.find(key("t"))
+        assert found is not None and found.error == Reason.REPLY_LOG_LIMIT.value
+        assert found.frames == 0
         # Ended: its keys expire ttl_s after the end, its lease is gone.
-        lease, log_key, meta, _ = a.keys("s")
-        for key in (log_key, meta):
-            assert 0 < await a.client.pttl(key) <= 30_000
+        lease, log_key, meta, _ = a.keys(key("s"))
+        for name in (log_key, meta):
+            assert 0 < await a.client.pttl(name) <= 30_000
         assert not await a.client.exists(lease)
         await close(a, b)
 
@@ -97,7 +106,7 @@ def test_a_silent_generator_ends_its_readers_generator_lost_within_its_lease(
 ) -> None:
     async def scenario() -> None:
         a, b = replicas(server, "t3:")
-        reply = await a.create("s", "b", "lp")
+        reply = await a.create(key("s"), "b", "lp")
         await reply.append(Entry(1, b"one"))
         await asyncio.sleep(LEASE_S)  # refreshed meanwhile: readers go on waiting
         await reply.append(Entry(2, b"two"))
@@ -108,14 +117,15 @@ def test_a_silent_generator_ends_its_readers_generator_lost_within_its_lease(
         reply._refresher.cancel()  # as a killed process: no refresh, no end
         assert await reader == ([1, 2], Reason.GENERATOR_LOST.value)
         assert time.monotonic() - silenced <= LEASE_S * 1.25 + 0.2
-        found = await b.find("s")
+        found = await b.find(key("s"))
         assert found is not None and found.error == Reason.GENERATOR_LOST.value
         # The partial content is kept for readers (until it expires).
         assert await read_until_lost(a, "s") == ([1, 2], Reason.GENERATOR_LOST.value)
         # Another replica may generate it anew; the silent one can write no more.
-        again = await b.create("s", "b", "lp")
-        with pytest.raises(RuntimeError):
+        again = await b.create(key("s"), "b", "lp")
+        with pytest.raises(ReplyLogFailed) as lost:
             await reply.append(Entry(3, b"three"))
+        assert lost.value.reason is Reason.GENERATOR_LOST
         for sequence in (1, 2, 3):
             await again.append(Entry(sequence, b"%d" % sequence))
         await again.end()
@@ -125,12 +135,14 @@ def test_a_silent_generator_ends_its_readers_generator_lost_within_its_lease(
     asyncio.run(scenario())
 
 
-async def read_until_lost(log: RedisReplyLog, stream_id: str) -> tuple[list[int], str | None]:
-    reply = await log.find(stream_id)
+async def read_until_lost(
+    log: RedisReplyLog, stream_id: str, after: int = 0
+) -> tuple[list[int], str | None]:
+    reply = await log.find(key(stream_id))
     assert reply is not None
     seen: list[int] = []
     try:
-        async for entry in reply.read(0):
+        async for entry in reply.read(after):
             seen.append(entry.sequence)
     except LogEnded as ended:
         return seen, ended.reason
@@ -141,7 +153,7 @@ def test_two_replicas_creating_one_reply_at_once_one_generates(server: RedisServ
     async def scenario() -> None:
         a, b = replicas(server, "t4:")
         outcomes = await asyncio.gather(
-            a.create("s", "b", "lp"), b.create("s", "b", "lp"), return_exceptions=True
+            a.create(key("s"), "b", "lp"), b.create(key("s"), "b", "lp"), return_exceptions=True
         )
         assert sorted(type(o).__name__ for o in outcomes) == ["RedisReply", "ReplyBusy"]
         for outcome in outcomes:
@@ -165,33 +177,122 @@ def test_a_cancel_relayed_by_another_replica_reaches_the_generator_at_once(
         shared = LogLimits(lease_s=lease_s)
         a = RedisReplyLog(server.url, shared, prefix="t-cancel:")
         b = RedisReplyLog(server.url, shared, prefix="t-cancel:")
-        assert await b.request_cancel("s", "alice", 0.1) is False  # nothing generated
-        reply = await a.create("s", "b" * 64, "lp")
+        alice, mallory = key("s", "alice"), key("s", "mallory")
+        assert await b.request_cancel(alice, 0.1) is False  # nothing generated
+        reply = await a.create(alice, "b" * 64, "lp")
         heard: asyncio.Queue[str] = asyncio.Queue()
         reply.watch_cancel(heard.put_nowait)
         await reply.append(Entry(1, b"x"))
-        assert await b.request_cancel("s", "mallory", 0.2) is False  # not stopped in time
-        assert await asyncio.wait_for(heard.get(), 5) == "mallory"
-        relayed = asyncio.create_task(b.request_cancel("s", "alice", 5))
+        # Another identity's Cancel of the same stream id names its own (unused) reply.
+        assert await b.request_cancel(mallory, 0.2) is False
+        relayed = asyncio.create_task(b.request_cancel(alice, 5))
         assert await asyncio.wait_for(heard.get(), 5) == "alice"
+        assert heard.empty()  # mallory's never reached alice's generator
         await reply.end(Reason.CONSUMER_CANCELLED.value)
         assert await relayed is True
-        assert await b.request_cancel("s", "alice", 0.1) is False  # ended: no generator
+        assert await b.request_cancel(alice, 0.1) is False  # ended: no generator
         # Bounded: a flood of relays keeps only the newest requests.
-        flooded = await a.create("f", "b" * 64, "lp")
-        for index in range(MAX_CANCEL_REQUESTS + 5):
-            assert await b.request_cancel("f", f"c{index}", 0) is False
-        queued = await a.client.lrange(a.keys("f")[3], 0, -1)
-        assert [q.decode() for q in queued] == [f"c{i}" for i in range(5, MAX_CANCEL_REQUESTS + 5)]
+        flooded = await a.create(key("f", "alice"), "b" * 64, "lp")
+        for _ in range(MAX_CANCEL_REQUESTS + 5):
+            assert await b.request_cancel(key("f", "alice"), 0) is False
+        queued = await a.client.llen(a.keys(key("f", "alice"))[3])
+        assert queued == MAX_CANCEL_REQUESTS
         await flooded.end()
         # A stale request left by a relay that came just before the reply ended...
-        await a.client.rpush(a.keys("s")[3], "stale")
-        again = await a.create("s", "b" * 64, "lp")  # (after an error: generated again)
+        await a.client.rpush(a.keys(alice)[3], "stale")
+        again = await a.create(alice, "b" * 64, "lp")  # (after an error: generated again)
         heard_again: asyncio.Queue[str] = asyncio.Queue()
         again.watch_cancel(heard_again.put_nowait)
-        assert await a.client.llen(a.keys("s")[3]) == 0
+        assert await a.client.llen(a.keys(alice)[3]) == 0
         await again.end()
         assert heard_again.empty()
         await close(a, b)
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+@pytest.mark.parametrize("past", [0, 1, 2**64 - 1 - 3], ids=["last", "last+1", "2^64-1"])
+def test_a_read_from_at_or_past_the_end_of_an_ended_reply_ends_at_once(
+    server: RedisServer, past: int
+) -> None:
+    """As the memory log's: a complete reply read from its end completes, one that ended
+    in error raises its ending, with no wait for a lease that is gone."""
+
+    async def scenario() -> tuple[list[int], str | None]:
+        a, b = replicas(server, f"t-end-{past}:")
+        done = await a.create(key("done"), "b", "lp")
+        failed = await a.create(key("failed"), "b", "lp")
+        for reply in (done, failed):
+            await reply.extend([Entry(1, b"x"), Entry(2, b"y"), Entry(3, b"z")])
+        await done.end()
+        await failed.end(Reason.REPLY_ABANDONED.value)
+        found = await b.find(key("done"))
+        assert found is not None and found.frames == 3
+        read = await asyncio.wait_for(read_all(b, "done", 3 + past), 5)
+        lost = await asyncio.wait_for(read_until_lost(b, "failed", 3 + past), 5)
+        await close(a, b)
+        return [s for s, _ in read], lost[1]
+
+    started = time.monotonic()
+    assert asyncio.run(scenario()) == ([], Reason.REPLY_ABANDONED.value)
+    print(f"read from {3 + past}: ended in {time.monotonic() - started:.3f} s (both replies)")
+
+
+def test_the_same_stream_id_under_two_identities_names_two_unrelated_replies(
+    server: RedisServer,
+) -> None:
+    """bob's create of alice's stream id is not busy and writes other keys; each reads its
+    own; a stream id or identity holding the separator or braces stays its own name."""
+
+    async def scenario() -> None:
+        a, b = replicas(server, "t-tenancy:")
+        alice = await a.create(key("s", "alice"), "a" * 64, "lp")
+        assert await b.find(key("s", "bob")) is None
+        bob = await b.create(key("s", "bob"), "c" * 64, "ndjson")
+        await alice.extend([Entry(1, b"alice")])
+        await alice.end()
+        await bob.extend([Entry(1, b"bob"), Entry(2, b"bob")])
+        await bob.end()
+        found = await b.find(key("s", "alice"))
+        assert found is not None and (found.binding_sha256, found.frames) == ("a" * 64, 1)
+        assert [d async for _, d in _pairs(found)] == [b"alice"]
+        assert set(a.keys(key("s", "alice"))).isdisjoint(a.keys(key("s", "bob")))
+        # A separator inside an id cannot make two keys collide.
+        odd = [key("x/y", "alice"), key("x", "alice/y"), key("{x}:log", "alice")]
+        assert len({a.keys(k)[1] for k in odd}) == 3
+        assert all(k.count("{") == 1 for k in a.keys(odd[2]))  # one hash tag
+        await close(a, b)
+
+    asyncio.run(scenario())
+
+
+async def _pairs(reply: RedisReply) -> AsyncIterator[tuple[int, bytes]]:
+    async for entry in reply.read(0):
+        yield entry.sequence, entry.data
+
+
+def test_a_reader_and_a_writer_that_lose_redis_fail_with_reply_log_unavailable() -> None:
+    """Its own server, killed under a reader and a writer: named failures, not exceptions
+    of the Redis client."""
+
+    async def scenario(running: RedisServer) -> None:
+        limits = LogLimits(lease_s=30.0)
+        a = RedisReplyLog(running.url, limits, prefix="t-lost:")
+        reply = await a.create(key("s"), "b", "lp")
+        await reply.append(Entry(1, b"x"))
+        found = await a.find(key("s"))
+        assert found is not None
+        reader = asyncio.create_task(read_until_lost(a, "s"))
+        await asyncio.sleep(0.1)
+        running.kill()
+        assert await asyncio.wait_for(reader, 30) == ([1], Reason.REPLY_LOG_UNAVAILABLE.value)
+        with pytest.raises(ReplyLogFailed) as failed:
+            await reply.append(Entry(2, b"y"))
+        assert failed.value.reason is Reason.REPLY_LOG_UNAVAILABLE
+        with pytest.raises(ReplyLogFailed):
+            await a.find(key("s"))
+        await reply.end(Reason.REPLY_LOG_UNAVAILABLE.value)  # logged as not written, no raise
+        await close(a)
+
+    with redis_server() as running:
+        asyncio.run(scenario(running))

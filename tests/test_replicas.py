@@ -30,7 +30,8 @@ import redis
 from consumer.children import stop_process
 from consumer.client import StreamOptions, stream_reply
 from producer.redis_replylog import RedisReplyLog
-from producer.replylog import Entry, LogLimits
+from producer.replylog import Entry, LogLimits, ReplyKey
+from producer.security import ANONYMOUS
 from producer.server import ServerSettings, start_server, stop_server
 from producer.sources.recording import RecordingSource
 from producer.states import StreamState
@@ -135,7 +136,7 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
         orphan = (await stream_reply(request, options)).to_dict()
         waited = time.monotonic() - started
         unbroken = (await stream_reply(replace(request, stream_id="whole"), options)).to_dict()
-        late = await replica_a.find("late")
+        late = await replica_a.find(ReplyKey(ANONYMOUS, "late"))
         assert late is not None and late.error == Reason.GENERATOR_LOST.value
         regenerated = (await stream_reply(replace(request, stream_id="late"), options)).to_dict()
         assert essence(regenerated) == essence(unbroken)
@@ -159,7 +160,7 @@ async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recordin
     plan = await RecordingSource(recording).prepare(opened, checked, identity="a")
     assert plan.reply_frames is not None
     binding = digest(parse_binding(opened.binding_json))
-    reply = await log.create(request.stream_id, binding, checked.wire.value)
+    reply = await log.create(ReplyKey(ANONYMOUS, request.stream_id), binding, checked.wire.value)
     codec = codec_for(checked.wire)
     for frame in plan.reply_frames[:3]:
         assert isinstance(frame.sequence, int)

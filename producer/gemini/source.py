@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -50,7 +50,7 @@ from producer.gemini.protocol import (
     request_body,
 )
 from producer.metrics import record_ledger_spend
-from producer.replylog import LogEnded
+from producer.replylog import Entry, LogEnded
 from producer.sources import Stall
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
@@ -136,6 +136,7 @@ async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
 class GeminiPlan:
     needs_close = True  # the upstream response and the ledger reservation
     fixed_chunks: tuple[bytes, ...] | None = None  # made as the model answers
+    reply_entries: tuple[Entry, ...] | None = None
 
     def __init__(
         self,
@@ -183,7 +184,7 @@ class GeminiPlan:
         if not self.adapter.finished and self.abort_details is None:
             self._log.warning("provider_stream_ended_without_finish")
 
-    def live_frames(self) -> AsyncIterator[Frame]:
+    def live_frames(self) -> AsyncGenerator[Frame, None]:
         return self._live()
 
     async def _live(self) -> AsyncGenerator[Frame, None]:
@@ -266,7 +267,12 @@ class GeminiSource:
         base_url, model = self.settings.base_url.rstrip("/"), self.settings.model
         return f"{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
 
+    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
+        self.bind(request, checked)
+
     def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
+        if checked.fault is not None:
+            raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         supplied = parse_binding(request.binding_json)
         if is_question(checked.case_id):
             binding = check_question_binding(supplied)
@@ -279,8 +285,6 @@ class GeminiSource:
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str = ANONYMOUS
     ) -> GeminiPlan:
         """Reserve, send, and return the open stream; ``identity`` is the caller charged."""
-        if checked.fault is not None:
-            raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         binding = self.bind(request, checked)
         body = request_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex

@@ -8,10 +8,11 @@ transport error instead of OK.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from producer.replylog import Entry
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest
@@ -35,13 +36,16 @@ class StreamPlan(Protocol):
     #: Whether ``close`` has anything to release (a recording's plan holds nothing: the
     #: end of its stream skips the close, and the task that shields it from cancellation).
     needs_close: bool
+    #: The reply's log entries made in advance (a recording's fault-free reply: made once
+    #: per transmission), or None (the log encodes ``reply_frames`` itself).
+    reply_entries: tuple[Entry, ...] | None
     #: The chunks, when they are all known and nothing comes between them (no stall, no
     #: abort after them): written one after another with no generator (None: ``chunks``).
     fixed_chunks: tuple[bytes, ...] | None
 
     def chunks(self) -> AsyncGenerator[bytes | Stall, None]: ...
 
-    def live_frames(self) -> AsyncIterator[Frame] | None:
+    def live_frames(self) -> AsyncGenerator[Frame, None] | None:
         """A live reply's frames as they are made, for the reply log (None: not live). A
         live reply is generated into the log and every delivery, the first too, reads it;
         the plan then belongs to its generation, which closes it. Raises
@@ -57,8 +61,14 @@ class StreamPlan(Protocol):
 class Source(Protocol):
     name: str
     #: Whether the source can make the same reply again for a resume it has no log of
-    #: (the recording can: it is deterministic; a live model cannot).
+    #: (the recording can: it is deterministic; a live model cannot, and its replies are
+    #: paid for: the servicer claims a live reply in the log before it is prepared).
     regenerates: bool
+
+    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
+        """The checks ``prepare`` makes that cost nothing (the binding, what the source
+        serves): raises the ``ReplywireError`` it would, before anything is claimed."""
+        ...
 
     async def prepare(
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str

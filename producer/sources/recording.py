@@ -10,7 +10,7 @@ in full, with the same reason codes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from producer.replylog import Entry, log_entries
@@ -69,7 +69,7 @@ class RecordingPlan:
         if self.transmission.ending is Ending.TRANSPORT_ERROR:
             self.abort_details = "controlled_transport_abort"
 
-    def live_frames(self) -> AsyncIterator[Frame] | None:
+    def live_frames(self) -> AsyncGenerator[Frame, None] | None:
         return None  # known in advance: reply_frames
 
     async def close(self, outcome: str) -> None:
@@ -123,6 +123,9 @@ class RecordingSource:
         while len(self._kept) > MAX_KEPT_TRANSMISSIONS:
             self._kept.popitem(last=False)
         return transmission, entries
+
+    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
+        self.bound_case(checked.case_id, request.binding_json)
 
     async def prepare(
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
