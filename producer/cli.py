@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
 import redis
 import structlog
@@ -23,14 +22,13 @@ import structlog
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Ledger, Rates
-from producer.gemini.ledgers import is_redis_url, open_ledger
+from producer.gemini.ledgers import open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, safe_location
+from producer.gemini.redis_ledger import DEFAULT_PREFIX
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.metrics import MetricsEndpoint, ProducerMetrics, install
 from producer.redis_replylog import RedisReplyLog
-from producer.redis_replylog import is_redis_url as is_redis_log
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
@@ -55,6 +53,7 @@ from producer.server import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
+from producer.store_urls import Store, StoreError, StoreKind, parse_store
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -157,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gemini.add_argument(
         "--ledger", default=env("LEDGER", "runs/gemini-ledger.json"),
-        help="budget ledger shared by every producer that spends on this key: a file,"
-        " or redis://HOST:PORT/DB for producers on several hosts",
+        help="budget ledger shared by every producer that spends on this key: a file path,"
+        " or redis://HOST:PORT/DB (rediss://, unix://) for producers on several hosts;"
+        " any other scheme:// is refused",
     )  # fmt: skip
     gemini.add_argument(
         "--ledger-prefix", default=env("LEDGER_PREFIX", DEFAULT_PREFIX),
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--reply-log",
         default=env("REPLY_LOG", "memory"),
         help="where replies are logged for resumes: memory (this process), or "
-        "redis://HOST:PORT/DB, shared by replicas",
+        "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas",
     )
     parser.add_argument(
         "--shutdown-grace-s",
@@ -354,6 +354,19 @@ def exposure_from(args: argparse.Namespace) -> Exposure:
     )
 
 
+def store_of(flag: str, spec: str) -> Store:
+    """``--ledger`` or ``--reply-log`` classified (``producer.store_urls``), its password
+    registered with the trace scrubbers first; an unknown scheme is a ConfigurationError
+    whose one line names the accepted ones and never the password."""
+    try:
+        store = parse_store(spec, memory=flag == "--reply-log", files=flag == "--ledger")
+    except StoreError as error:
+        raise ConfigurationError(f"{flag} {error}") from error
+    for secret in store.secrets:
+        register_secret(secret)
+    return store
+
+
 def insecure_warning(host: str, exposure: Exposure) -> str:
     missing = [
         what
@@ -375,15 +388,11 @@ def announce_ready(path: Path | None, address: str) -> None:
 def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
     """The ledger ``--ledger`` names, checked once: a broken one stops the producer. A Redis
     URL's password is a secret (scrubbed from the trace; never in a message)."""
-    shown_ledger = args.ledger
-    if is_redis_url(args.ledger):
-        password = urlsplit(args.ledger).password
-        if password:
-            register_secret(password)
-        shown_ledger = safe_location(args.ledger)
+    store = store_of("--ledger", args.ledger)
+    shown_ledger = store.shown
     try:
         ledger = open_ledger(
-            args.ledger,
+            store.target,
             budget_usd=args.budget_usd,
             budget_per_identity_usd=per_identity,
             rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
@@ -394,9 +403,11 @@ def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
     except OSError as error:
         raise ConfigurationError(f"cannot use --ledger {shown_ledger}: {error.strerror}") from error
     except ValueError as error:  # a Redis URL or a Redis ledger setting it cannot take
-        raise ConfigurationError(f"--ledger {shown_ledger}: {error}") from error
+        raise ConfigurationError(f"--ledger {shown_ledger}: {store.redact(str(error))}") from error
     except RequestRefused as error:
-        raise ConfigurationError(f"--ledger {shown_ledger}: {error.detail}") from error
+        raise ConfigurationError(
+            f"--ledger {shown_ledger}: {store.redact(error.detail)}"
+        ) from error
     return ledger
 
 
@@ -427,22 +438,21 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
 async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLog:
     """The log ``--reply-log`` names, checked once: a Redis that does not answer stops
     the producer (exit 2)."""
-    if args.reply_log == "memory":
+    store = store_of("--reply-log", args.reply_log)
+    if store.kind is StoreKind.MEMORY:
         return MemoryReplyLog(limits)
-    if not is_redis_log(args.reply_log):
-        raise ConfigurationError(
-            f"--reply-log: memory or redis://HOST:PORT/DB, not {args.reply_log!r}"
-        )
-    shown_log = safe_location(args.reply_log)
     try:
-        log = RedisReplyLog(args.reply_log, limits)
+        log = RedisReplyLog(store.target, limits)
     except ValueError as error:
-        raise ConfigurationError(f"--reply-log {shown_log}: {error}") from error
+        detail = store.redact(str(error))
+        raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error
     try:
         await log.check()
     except redis.RedisError as error:
         await log.aclose()
-        raise ConfigurationError(f"cannot use --reply-log {shown_log}: {error}") from error
+        raise ConfigurationError(
+            f"cannot use --reply-log {store.shown}: {store.redact(str(error))}"
+        ) from error
     return log
 
 
@@ -514,6 +524,9 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,
+        # Where state is kept, without a URL's password.
+        ledger=store_of("--ledger", args.ledger).shown if args.source == "gemini" else None,
+        reply_log=store_of("--reply-log", args.reply_log).shown,
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     flush_trace()  # what the trace says so far is in it before anyone is told to look
@@ -542,6 +555,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--min-ping-interval-s must be at least 0.001 (one millisecond)")
     if not args.reply_log_lease_s > 0:
         parser.error("--reply-log-lease-s must be > 0")
+    try:
+        # Before anything is logged: a store URL's password is registered as a secret, and
+        # an unknown scheme stops the producer before it opens anything.
+        store_of("--ledger", args.ledger)
+        store_of("--reply-log", args.reply_log)
+    except ConfigurationError as error:
+        print(f"producer: {error}", file=sys.stderr)
+        return EXIT_USAGE
     trace = None
     if args.trace_file is not None:
         try:
