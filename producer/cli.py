@@ -27,7 +27,7 @@ from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS
 from producer.gemini.redis_ledger import DEFAULT_PREFIX
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
-from producer.metrics import MetricsEndpoint, ProducerMetrics, install
+from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
 from producer.redis_replylog import RedisReplyLog
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
@@ -264,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metrics-host",
         default=env("METRICS_HOST", "127.0.0.1"),
-        help="address the metrics endpoint listens on",
+        help="address the metrics endpoint listens on; not a loopback one: needs "
+        "--tls-cert and --tls-key (then HTTPS), or --insecure",
     )
     parser.add_argument(
         "--trace-file",
@@ -322,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure",
         action="store_true",
         default=env("INSECURE", "").lower() in TRUE_WORDS,
-        help="listen on a non-loopback address without TLS and tokens (said at every start)",
+        help="listen on a non-loopback address without TLS and tokens, and serve metrics "
+        "on one without TLS (said at every start)",
     )
     return parser
 
@@ -352,6 +354,25 @@ def exposure_from(args: argparse.Namespace) -> Exposure:
         if args.auth_tokens is not None
         else None,
     )
+
+
+def metrics_tls_from(args: argparse.Namespace) -> MetricsTls | None:
+    """The metrics endpoint's TLS: the producer's certificate when it has one. A
+    non-loopback ``--metrics-host`` needs it, or ``--insecure`` (the gRPC port's rule; a
+    scrape spends nothing, so no token: ``--tls-client-ca`` asks scrapers for a
+    certificate)."""
+    if args.tls_cert is None or args.tls_key is None:
+        if (
+            args.metrics_port is not None
+            and not is_loopback(args.metrics_host)
+            and not args.insecure
+        ):
+            raise ConfigurationError(
+                f"refusing to serve metrics on {args.metrics_host} (not a loopback address) "
+                "without TLS: give --tls-cert and --tls-key, or --insecure"
+            )
+        return None
+    return MetricsTls(args.tls_cert, args.tls_key, args.tls_client_ca)
 
 
 def store_of(flag: str, spec: str) -> Store:
@@ -459,6 +480,7 @@ async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLo
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
     exposure = exposure_from(args)
+    metrics_tls = metrics_tls_from(args)
     source = make_source(args, recording)
     metrics = ProducerMetrics()
     install(metrics)  # the ledger's spend goes to this producer's metrics
@@ -494,14 +516,27 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     endpoint: MetricsEndpoint | None = None
     if args.metrics_port is not None:
         try:
-            endpoint = metrics.serve(args.metrics_host, args.metrics_port)
+            endpoint = metrics.serve(args.metrics_host, args.metrics_port, metrics_tls)
         except OSError as error:
             await server.stop(None)
             raise ConfigurationError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                 f"{error.strerror or error}"
             ) from error
-        log.info("metrics_listening", host=args.metrics_host, port=endpoint.port)
+        if metrics_tls is None and not is_loopback(args.metrics_host):
+            warning = (  # only reached with --insecure
+                f"INSECURE: serving metrics on {args.metrics_host} without TLS: "
+                "anyone who reaches the port can read them"
+            )
+            print(f"producer: {warning}", file=sys.stderr, flush=True)
+            log.warning("metrics_insecure", detail=warning)
+        log.info(
+            "metrics_listening",
+            host=args.metrics_host,
+            port=endpoint.port,
+            tls=metrics_tls is not None,
+            mutual_tls=metrics_tls is not None and metrics_tls.client_ca is not None,
+        )
     stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
