@@ -27,6 +27,7 @@ from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS
 from producer.gemini.redis_ledger import DEFAULT_PREFIX
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
+from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
 from producer.redis_replylog import RedisReplyLog
 from producer.replylog import (
@@ -219,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=stream_count,
         default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
         help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
+    )
+    parser.add_argument(
+        "--max-health-watches",
+        type=stream_count,
+        default=env("MAX_HEALTH_WATCHES", str(DEFAULT_MAX_HEALTH_WATCHES)),
+        help="health Watch streams (unauthenticated) served at once; one more is refused "
+        "RESOURCE_EXHAUSTED / health_watch_limit",
     )
     parser.add_argument(
         "--max-pending",
@@ -505,6 +513,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         metrics=metrics,
         log_limits=limits,
         reply_log=reply_log,
+        max_health_watches=args.max_health_watches,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (
@@ -556,6 +565,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         mutual_tls=args.tls_client_ca is not None,
         tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
         max_streams=args.max_streams,
+        max_health_watches=args.max_health_watches,
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,
@@ -577,7 +587,12 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     if endpoint is not None:
         endpoint.close()
     # Logged after every stream's final record: opened = the sum of the final counts.
-    log.info("producer_stopped", open_streams=servicer.open_streams, **servicer.counters.fields())
+    log.info(
+        "producer_stopped",
+        open_streams=servicer.open_streams,
+        health_watches_refused=servicer.health.refused,
+        **servicer.counters.fields(),
+    )
     return 0
 
 
