@@ -54,7 +54,7 @@ from producer.server import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
-from producer.store_urls import Store, StoreError, StoreKind, parse_store
+from producer.store_urls import Store, StoreError, StoreKind, parse_store, redacted
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -114,6 +114,14 @@ def optional_port(text: str) -> int | None:
     return port_number(text) if text else None
 
 
+def shown_default(value: str) -> str:
+    """A store flag's ``(default: ...)`` for ``--help``, without a password the environment
+    put in it. ``%(default).0s`` formats the real default as nothing: argparse, seeing it,
+    adds no ``(default: ...)`` of its own."""
+    shown = redacted(value).replace("%", "%%")  # argparse formats help with %
+    return f"(default: {shown})%(default).0s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m producer",
@@ -156,10 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="sent as maxOutputTokens; the worst case the ledger reserves",
     )
     gemini.add_argument(
-        "--ledger", default=env("LEDGER", "runs/gemini-ledger.json"),
+        "--ledger", default=(ledger := env("LEDGER", "runs/gemini-ledger.json")),
         help="budget ledger shared by every producer that spends on this key: a file path,"
         " or redis://HOST:PORT/DB (rediss://, unix://) for producers on several hosts;"
-        " any other scheme:// is refused",
+        " any other scheme:// is refused " + shown_default(ledger),
     )  # fmt: skip
     gemini.add_argument(
         "--ledger-prefix", default=env("LEDGER_PREFIX", DEFAULT_PREFIX),
@@ -252,9 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag, type=kind, default=env(name, str(default)), help=meaning)
     parser.add_argument(
         "--reply-log",
-        default=env("REPLY_LOG", "memory"),
+        default=(reply_log := env("REPLY_LOG", "memory")),
         help="where replies are logged for resumes: memory (this process), or "
-        "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas",
+        "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas " + shown_default(reply_log),
     )
     parser.add_argument(
         "--shutdown-grace-s",

@@ -200,6 +200,23 @@ def test_a_store_flag_that_cannot_be_used_is_one_line_exit_2_and_no_password(
         assert_nowhere(form, tmp_path, done.stderr, done.stdout)
 
 
+def test_help_shows_a_store_default_from_the_environment_without_its_password() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={
+            **os.environ,
+            "REPLYWIRE_LEDGER": f"Redis://:{QUOTED}@h/0",
+            "REPLYWIRE_REPLY_LOG": f"unix://:{QUOTED}@/run/a%20b.sock?db=0",
+        },
+    )  # fmt: skip
+    text = " ".join(done.stdout.split())
+    assert "(default: Redis://h/0)" in text
+    assert "(default: unix:///run/a%20b.sock?db=0)" in text
+    for form in (PASSWORD, QUOTED):
+        assert form not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("how", ["Redis-tcp", "unix-socket"])
 def test_a_mixed_case_or_unix_url_to_a_real_server_serves_both_flags(
     tmp_path: Path, how: str
