@@ -339,7 +339,3 @@ def _ending(tail: list[tuple[bytes, dict[bytes, bytes]]], leased: bool) -> str |
     if b"e" in last:
         return last[b"e"].decode() or None
     return None if leased else Reason.GENERATOR_LOST.value
-
-
-def is_redis_url(spec: str) -> bool:
-    return spec.startswith(("redis://", "rediss://"))
