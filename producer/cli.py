@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
 import redis
 import structlog
@@ -24,14 +23,14 @@ from producer.admission import default_per_identity
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Ledger, Rates
-from producer.gemini.ledgers import is_redis_url, open_ledger
+from producer.gemini.ledgers import open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, safe_location
+from producer.gemini.redis_ledger import DEFAULT_PREFIX
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
-from producer.metrics import MetricsEndpoint, ProducerMetrics, install
+from producer.health import DEFAULT_MAX_HEALTH_WATCHES
+from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
 from producer.redis_replylog import RedisReplyLog
-from producer.redis_replylog import is_redis_url as is_redis_log
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
@@ -56,6 +55,7 @@ from producer.server import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
+from producer.store_urls import Store, StoreError, StoreKind, parse_store, redacted
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -119,6 +119,14 @@ def optional_port(text: str) -> int | None:
     return port_number(text) if text else None
 
 
+def shown_default(value: str) -> str:
+    """A store flag's ``(default: ...)`` for ``--help``, without a password the environment
+    put in it. ``%(default).0s`` formats the real default as nothing: argparse, seeing it,
+    adds no ``(default: ...)`` of its own."""
+    shown = redacted(value).replace("%", "%%")  # argparse formats help with %
+    return f"(default: {shown})%(default).0s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m producer",
@@ -161,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="sent as maxOutputTokens; the worst case the ledger reserves",
     )
     gemini.add_argument(
-        "--ledger", default=env("LEDGER", "runs/gemini-ledger.json"),
-        help="budget ledger shared by every producer that spends on this key: a file,"
-        " or redis://HOST:PORT/DB for producers on several hosts",
+        "--ledger", default=(ledger := env("LEDGER", "runs/gemini-ledger.json")),
+        help="budget ledger shared by every producer that spends on this key: a file path,"
+        " or redis://HOST:PORT/DB (rediss://, unix://) for producers on several hosts;"
+        " any other scheme:// is refused " + shown_default(ledger),
     )  # fmt: skip
     gemini.add_argument(
         "--ledger-prefix", default=env("LEDGER_PREFIX", DEFAULT_PREFIX),
@@ -234,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Without tokens every caller is one identity and only --max-streams applies",
     )
     parser.add_argument(
+        "--max-health-watches",
+        type=stream_count,
+        default=env("MAX_HEALTH_WATCHES", str(DEFAULT_MAX_HEALTH_WATCHES)),
+        help="health Watch streams (unauthenticated) served at once; one more is refused "
+        "RESOURCE_EXHAUSTED / health_watch_limit",
+    )
+    parser.add_argument(
         "--max-pending",
         type=stream_count,
         default=env("MAX_PENDING", str(DEFAULT_MAX_PENDING)),
@@ -257,9 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag, type=kind, default=env(name, str(default)), help=meaning)
     parser.add_argument(
         "--reply-log",
-        default=env("REPLY_LOG", "memory"),
+        default=(reply_log := env("REPLY_LOG", "memory")),
         help="where replies are logged for resumes: memory (this process), or "
-        "redis://HOST:PORT/DB, shared by replicas",
+        "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas " + shown_default(reply_log),
     )
     parser.add_argument(
         "--shutdown-grace-s",
@@ -277,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metrics-host",
         default=env("METRICS_HOST", "127.0.0.1"),
-        help="address the metrics endpoint listens on",
+        help="address the metrics endpoint listens on; not a loopback one: needs "
+        "--tls-cert and --tls-key (then HTTPS), or --insecure",
     )
     parser.add_argument(
         "--trace-file",
@@ -335,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure",
         action="store_true",
         default=env("INSECURE", "").lower() in TRUE_WORDS,
-        help="listen on a non-loopback address without TLS and tokens (said at every start)",
+        help="listen on a non-loopback address without TLS and tokens, and serve metrics "
+        "on one without TLS (said at every start)",
     )
     return parser
 
@@ -367,6 +385,38 @@ def exposure_from(args: argparse.Namespace) -> Exposure:
     )
 
 
+def metrics_tls_from(args: argparse.Namespace) -> MetricsTls | None:
+    """The metrics endpoint's TLS: the producer's certificate when it has one. A
+    non-loopback ``--metrics-host`` needs it, or ``--insecure`` (the gRPC port's rule; a
+    scrape spends nothing, so no token: ``--tls-client-ca`` asks scrapers for a
+    certificate)."""
+    if args.tls_cert is None or args.tls_key is None:
+        if (
+            args.metrics_port is not None
+            and not is_loopback(args.metrics_host)
+            and not args.insecure
+        ):
+            raise ConfigurationError(
+                f"refusing to serve metrics on {args.metrics_host} (not a loopback address) "
+                "without TLS: give --tls-cert and --tls-key, or --insecure"
+            )
+        return None
+    return MetricsTls(args.tls_cert, args.tls_key, args.tls_client_ca)
+
+
+def store_of(flag: str, spec: str) -> Store:
+    """``--ledger`` or ``--reply-log`` classified (``producer.store_urls``), its password
+    registered with the trace scrubbers first; an unknown scheme is a ConfigurationError
+    whose one line names the accepted ones and never the password."""
+    try:
+        store = parse_store(spec, memory=flag == "--reply-log", files=flag == "--ledger")
+    except StoreError as error:
+        raise ConfigurationError(f"{flag} {error}") from error
+    for secret in store.secrets:
+        register_secret(secret)
+    return store
+
+
 def insecure_warning(host: str, exposure: Exposure) -> str:
     missing = [
         what
@@ -388,15 +438,11 @@ def announce_ready(path: Path | None, address: str) -> None:
 def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
     """The ledger ``--ledger`` names, checked once: a broken one stops the producer. A Redis
     URL's password is a secret (scrubbed from the trace; never in a message)."""
-    shown_ledger = args.ledger
-    if is_redis_url(args.ledger):
-        password = urlsplit(args.ledger).password
-        if password:
-            register_secret(password)
-        shown_ledger = safe_location(args.ledger)
+    store = store_of("--ledger", args.ledger)
+    shown_ledger = store.shown
     try:
         ledger = open_ledger(
-            args.ledger,
+            store.target,
             budget_usd=args.budget_usd,
             budget_per_identity_usd=per_identity,
             rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
@@ -407,9 +453,11 @@ def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
     except OSError as error:
         raise ConfigurationError(f"cannot use --ledger {shown_ledger}: {error.strerror}") from error
     except ValueError as error:  # a Redis URL or a Redis ledger setting it cannot take
-        raise ConfigurationError(f"--ledger {shown_ledger}: {error}") from error
+        raise ConfigurationError(f"--ledger {shown_ledger}: {store.redact(str(error))}") from error
     except RequestRefused as error:
-        raise ConfigurationError(f"--ledger {shown_ledger}: {error.detail}") from error
+        raise ConfigurationError(
+            f"--ledger {shown_ledger}: {store.redact(error.detail)}"
+        ) from error
     return ledger
 
 
@@ -440,28 +488,28 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
 async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLog:
     """The log ``--reply-log`` names, checked once: a Redis that does not answer stops
     the producer (exit 2)."""
-    if args.reply_log == "memory":
+    store = store_of("--reply-log", args.reply_log)
+    if store.kind is StoreKind.MEMORY:
         return MemoryReplyLog(limits)
-    if not is_redis_log(args.reply_log):
-        raise ConfigurationError(
-            f"--reply-log: memory or redis://HOST:PORT/DB, not {args.reply_log!r}"
-        )
-    shown_log = safe_location(args.reply_log)
     try:
-        log = RedisReplyLog(args.reply_log, limits)
+        log = RedisReplyLog(store.target, limits)
     except ValueError as error:
-        raise ConfigurationError(f"--reply-log {shown_log}: {error}") from error
+        detail = store.redact(str(error))
+        raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error
     try:
         await log.check()
     except redis.RedisError as error:
         await log.aclose()
-        raise ConfigurationError(f"cannot use --reply-log {shown_log}: {error}") from error
+        raise ConfigurationError(
+            f"cannot use --reply-log {store.shown}: {store.redact(str(error))}"
+        ) from error
     return log
 
 
 async def serve(args: argparse.Namespace, recording: Recording) -> int:
     log = structlog.get_logger()
     exposure = exposure_from(args)
+    metrics_tls = metrics_tls_from(args)
     source = make_source(args, recording)
     metrics = ProducerMetrics()
     install(metrics)  # the ledger's spend goes to this producer's metrics
@@ -488,6 +536,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         metrics=metrics,
         log_limits=limits,
         reply_log=reply_log,
+        max_health_watches=args.max_health_watches,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (
@@ -499,14 +548,27 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     endpoint: MetricsEndpoint | None = None
     if args.metrics_port is not None:
         try:
-            endpoint = metrics.serve(args.metrics_host, args.metrics_port)
+            endpoint = metrics.serve(args.metrics_host, args.metrics_port, metrics_tls)
         except OSError as error:
             await server.stop(None)
             raise ConfigurationError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                 f"{error.strerror or error}"
             ) from error
-        log.info("metrics_listening", host=args.metrics_host, port=endpoint.port)
+        if metrics_tls is None and not is_loopback(args.metrics_host):
+            warning = (  # only reached with --insecure
+                f"INSECURE: serving metrics on {args.metrics_host} without TLS: "
+                "anyone who reaches the port can read them"
+            )
+            print(f"producer: {warning}", file=sys.stderr, flush=True)
+            log.warning("metrics_insecure", detail=warning)
+        log.info(
+            "metrics_listening",
+            host=args.metrics_host,
+            port=endpoint.port,
+            tls=metrics_tls is not None,
+            mutual_tls=metrics_tls is not None and metrics_tls.client_ca is not None,
+        )
     stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -527,9 +589,13 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
         max_streams=args.max_streams,
         max_streams_per_identity=servicer.admission.max_per_identity,
+        max_health_watches=args.max_health_watches,
         recording_sha256=recording.sha256,
         model=args.model if args.source == "gemini" else None,
         budget_usd=args.budget_usd if args.source == "gemini" else None,
+        # Where state is kept, without a URL's password.
+        ledger=store_of("--ledger", args.ledger).shown if args.source == "gemini" else None,
+        reply_log=store_of("--reply-log", args.reply_log).shown,
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     flush_trace()  # what the trace says so far is in it before anyone is told to look
@@ -545,7 +611,12 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     if endpoint is not None:
         endpoint.close()
     # Logged after every stream's final record: opened = the sum of the final counts.
-    log.info("producer_stopped", open_streams=servicer.open_streams, **servicer.counters.fields())
+    log.info(
+        "producer_stopped",
+        open_streams=servicer.open_streams,
+        health_watches_refused=servicer.health.refused,
+        **servicer.counters.fields(),
+    )
     return 0
 
 
@@ -558,6 +629,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--min-ping-interval-s must be at least 0.001 (one millisecond)")
     if not args.reply_log_lease_s > 0:
         parser.error("--reply-log-lease-s must be > 0")
+    try:
+        # Before anything is logged: a store URL's password is registered as a secret, and
+        # an unknown scheme stops the producer before it opens anything.
+        store_of("--ledger", args.ledger)
+        store_of("--reply-log", args.reply_log)
+    except ConfigurationError as error:
+        print(f"producer: {error}", file=sys.stderr)
+        return EXIT_USAGE
     trace = None
     if args.trace_file is not None:
         try:

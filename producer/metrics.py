@@ -15,6 +15,12 @@ Names (all prefixed ``replywire_``):
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
 
+The endpoint (``serve``): plain HTTP, or HTTPS with the producer's own certificate
+(``MetricsTls``; with a client CA a scraper must present a certificate it signed). The
+TLS handshake runs in the connection's own thread with a timeout, never in the accepting
+one: prometheus_client's ``start_http_server(certfile=...)`` wraps the listening socket,
+so one peer that connects and sends nothing holds every later scrape.
+
 The ledger hook: the Gemini source, where it settles a call, calls
 ``record_ledger_spend(cost_usd)``, which adds to the metrics this process
 installed (``install``), and does nothing in a process that installed none.
@@ -22,13 +28,18 @@ installed (``install``), and does nothing in a process that installed none.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Final
-from wsgiref.simple_server import WSGIServer
+from dataclasses import dataclass
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any, Final
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -37,6 +48,8 @@ from prometheus_client.registry import Collector
 WRITE_WAIT_BUCKETS: Final = (
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0,
 )  # fmt: skip
+#: How long one scrape's connection may take for its TLS handshake, and between reads.
+CONNECTION_TIMEOUT_S: Final = 10.0
 
 
 class ProducerMetrics:
@@ -74,10 +87,73 @@ class ProducerMetrics:
         if cost_usd > 0:
             self.ledger_spend.inc(cost_usd)
 
-    def serve(self, host: str, port: int) -> MetricsEndpoint:
-        """Serve ``/metrics`` over HTTP on ``host:port`` (0 picks a free port)."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, tls: MetricsTls | None = None) -> MetricsEndpoint:
+        """Serve ``/metrics`` on ``host:port`` (0 picks a free port): HTTP, or HTTPS with
+        ``tls``. A certificate or key that does not load is an ``OSError``."""
+        context = tls.context() if tls is not None else None
+        host = host.strip("[]")  # "[::1]", as the gRPC port takes it
+        ((family, *_),) = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[:1]
+        server_class = MetricsServer6 if family == socket.AF_INET6 else MetricsServer
+        server = server_class((host, port), QuietHandler)
+        server.set_app(make_wsgi_app(self.registry))
+        server.tls_context = context
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         return MetricsEndpoint(server, thread)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsTls:
+    """The producer's certificate and key; with ``client_ca``, scrapers need a certificate
+    that CA signed (mutual TLS, as ``--tls-client-ca`` asks of gRPC clients)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certfile=self.cert, keyfile=self.key)
+        if self.client_ca is not None:
+            context.load_verify_locations(cafile=self.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+class QuietHandler(WSGIRequestHandler):
+    """Logs nothing (wsgiref writes a line per request to stderr); bounded in time."""
+
+    timeout = CONNECTION_TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """A thread per scrape; with a TLS context, its handshake runs in that thread."""
+
+    daemon_threads = True
+    tls_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls_context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(CONNECTION_TIMEOUT_S)
+        with self.tls_context.wrap_socket(request, server_side=True) as wrapped:
+            super().finish_request(wrapped, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that fails its handshake, or goes silent, is its own problem: not a
+        traceback on the producer's stderr."""
+        return
+
+
+class MetricsServer6(MetricsServer):
+    address_family = socket.AF_INET6
 
 
 class WrittenChunks(Collector):

@@ -410,7 +410,3 @@ def _ending(tail: Tail, leased: bool) -> str | None:
     if b"e" in last:
         return last[b"e"].decode() or None
     return None if leased else Reason.GENERATOR_LOST.value
-
-
-def is_redis_url(spec: str) -> bool:
-    return spec.startswith(("redis://", "rediss://"))

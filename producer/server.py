@@ -40,6 +40,7 @@ from grpc_reflection.v1alpha import reflection
 
 from producer.admission import Admission
 from producer.generation import Generation, Generations, Opened, PlanUpstream, Upstream
+from producer.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from producer.replylog import (
     LogEnded,
@@ -267,7 +268,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.counters = ProducerCounters()
         self.metrics = settings.metrics or ProducerMetrics()
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
-        self.health: Any = grpc_health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.health: Any = BoundedHealthServicer(settings.max_health_watches)
         self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
         # Streams in progress, by the task that serves them; the shutdown path ends them.
@@ -1008,6 +1009,8 @@ class ServerSettings:
     log_limits: LogLimits | None = None
     #: A shared reply log (Redis Streams); None: the in-memory log, with ``log_limits``.
     reply_log: ReplyLog | None = None
+    #: Health ``Watch`` streams served at once (unauthenticated); one more: health_watch_limit.
+    max_health_watches: int = DEFAULT_MAX_HEALTH_WATCHES
 
 
 async def start_server(

@@ -26,11 +26,13 @@ from typing import Any
 import grpc
 import pytest
 import structlog
+import structlog.testing
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from producer.cli import build_parser
+from producer.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
 from producer.metrics import ProducerMetrics, install, record_ledger_spend
 from producer.server import (
     DEFAULT_MAX_PENDING,
@@ -275,6 +277,127 @@ def test_health_says_not_serving_at_sigterm_while_a_stream_is_in_its_grace(
         p.process.wait(timeout=30)
         assert p.process.returncode == 0
     assert finals(p)["held"]["to_state"] == "shutdown"
+
+
+async def watch(c: grpc.aio.Channel, service: str = "") -> Any:
+    """A health Watch, its first answer read (SERVING, or the refusal raised)."""
+    call = health_pb2_grpc.HealthStub(c).Watch(
+        health_pb2.HealthCheckRequest(service=service), timeout=60
+    )
+    assert (await call.read()).status == SERVING
+    return call
+
+
+def test_health_watches_are_bounded_and_a_closed_one_frees_its_slot(tmp_path: Path) -> None:
+    """--max-health-watches 3: three held open (on connections of their own and on one),
+    the fourth refused RESOURCE_EXHAUSTED / health_watch_limit while Check still answers;
+    one closed, a new one is served; SIGTERM still reaches the ones held."""
+    limit = 3
+
+    async def scenario(p: Producer) -> int:
+        refusals = 0
+        async with channel(p.target) as first, channel(p.target) as second:
+            held = [await watch(first), await watch(first, "replywire.v1.ReplyStream")]
+            held.append(await watch(second))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await watch(second)
+            refusals += 1
+            assert (refused.value.code(), refused.value.details()) == (
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "health_watch_limit",
+            )
+            assert await check(first, "") == SERVING
+            held.pop(0).cancel()
+            # The producer sees the cancel a moment later: bounded retries, each refusal counted.
+            for _attempt in range(100):
+                try:
+                    held.append(await watch(second))
+                    break
+                except grpc.aio.AioRpcError as error:
+                    assert error.details() == "health_watch_limit"
+                    refusals += 1
+                    await asyncio.sleep(0.05)
+            assert len(held) == limit
+            p.process.send_signal(signal.SIGTERM)
+            for call in held:
+                assert (await call.read()).status == NOT_SERVING
+                call.cancel()
+        return refusals
+
+    with producer(tmp_path, "--max-health-watches", str(limit)) as p:
+        refusals = asyncio.run(scenario(p))
+        p.process.wait(timeout=30)
+        assert p.process.returncode == 0
+    records = p.trace()
+    (listening,) = [r for r in records if r["event"] == "producer_listening"]
+    assert listening["max_health_watches"] == limit
+    (first_refusal, *_) = [r for r in records if r["event"] == "health_watch_refused"]
+    assert first_refusal["reason"] == "health_watch_limit"
+    assert first_refusal["level"] == "warning"
+    assert (first_refusal["open_watches"], first_refusal["max_health_watches"]) == (limit, limit)
+    assert first_refusal["refused"] == 1
+    assert records[-1]["event"] == "producer_stopped"
+    assert records[-1]["health_watches_refused"] == refusals
+
+
+def test_refused_watches_are_logged_at_most_once_a_second_with_the_running_count() -> None:
+    """In-process: the servicer alone on a loopback port, its clock a fake one."""
+    now = [100.0]
+
+    async def scenario() -> list[Any]:
+        servicer = BoundedHealthServicer(1, clock=lambda: now[0])
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with channel(f"127.0.0.1:{port}") as c:
+                held = await watch(c)
+                with structlog.testing.capture_logs() as logs:
+                    for at in (100.0, 100.5, 100.9, 101.0, 101.2):
+                        now[0] = at
+                        with pytest.raises(grpc.aio.AioRpcError):
+                            await watch(c)
+                assert (servicer.watches, servicer.refused) == (1, 5)
+                held.cancel()
+            return logs
+        finally:
+            await server.stop(None)
+
+    logs = asyncio.run(scenario())
+    assert [(r["event"], r["refused"]) for r in logs] == [
+        ("health_watch_refused", 1),
+        ("health_watch_refused", 4),
+    ]
+
+
+def test_the_health_servicer_keeps_grpc_health_s_interface() -> None:
+    async def scenario() -> None:
+        servicer = BoundedHealthServicer()
+        assert servicer.max_watches == DEFAULT_MAX_HEALTH_WATCHES == 100
+        await servicer.set("x", SERVING)
+        await servicer.enter_graceful_shutdown()
+        await servicer.set("x", SERVING)  # ignored from now on
+        assert servicer._server_status["x"] == NOT_SERVING
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError, match="at least 1"):
+        BoundedHealthServicer(0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_max_health_watches_below_one_is_a_usage_error(value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--max-health-watches", value])
+    assert exit_info.value.code == 2
+
+
+def test_max_health_watches_default_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_parser().parse_args([]).max_health_watches == DEFAULT_MAX_HEALTH_WATCHES
+    monkeypatch.setenv("REPLYWIRE_MAX_HEALTH_WATCHES", "7")
+    assert build_parser().parse_args([]).max_health_watches == 7
+    assert build_parser().parse_args(["--max-health-watches", "9"]).max_health_watches == 9
+    assert REASONS[Reason.HEALTH_WATCH_LIMIT].grpc_code == "RESOURCE_EXHAUSTED"
 
 
 def test_reflection_lists_the_services(tmp_path: Path) -> None:

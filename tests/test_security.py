@@ -8,10 +8,15 @@ signalled; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -300,6 +305,85 @@ def test_tls_and_tokens_may_listen_anywhere(tmp_path: Path, pki: Pki, token_file
     listening = [r for r in records if r["event"] == "producer_listening"]
     assert [(r["tls"], r["tokens"]) for r in listening] == [(True, 2)]
     assert not [r for r in records if r["event"] == "producer_insecure"]
+
+
+# --- the metrics endpoint follows the exposure rule ------------------------------------------
+
+
+METRICS_EVERYWHERE = ("--metrics-port", "0", "--metrics-host", "0.0.0.0")
+
+
+def _metrics_port(p: Producer) -> int:
+    wait_for(lambda: p.logged("metrics_listening"))
+    return int(next(r["port"] for r in p.trace() if r["event"] == "metrics_listening"))
+
+
+def _scrape(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=10, context=context) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def test_exposed_metrics_need_tls_or_insecure() -> None:
+    done = _start(*METRICS_EVERYWHERE)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "producer: refusing to serve metrics on 0.0.0.0 (not a loopback address) without "
+        "TLS: give --tls-cert and --tls-key, or --insecure"
+    ]
+    assert "listening on" not in done.stdout
+
+
+def test_insecure_metrics_say_so_at_every_start_and_serve(tmp_path: Path) -> None:
+    """The gRPC port stays on loopback: --insecure is only what the metrics port needs."""
+    with producer(tmp_path, *METRICS_EVERYWHERE, "--insecure") as p:
+        text = _scrape(f"http://127.0.0.1:{_metrics_port(p)}/metrics")
+        records = p.trace()
+    warning = (
+        "INSECURE: serving metrics on 0.0.0.0 without TLS: anyone who reaches the port can "
+        "read them"
+    )
+    assert "replywire_streams_open 0.0" in text
+    assert [r["detail"] for r in records if r["event"] == "metrics_insecure"] == [warning]
+    assert f"producer: {warning}\n" in p.trace_path.read_text()  # stderr: the trace's file here
+    (listening,) = [r for r in records if r["event"] == "metrics_listening"]
+    assert (listening["tls"], listening["mutual_tls"]) == (False, False)
+
+
+def test_metrics_with_the_producer_s_certificate_are_https_only(tmp_path: Path, pki: Pki) -> None:
+    """Exposed without --insecure, over TLS; plain HTTP gets nothing; a peer that connects
+    and says nothing holds no other scrape (the handshake runs in its own thread)."""
+    tls = ("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    trusting = ssl.create_default_context(cafile=pki.ca)
+    with producer(tmp_path, *METRICS_EVERYWHERE, *tls) as p:
+        port = _metrics_port(p)
+        with socket.create_connection(("127.0.0.1", port)):  # silent: no handshake
+            text = _scrape(f"https://127.0.0.1:{port}/metrics", trusting)
+        with pytest.raises((OSError, http.client.HTTPException)):
+            _scrape(f"http://127.0.0.1:{port}/metrics")
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            _scrape(f"https://127.0.0.1:{port}/metrics", ssl.create_default_context())
+        records = p.trace()
+    assert "replywire_streams_open 0.0" in text
+    (listening,) = [r for r in records if r["event"] == "metrics_listening"]
+    assert (listening["tls"], listening["mutual_tls"]) == (True, False)
+    assert not [r for r in records if r["event"] == "metrics_insecure"]
+    assert "Traceback" not in p.trace_path.read_text()
+
+
+def test_metrics_with_a_client_ca_need_a_client_certificate(tmp_path: Path, pki: Pki) -> None:
+    tls = (
+        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+        "--tls-client-ca", str(pki.ca),
+    )  # fmt: skip
+    with producer(tmp_path, *METRICS_EVERYWHERE, *tls) as p:
+        url = f"https://127.0.0.1:{_metrics_port(p)}/metrics"
+        anonymous = ssl.create_default_context(cafile=pki.ca)
+        with pytest.raises((OSError, http.client.HTTPException)):
+            _scrape(url, anonymous)
+        known = ssl.create_default_context(cafile=pki.ca)
+        known.load_cert_chain(pki.client_cert, pki.client_key)
+        assert "replywire_streams_open 0.0" in _scrape(url, known)
 
 
 # --- a consumer that cannot hang -------------------------------------------------------------

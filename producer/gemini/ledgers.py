@@ -1,4 +1,6 @@
-"""``--ledger``: a path is the file ledger, ``redis://HOST:PORT/DB`` the Redis ledger."""
+"""``--ledger``: a path is the file ledger; ``redis://``, ``rediss://`` or ``unix://`` (the
+scheme in any case, see ``producer.store_urls``) the Redis ledger; any other ``scheme://``
+is refused, never taken for a file name."""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ from pathlib import Path
 
 from producer.gemini.ledger import BudgetLedger, Ledger, Rates
 from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, RedisLedger, RedisOptions
+from producer.store_urls import StoreKind, parse_store
 
 
 def is_redis_url(spec: str) -> bool:
-    return spec.startswith(("redis://", "rediss://"))
+    """Whether ``spec`` names the Redis ledger (raises ``StoreError`` for an unknown scheme)."""
+    return parse_store(spec, files=True).kind is StoreKind.REDIS
 
 
 def open_ledger(
@@ -21,11 +25,13 @@ def open_ledger(
     prefix: str | None = None,
     ttl_s: int | None = None,
 ) -> Ledger:
-    """``redis://HOST:PORT/DB`` (or ``rediss://``): the Redis ledger; anything else is the
-    path of the file ledger (``prefix`` and ``ttl_s`` apply to Redis only)."""
-    if is_redis_url(spec):
+    """``redis://HOST:PORT/DB`` (``rediss://``, ``unix://``): the Redis ledger; a path: the
+    file ledger (``prefix`` and ``ttl_s`` apply to Redis only). Any other ``scheme://`` is a
+    ``StoreError`` (a ``ValueError``) whose message has no password in it."""
+    store = parse_store(spec, files=True)
+    if store.kind is StoreKind.REDIS:
         return RedisLedger(
-            spec,
+            store.target,
             budget_usd=budget_usd,
             budget_per_identity_usd=budget_per_identity_usd,
             rates=rates,
@@ -35,7 +41,7 @@ def open_ledger(
             ),
         )
     return BudgetLedger(
-        Path(spec),
+        Path(store.target),
         budget_usd=budget_usd,
         budget_per_identity_usd=budget_per_identity_usd,
         rates=rates,

@@ -65,6 +65,7 @@ from producer.gemini.ledger import (
     estimate_prompt_tokens,
     shown,
 )
+from producer.store_urls import redacted as safe_location
 from shared.errors import Reason, RequestRefused
 
 DEFAULT_PREFIX: Final = "replywire:ledger:"
@@ -124,14 +125,6 @@ return {'ok', charged, reserved}
 def pico_rate(usd_per_mtok: float) -> int:
     """pico-USD per token."""
     return round(usd_per_mtok * 1_000_000)
-
-
-def safe_location(url: str) -> str:
-    """The URL without its user and password: what a trace may say."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 @dataclass(frozen=True, slots=True)

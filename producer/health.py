@@ -1,0 +1,78 @@
+"""The health service with a bound on its ``Watch`` streams (``--max-health-watches``).
+
+``grpc.health.v1.Health`` answers without a token, by design (a load balancer asks
+before it holds one), so every ``Watch`` a stranger opens would be held, with its
+request, until the producer stops. :class:`BoundedHealthServicer` is grpc_health's own
+asyncio servicer (``set``, ``enter_graceful_shutdown``, ``Check`` and ``Watch`` as it
+has them) that serves at most ``max_watches`` Watch streams at once: one more is refused
+``RESOURCE_EXHAUSTED`` with the details ``health_watch_limit`` before it is registered
+anywhere. A refusal is counted (``refused``) and logged as ``health_watch_refused`` with
+the running count, at most one record a second, so a flood of refused watches cannot
+flood the trace; ``producer_stopped`` carries the final count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import grpc
+import structlog
+from grpc_health.v1 import health as grpc_health
+
+from shared.errors import Reason
+
+DEFAULT_MAX_HEALTH_WATCHES: Final = 100
+#: At most one ``health_watch_refused`` record this often (each carries the running count).
+REFUSAL_RECORD_INTERVAL_S: Final = 1.0
+
+
+# grpc-stubs 1.53 predates the asyncio servicer: its base class is untyped here.
+class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[misc,name-defined]
+    """grpc_health's asyncio ``HealthServicer`` with at most ``max_watches`` open Watches."""
+
+    def __init__(
+        self,
+        max_watches: int = DEFAULT_MAX_HEALTH_WATCHES,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_watches < 1:
+            raise ValueError("max_watches must be at least 1")
+        super().__init__()
+        self.max_watches = max_watches
+        #: Watch streams open now, and the ones refused since the start.
+        self.watches = 0
+        self.refused = 0
+        self._clock = clock
+        self._last_record: float | None = None
+
+    async def Watch(  # noqa: N802 - the RPC's name in the .proto
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        # Counted before the first await: the event loop's one thread admits in order.
+        if self.watches >= self.max_watches:
+            self.refused += 1
+            self._log_refusal(context)
+            reason = Reason.HEALTH_WATCH_LIMIT
+            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        self.watches += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self.watches -= 1
+
+    def _log_refusal(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        now = self._clock()
+        if self._last_record is not None and now - self._last_record < REFUSAL_RECORD_INTERVAL_S:
+            return
+        self._last_record = now
+        structlog.get_logger().warning(
+            "health_watch_refused",
+            reason=Reason.HEALTH_WATCH_LIMIT.value,
+            peer=context.peer(),
+            open_watches=self.watches,
+            max_health_watches=self.max_watches,
+            refused=self.refused,
+        )

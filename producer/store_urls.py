@@ -1,0 +1,146 @@
+"""Where the producer keeps state (``--ledger``, ``--reply-log``): one parser for both flags.
+
+A store is ``redis://``, ``rediss://`` or ``unix://`` (the scheme in any case: it is
+lower-cased before redis-py sees it, whose synchronous URL parser only knows the
+lower-case spellings), a file path (``--ledger``) or ``memory`` (``--reply-log``). Any
+other ``scheme://`` is refused: a mistyped scheme must not quietly become a file named
+after the URL, its password included.
+
+A URL's password is never shown: :func:`redacted` drops the user info (everything before
+the authority's last ``@``, however it is spelled) and the value of a ``password`` query
+parameter (redis-py takes one from the query too), and :attr:`Store.secrets` lists what
+to register with the trace scrubbers and to cut out of a library's error text. User info
+without a colon counts as a secret too: ``redis://SECRET@host`` is a common slip for
+``redis://:SECRET@host``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+from urllib.parse import unquote, unquote_plus, urlsplit
+
+#: A URL's scheme, as RFC 3986 spells one, followed by ``://``.
+SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: A scheme and its colon, with or without the slashes.
+LOOSE_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/*")
+#: One ``name=value`` of a query (``&`` or ``;`` between them).
+QUERY_PAIR: Final = re.compile(r"(^|[&;])([^=&;]*)=([^&;#]*)")
+REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
+MEMORY: Final = "memory"
+HIDDEN: Final = "***"
+#: The query parameters whose values are secrets (redis-py reads ``password`` from the query).
+SECRET_PARAMETERS: Final = frozenset({"password"})
+
+
+class StoreKind(Enum):
+    FILE = "file"
+    MEMORY = "memory"
+    REDIS = "redis"
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """One ``--ledger`` or ``--reply-log`` value, classified."""
+
+    kind: StoreKind
+    #: What the store is opened with: the URL with its scheme lower-cased, the path, "memory".
+    target: str
+    #: What a message or a trace record may say: the URL without its user info or password.
+    shown: str
+    #: The password's spellings (as written, percent-decoded; from the user info or the
+    #: query), longest first.
+    secrets: tuple[str, ...] = ()
+
+    def redact(self, text: str) -> str:
+        """``text`` (an error's message, say) with the URL and every secret replaced."""
+        if self.target != self.shown:
+            text = text.replace(self.target, self.shown)
+        for secret in self.secrets:
+            text = text.replace(secret, HIDDEN)
+        return text
+
+
+class StoreError(ValueError):
+    """A value no store answers to; the message names the accepted ones, never a password."""
+
+
+def parse_store(spec: str, *, memory: bool = False, files: bool = False) -> Store:
+    """Classify ``spec``: a Redis URL, or (when allowed) ``memory`` or a file path."""
+    *others, last = [
+        *(f"{scheme}://" for scheme in REDIS_SCHEMES),
+        *([MEMORY] if memory else []),
+        *(["a file path"] if files else []),
+    ]
+    accepted = f"{', '.join(others)} or {last}"
+    match = SCHEME.match(spec)
+    if match is None:
+        if memory and spec == MEMORY:
+            return Store(StoreKind.MEMORY, spec, spec)
+        if files and spec and not _mangled_url(spec):
+            return Store(StoreKind.FILE, spec, spec)
+        raise StoreError(f"{redacted(spec)!r} is not a store; give {accepted}")
+    scheme = match.group(1).lower()
+    if scheme not in REDIS_SCHEMES:
+        raise StoreError(
+            f"{redacted(spec)!r}: {match.group(1)}:// is not a scheme this producer speaks; "
+            f"give {accepted} (the scheme in any case)"
+        )
+    target = scheme + spec[len(scheme) :]
+    return Store(StoreKind.REDIS, target, redacted(target), url_secrets(target))
+
+
+def _mangled_url(spec: str) -> bool:
+    """A URL with its "//" mistyped ("redis:/host", "valkey:/:pw@host", "redis:host:6379"):
+    never taken for a file path."""
+    scheme = LOOSE_SCHEME.match(spec)
+    return scheme is not None and (
+        scheme.group(0).endswith("/") or scheme.group(1).lower() in REDIS_SCHEMES
+    )
+
+
+def redacted(spec: str) -> str:
+    """``spec`` without a URL's user info and without a ``password`` parameter's value (text
+    that is no URL: without what comes before its last "@", but a scheme-like prefix)."""
+    match = SCHEME.match(spec)
+    if match is None:
+        if "@" not in spec:
+            return spec
+        loose = LOOSE_SCHEME.match(spec)
+        return f"{loose.group(0) if loose else ''}{HIDDEN}@{spec.rpartition('@')[2]}"
+    head, rest = spec[: match.end()], spec[match.end() :]
+    # The user info ends at the last "@" before the query: a password with an unescaped
+    # "/" or "@" in it must not spill into what is shown as the host or the path.
+    where, mark, query = rest.partition("?")
+    if "@" in where:
+        where = where.rpartition("@")[2]
+    if mark:
+        query = QUERY_PAIR.sub(
+            lambda m: f"{m[1]}{m[2]}={HIDDEN}" if _is_secret(m[2]) else m[0], query
+        )
+    return f"{head}{where}{mark}{query}"
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """Every spelling of the password a URL carries: its user info (whole, as written, and
+    the password as redis-py reads it, percent-decoded), and a ``password`` parameter."""
+    match = SCHEME.match(url)
+    rest = url[match.end() :] if match else url
+    where, _, query = rest.partition("?")
+    found: set[str] = set()
+    if "@" in where:
+        userinfo = where.rpartition("@")[0]
+        # As written (up to the last "@"), and as redis-py reads it (urlsplit's password).
+        for item in (userinfo, userinfo.partition(":")[2], urlsplit(url).password or ""):
+            found |= {item, unquote(item)}
+    for pair in QUERY_PAIR.finditer(query):
+        if _is_secret(pair[2]):
+            found |= {pair[3], unquote_plus(pair[3])}
+    found.discard("")
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _is_secret(name: str) -> bool:
+    return unquote_plus(name).lower() in SECRET_PARAMETERS
