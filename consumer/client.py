@@ -87,8 +87,11 @@ MIN_KEEPALIVE_S: Final = 1.0
 DEFAULT_RESUME_ATTEMPTS: Final = 3
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
 CANCEL_TIMEOUT_S: Final = 2.0
-#: Named endings of the producer that are a broken transport, not a verdict: resumable.
-RESUMABLE_REASONS: Final = frozenset({Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT})
+#: Named endings of the producer that are a broken transport, not a verdict: resumable
+#: (the transport faults' abort is one on purpose: its code named, it still resumes).
+RESUMABLE_REASONS: Final = frozenset(
+    {Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT, Reason.CONTROLLED_TRANSPORT_ABORT}
+)
 TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value
 #: Trailing metadata the producer sends with such an answer that the result keeps.
 PASSED_METADATA: Final = frozenset({"retry-delay", "provider-http-status"})
