@@ -36,6 +36,12 @@ call ends ``UNAVAILABLE``, a transport failure that a resume repairs. A refusal 
 the producer (a gRPC status whose details are one of our refusal codes, before any
 chunk) is ``refused``; any other failure of the call is ``error`` /
 ``transport_io_error`` with the gRPC code and details.
+
+What the peer sent is a reason only when it is a registered code
+(``shared.errors.registered``): a gRPC status's details name a refusal or a reply's
+ending only by their exact code, and a terminal's own reason is judged by the core. The
+details themselves are kept as ``transport.grpc_details`` (and in the trace), scrubbed
+and bounded like every ``detail`` (``shared.errors.scrubbed_detail``), never as a reason.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ import structlog
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
 from consumer.security import Security
-from shared.errors import REPLY_ENDINGS, ProtocolFailure, Reason
+from shared.errors import REPLY_ENDINGS, ProtocolFailure, Reason, registered, scrubbed_detail
 from shared.fsm import Machine
 from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
@@ -81,12 +87,11 @@ MIN_KEEPALIVE_S: Final = 1.0
 DEFAULT_RESUME_ATTEMPTS: Final = 3
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
 CANCEL_TIMEOUT_S: Final = 2.0
-#: Named endings of the producer that are a broken transport, not a verdict: resumable.
+#: Named endings of the producer that are a broken transport, not a verdict: resumable
+#: (the transport faults' abort is one on purpose: its code named, it still resumes).
 RESUMABLE_REASONS: Final = frozenset(
     {Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT, Reason.CONTROLLED_TRANSPORT_ABORT}
 )
-#: A producer that does not stream says why in the status details: one of these codes.
-KNOWN_REASONS: Final = frozenset(reason.value for reason in Reason)
 TRANSPORT_FAILED: Final = Reason.TRANSPORT_IO_ERROR.value
 #: Trailing metadata the producer sends with such an answer that the result keeps.
 PASSED_METADATA: Final = frozenset({"retry-delay", "provider-http-status"})
@@ -208,7 +213,8 @@ class StreamEnded:
         reason other than its own shutdown or a connection's age (a refusal, a verdict)."""
         if self.code is not grpc.StatusCode.UNAVAILABLE or self.broken is not None or self.judged:
             return False
-        return self.details not in KNOWN_REASONS or Reason(self.details) in RESUMABLE_REASONS
+        named = registered(self.details)
+        return named is None or named in RESUMABLE_REASONS
 
 
 QueueItem = bytes | StreamEnded
@@ -465,7 +471,7 @@ class StreamSession:
                 resume_after=resume_after,
                 backoff_ms=round(wait * 1000, 3),
                 grpc_code=outcome.code.name if outcome.code else None,
-                grpc_details=outcome.details,
+                grpc_details=scrubbed_detail(outcome.details),
             )
             self.request = _resumed(self.request, resume_after)
             if ends_at is not None and loop.time() + wait >= ends_at:
@@ -666,7 +672,8 @@ class StreamSession:
     def _ended(self, end: StreamEnded) -> StreamResult:
         if end.broken is not None:
             self.cancel()
-            return self.consumer.transport_error({"message": end.details}, reason=end.broken)
+            message = scrubbed_detail(end.details)
+            return self.consumer.transport_error({"message": message}, reason=end.broken)
         if end.idle:
             self.cancel()
             return self.consumer.abort(Reason.IDLE_TIMEOUT)
@@ -674,13 +681,20 @@ class StreamSession:
             return self.consumer.end_of_stream()
         if end.code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return self.consumer.abort(Reason.DEADLINE_EXCEEDED)
-        transport: dict[str, Any] = {"grpc_code": end.code.name, "grpc_details": end.details}
-        transport.update({key: value for key, value in end.metadata if key in PASSED_METADATA})
+        # The peer's text: kept scrubbed and bounded, never raw (a reason only if a code).
+        transport: dict[str, Any] = {
+            "grpc_code": end.code.name,
+            "grpc_details": scrubbed_detail(end.details),
+        }
+        transport.update(
+            (key, scrubbed_detail(value)) for key, value in end.metadata if key in PASSED_METADATA
+        )
         nothing_received = self.consumer.stats.transport_fragments == 0
-        if nothing_received and not self.attempt and end.details in KNOWN_REASONS:
+        named = registered(end.details)
+        if nothing_received and not self.attempt and named is not None:
             # The producer named why it did not stream (a refusal, or the provider failing
             # before the stream): report that reason, with its own status.
-            return self._not_streamed(Reason(end.details), transport)
+            return self._not_streamed(named, transport)
         if nothing_received and dropped_by_grpc(end):
             return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
         if nothing_received and refused_by_http2(end):
@@ -898,9 +912,8 @@ async def stream_reply(
 def _transport_reason(end: StreamEnded) -> Reason:
     """The reason of a call that broke: the reply's own ending when the producer named one
     (``generator_lost``, ``reply_abandoned``), else ``transport_io_error``."""
-    if end.details in KNOWN_REASONS and Reason(end.details) in REPLY_ENDINGS:
-        return Reason(end.details)
-    return Reason.TRANSPORT_IO_ERROR
+    named = registered(end.details)
+    return named if named is not None and named in REPLY_ENDINGS else Reason.TRANSPORT_IO_ERROR
 
 
 def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from consumer.security import TOKEN_ENV
-from shared.errors import Reason, Status
+from shared.errors import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES, REASONS, Reason, Status
 from shared.recording import DEVELOPMENT_CASES
 from shared.result import StreamResult
 
@@ -102,6 +102,25 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.LEDGER_UNAVAILABLE: "The budget ledger could not be read or written, so no call was made.",
     R.CONTROLLED_LOCAL_CANCEL: "The producer cancelled the stream.",
     R.CONTROLLED_LOCAL_ERROR: "The producer ended the stream with an error.",
+    R.CONTROLLED_TRANSPORT_ABORT: "The producer broke off the call mid-stream on purpose (a "
+    "controlled fault).",
+    R.UNREGISTERED_ERROR_TERMINAL: "The producer ended the stream with an error whose reason is "
+    "not a known code; its words are under detail.",
+    R.UNREGISTERED_CANCEL_TERMINAL: "The producer cancelled the stream with a reason that is not "
+    "a known code; its words are under detail.",
+    R.PROVIDER_FINISH_UNREGISTERED: "The model provider stopped for a reason this producer does "
+    "not know; the producer's trace has it.",
+    R.PROVIDER_ERROR_UNREGISTERED: "The model provider sent an error of a kind this producer "
+    "does not know; the producer's trace has it.",
+    R.IDENTITY_STREAM_LIMIT: "This caller already has as many streams open as it may.",
+    R.REPLY_LOG_UNAVAILABLE: "The producer's reply log could not be read or written.",
+    R.REPLY_LOG_LIMIT: "The reply outgrew the producer's reply log bounds.",
+    R.HEALTH_WATCH_LIMIT: "The producer already serves as many health watches as it allows.",
+    # The provider's own finish reasons and error statuses, in the registry's words.
+    **{
+        reason: REASONS[reason].meaning[0].upper() + REASONS[reason].meaning[1:] + "."
+        for reason in (*PROVIDER_FINISHES.values(), *PROVIDER_ERROR_STATUSES.values())
+    },
 }
 
 #: The verdict's headline per status (``complete`` is the only accepted one).

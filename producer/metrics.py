@@ -7,7 +7,8 @@ producer keeps several producers in one process (the tests) apart.
 Names (all prefixed ``replywire_``):
 
 - ``replywire_streams_total{outcome,reason}``: streams by final state and reason
-  code (``reason=""`` for ``completed``)
+  code (``reason=""`` for ``completed``; a reason that is not a registered code is
+  counted as ``internal_error``, so the label stays in the registry and bounded)
 - ``replywire_streams_open``: streams open now
 - ``replywire_bytes_written_total``, ``replywire_chunks_written_total``: chunk
   bytes and chunks written to consumers
@@ -43,6 +44,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shared.errors import CODES, Reason
+
 #: Seconds a write may wait for the window: sub-millisecond on a reading consumer,
 #: up to the connection's age on one that stopped reading.
 WRITE_WAIT_BUCKETS: Final = (
@@ -74,7 +77,9 @@ class ProducerMetrics:
 
     def stream_ended(self, outcome: str, reason: str) -> None:
         # labels() looks the child up under a lock each time: keep them (outcomes and
-        # reason codes are closed sets, so this stays small).
+        # reason codes are closed sets, so this stays small: a label is never free text).
+        if reason and reason not in CODES:
+            reason = Reason.INTERNAL_ERROR.value
         child = self._ended.get((outcome, reason))
         if child is None:
             child = self._ended[outcome, reason] = self.streams.labels(outcome, reason)

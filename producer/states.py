@@ -15,6 +15,10 @@ any open state -> connection_aged_out  connection_aged: --max-connection-age-s c
 Every stream reaches exactly one final state, logged once by ``Machine.fire``;
 the servicer's counters are kept by the same call, so opened = the sum of the
 final counts. The servicer (``producer.server``) is the only code that fires.
+
+A ``reason`` fired with is a registered code (``shared.errors.REASONS``) in the trace and
+in the metrics: one that is not (a bug in the caller) is recorded as ``internal_error``,
+with a ``reason_unregistered`` warning that shows the text (scrubbed, bounded).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Final
 
 import structlog
 
+from shared.errors import CODES, Reason, scrubbed_detail
 from shared.fsm import Machine, MachineSpec
 
 
@@ -122,10 +127,20 @@ class ProducerStream:
         return self.machine.state
 
     def fire(self, event: StreamInput, **fields: object) -> StreamState:
-        """Fire ``event``; a ``reason`` field is kept for the final-state callback."""
+        """Fire ``event``; a ``reason`` field (a registered code: any other is logged and
+        recorded as ``internal_error``) is kept for the final-state callback."""
         if "reason" in fields:
-            self.reason = str(fields["reason"])
+            reason = fields["reason"]
+            if not isinstance(reason, str) or reason not in CODES:
+                reason = fields["reason"] = self._unregistered(reason)
+            self.reason = str(reason)
         return self.machine.fire(event, **fields)
+
+    def _unregistered(self, reason: object) -> str:
+        shown = reason if isinstance(reason, str) else repr(reason)
+        code = Reason.INTERNAL_ERROR.value
+        self.log.warning("reason_unregistered", value=scrubbed_detail(shown), reason=code)
+        return code
 
     @property
     def sent(self) -> dict[str, int]:

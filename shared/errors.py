@@ -13,8 +13,10 @@ what they mean there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 
 class Status(StrEnum):
@@ -97,6 +99,9 @@ class Reason(StrEnum):
     MISSING_FRAME_KIND = "missing_frame_kind"
     CONTENT_DIGEST_MISMATCH = "content_digest_mismatch"
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
+    # --- a terminal whose reason is not a code (ours) ----------------------
+    UNREGISTERED_ERROR_TERMINAL = "unregistered_error_terminal"
+    UNREGISTERED_CANCEL_TERMINAL = "unregistered_cancel_terminal"
     # --- final reply (lab) -----------------------------------------------
     INVALID_ANSWER_JSON = "invalid_answer_json"
     INVALID_ANSWER_SCHEMA = "invalid_answer_schema"
@@ -127,6 +132,45 @@ class Reason(StrEnum):
     PROVIDER_EVENT_AFTER_FINISH = "provider_event_after_finish"
     BUDGET_EXHAUSTED = "budget_exhausted"
     LEDGER_UNAVAILABLE = "ledger_unavailable"
+    # --- the live provider's finishReason other than STOP (Gemini's, error terminals) ---
+    PROVIDER_FINISH_FINISH_REASON_UNSPECIFIED = "provider_finish_FINISH_REASON_UNSPECIFIED"
+    PROVIDER_FINISH_MAX_TOKENS = "provider_finish_MAX_TOKENS"
+    PROVIDER_FINISH_SAFETY = "provider_finish_SAFETY"
+    PROVIDER_FINISH_RECITATION = "provider_finish_RECITATION"
+    PROVIDER_FINISH_LANGUAGE = "provider_finish_LANGUAGE"
+    PROVIDER_FINISH_OTHER = "provider_finish_OTHER"
+    PROVIDER_FINISH_BLOCKLIST = "provider_finish_BLOCKLIST"
+    PROVIDER_FINISH_PROHIBITED_CONTENT = "provider_finish_PROHIBITED_CONTENT"
+    PROVIDER_FINISH_SPII = "provider_finish_SPII"
+    PROVIDER_FINISH_MALFORMED_FUNCTION_CALL = "provider_finish_MALFORMED_FUNCTION_CALL"
+    PROVIDER_FINISH_IMAGE_SAFETY = "provider_finish_IMAGE_SAFETY"
+    PROVIDER_FINISH_IMAGE_PROHIBITED_CONTENT = "provider_finish_IMAGE_PROHIBITED_CONTENT"
+    PROVIDER_FINISH_IMAGE_OTHER = "provider_finish_IMAGE_OTHER"
+    PROVIDER_FINISH_NO_IMAGE = "provider_finish_NO_IMAGE"
+    PROVIDER_FINISH_IMAGE_RECITATION = "provider_finish_IMAGE_RECITATION"
+    PROVIDER_FINISH_UNEXPECTED_TOOL_CALL = "provider_finish_UNEXPECTED_TOOL_CALL"
+    PROVIDER_FINISH_TOO_MANY_TOOL_CALLS = "provider_finish_TOO_MANY_TOOL_CALLS"
+    PROVIDER_FINISH_MISSING_THOUGHT_SIGNATURE = "provider_finish_MISSING_THOUGHT_SIGNATURE"
+    PROVIDER_FINISH_MALFORMED_RESPONSE = "provider_finish_MALFORMED_RESPONSE"
+    PROVIDER_FINISH_UNREGISTERED = "provider_finish_unregistered"
+    # --- an error object in the live provider's stream, by its status (error terminals) ---
+    PROVIDER_ERROR_CANCELLED = "provider_error_CANCELLED"
+    PROVIDER_ERROR_UNKNOWN = "provider_error_UNKNOWN"
+    PROVIDER_ERROR_INVALID_ARGUMENT = "provider_error_INVALID_ARGUMENT"
+    PROVIDER_ERROR_DEADLINE_EXCEEDED = "provider_error_DEADLINE_EXCEEDED"
+    PROVIDER_ERROR_NOT_FOUND = "provider_error_NOT_FOUND"
+    PROVIDER_ERROR_ALREADY_EXISTS = "provider_error_ALREADY_EXISTS"
+    PROVIDER_ERROR_PERMISSION_DENIED = "provider_error_PERMISSION_DENIED"
+    PROVIDER_ERROR_RESOURCE_EXHAUSTED = "provider_error_RESOURCE_EXHAUSTED"
+    PROVIDER_ERROR_FAILED_PRECONDITION = "provider_error_FAILED_PRECONDITION"
+    PROVIDER_ERROR_ABORTED = "provider_error_ABORTED"
+    PROVIDER_ERROR_OUT_OF_RANGE = "provider_error_OUT_OF_RANGE"
+    PROVIDER_ERROR_UNIMPLEMENTED = "provider_error_UNIMPLEMENTED"
+    PROVIDER_ERROR_INTERNAL = "provider_error_INTERNAL"
+    PROVIDER_ERROR_UNAVAILABLE = "provider_error_UNAVAILABLE"
+    PROVIDER_ERROR_DATA_LOSS = "provider_error_DATA_LOSS"
+    PROVIDER_ERROR_UNAUTHENTICATED = "provider_error_UNAUTHENTICATED"
+    PROVIDER_ERROR_UNREGISTERED = "provider_error_unregistered"
     # --- terminals the producer sends in controlled faults (lab) ----------
     CONTROLLED_LOCAL_CANCEL = "controlled_local_cancel"
     CONTROLLED_LOCAL_ERROR = "controlled_local_error"
@@ -146,6 +190,124 @@ def _info(status: Status, grpc_code: str, meaning: str) -> ReasonInfo:
 
 
 _R, _I, _E = Status.REFUSED, Status.INVALID, Status.ERROR
+_POLICY, _INTERNAL = "FAILED_PRECONDITION", "INTERNAL"
+
+#: Gemini's documented ``Candidate.FinishReason`` values other than STOP (which is ``done``):
+#: the value, the gRPC code, what it means (the Gemini API reference's words, shortened).
+_FINISHES: Final[dict[Reason, tuple[str, str, str]]] = {
+    Reason.PROVIDER_FINISH_FINISH_REASON_UNSPECIFIED: (
+        "FINISH_REASON_UNSPECIFIED",
+        _INTERNAL,
+        "no reason given (the default value, documented as unused)",
+    ),
+    Reason.PROVIDER_FINISH_MAX_TOKENS: (
+        "MAX_TOKENS",
+        "RESOURCE_EXHAUSTED",
+        "the reply reached the request's maxOutputTokens",
+    ),
+    Reason.PROVIDER_FINISH_SAFETY: ("SAFETY", _POLICY, "the reply was flagged for safety"),
+    Reason.PROVIDER_FINISH_RECITATION: (
+        "RECITATION",
+        _POLICY,
+        "the reply was flagged for recitation (copyright)",
+    ),
+    Reason.PROVIDER_FINISH_LANGUAGE: ("LANGUAGE", _POLICY, "the reply's language is unsupported"),
+    Reason.PROVIDER_FINISH_OTHER: ("OTHER", _INTERNAL, "stopped for a reason it does not name"),
+    Reason.PROVIDER_FINISH_BLOCKLIST: ("BLOCKLIST", _POLICY, "the reply has forbidden terms"),
+    Reason.PROVIDER_FINISH_PROHIBITED_CONTENT: (
+        "PROHIBITED_CONTENT",
+        _POLICY,
+        "the reply may have prohibited content",
+    ),
+    Reason.PROVIDER_FINISH_SPII: (
+        "SPII",
+        _POLICY,
+        "the reply may have sensitive personally identifiable information",
+    ),
+    Reason.PROVIDER_FINISH_MALFORMED_FUNCTION_CALL: (
+        "MALFORMED_FUNCTION_CALL",
+        _INTERNAL,
+        "the model's function call is invalid",
+    ),
+    Reason.PROVIDER_FINISH_IMAGE_SAFETY: (
+        "IMAGE_SAFETY",
+        _POLICY,
+        "a generated image has safety violations",
+    ),
+    Reason.PROVIDER_FINISH_IMAGE_PROHIBITED_CONTENT: (
+        "IMAGE_PROHIBITED_CONTENT",
+        _POLICY,
+        "a generated image has prohibited content",
+    ),
+    Reason.PROVIDER_FINISH_IMAGE_OTHER: (
+        "IMAGE_OTHER",
+        _INTERNAL,
+        "image generation stopped for a reason it does not name",
+    ),
+    Reason.PROVIDER_FINISH_NO_IMAGE: (
+        "NO_IMAGE",
+        _INTERNAL,
+        "an image was expected and none was generated",
+    ),
+    Reason.PROVIDER_FINISH_IMAGE_RECITATION: (
+        "IMAGE_RECITATION",
+        _POLICY,
+        "a generated image may be a recitation",
+    ),
+    Reason.PROVIDER_FINISH_UNEXPECTED_TOOL_CALL: (
+        "UNEXPECTED_TOOL_CALL",
+        _INTERNAL,
+        "the model called a tool, and the request enabled none",
+    ),
+    Reason.PROVIDER_FINISH_TOO_MANY_TOOL_CALLS: (
+        "TOO_MANY_TOOL_CALLS",
+        _INTERNAL,
+        "the model called too many tools in a row",
+    ),
+    Reason.PROVIDER_FINISH_MISSING_THOUGHT_SIGNATURE: (
+        "MISSING_THOUGHT_SIGNATURE",
+        _INTERNAL,
+        "the request lacks a thought signature",
+    ),
+    Reason.PROVIDER_FINISH_MALFORMED_RESPONSE: (
+        "MALFORMED_RESPONSE",
+        _INTERNAL,
+        "the model's response was malformed",
+    ),
+}
+
+#: ``google.rpc.Code`` names other than OK, as the ``status`` of an error object in the
+#: provider's stream (the gRPC code is the same name), and what each means.
+_PROVIDER_ERRORS: Final[dict[Reason, tuple[str, str]]] = {
+    Reason.PROVIDER_ERROR_CANCELLED: ("CANCELLED", "the provider cancelled the call"),
+    Reason.PROVIDER_ERROR_UNKNOWN: ("UNKNOWN", "an error the provider does not classify"),
+    Reason.PROVIDER_ERROR_INVALID_ARGUMENT: ("INVALID_ARGUMENT", "it found the request invalid"),
+    Reason.PROVIDER_ERROR_DEADLINE_EXCEEDED: ("DEADLINE_EXCEEDED", "its deadline passed"),
+    Reason.PROVIDER_ERROR_NOT_FOUND: ("NOT_FOUND", "something the call needs does not exist"),
+    Reason.PROVIDER_ERROR_ALREADY_EXISTS: ("ALREADY_EXISTS", "something it made already exists"),
+    Reason.PROVIDER_ERROR_PERMISSION_DENIED: ("PERMISSION_DENIED", "the key may not do this"),
+    Reason.PROVIDER_ERROR_RESOURCE_EXHAUSTED: ("RESOURCE_EXHAUSTED", "a quota or rate limit"),
+    Reason.PROVIDER_ERROR_FAILED_PRECONDITION: (
+        "FAILED_PRECONDITION",
+        "the provider is not in a state to answer",
+    ),
+    Reason.PROVIDER_ERROR_ABORTED: ("ABORTED", "the call was aborted (a conflict)"),
+    Reason.PROVIDER_ERROR_OUT_OF_RANGE: ("OUT_OF_RANGE", "a value is out of its range"),
+    Reason.PROVIDER_ERROR_UNIMPLEMENTED: ("UNIMPLEMENTED", "the provider does not do this"),
+    Reason.PROVIDER_ERROR_INTERNAL: ("INTERNAL", "the provider failed internally"),
+    Reason.PROVIDER_ERROR_UNAVAILABLE: ("UNAVAILABLE", "the provider is overloaded or down"),
+    Reason.PROVIDER_ERROR_DATA_LOSS: ("DATA_LOSS", "the provider lost data"),
+    Reason.PROVIDER_ERROR_UNAUTHENTICATED: ("UNAUTHENTICATED", "the key was not accepted"),
+}
+#: A finishReason value (other than STOP) -> its code; a value not here is
+#: ``provider_finish_unregistered``.
+PROVIDER_FINISHES: Final[Mapping[str, Reason]] = {
+    name: reason for reason, (name, _, _) in _FINISHES.items()
+}
+#: An error object's ``status`` -> its code; any other is ``provider_error_unregistered``.
+PROVIDER_ERROR_STATUSES: Final[Mapping[str, Reason]] = {
+    name: reason for reason, (name, _) in _PROVIDER_ERRORS.items()
+}
 
 REASONS: dict[Reason, ReasonInfo] = {
     Reason.RECORDING_HASH_MISMATCH: _info(
@@ -267,6 +429,16 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.CONFLICTING_DUPLICATE: _info(
         _I, "DATA_LOSS", "an applied sequence number came again with different bytes"
     ),
+    Reason.UNREGISTERED_ERROR_TERMINAL: _info(
+        _E,
+        "INTERNAL",
+        "an error terminal whose reason is not a registered code (its text is in detail)",
+    ),
+    Reason.UNREGISTERED_CANCEL_TERMINAL: _info(
+        Status.CANCELLED,
+        "CANCELLED",
+        "a cancel terminal whose reason is not a registered code (its text is in detail)",
+    ),
     Reason.INVALID_ANSWER_JSON: _info(_I, "DATA_LOSS", "the reply is not strict JSON"),
     Reason.INVALID_ANSWER_SCHEMA: _info(
         _I, "DATA_LOSS", "the reply does not have the exact schema"
@@ -340,6 +512,28 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.BUDGET_EXHAUSTED: _info(
         _R, "RESOURCE_EXHAUSTED", "the call's worst-case cost would exceed the budget"
     ),
+    **{
+        reason: _info(_E, grpc_code, f"the provider finished with {name}: {meaning}")
+        for reason, (name, grpc_code, meaning) in _FINISHES.items()
+    },
+    Reason.PROVIDER_FINISH_UNREGISTERED: _info(
+        _E,
+        "INTERNAL",
+        "the provider finished with a finishReason not listed above (the producer's trace "
+        "has it: provider_reason_unregistered)",
+    ),
+    **{
+        reason: _info(
+            _E, name, f"an error event of the provider's stream, status {name}: {meaning}"
+        )
+        for reason, (name, meaning) in _PROVIDER_ERRORS.items()
+    },
+    Reason.PROVIDER_ERROR_UNREGISTERED: _info(
+        _E,
+        "INTERNAL",
+        "an error event of the provider's stream without one of the statuses above (the "
+        "producer's trace has it: provider_reason_unregistered)",
+    ),
     Reason.CONTROLLED_LOCAL_CANCEL: _info(
         Status.CANCELLED, "CANCELLED", "the producer sent a cancel terminal"
     ),
@@ -348,6 +542,45 @@ REASONS: dict[Reason, ReasonInfo] = {
         _E, "UNAVAILABLE", "the producer ended the RPC mid-stream on purpose (a controlled fault)"
     ),
 }
+
+#: Every registered code by its text: how text from elsewhere (a terminal's reason, a gRPC
+#: status's details, a reply log's ending) is looked up without raising.
+CODES: Final[Mapping[str, Reason]] = {reason.value: reason for reason in Reason}
+
+
+def registered(text: object) -> Reason | None:
+    """The registered code ``text`` is, or None (any other text, or not text at all)."""
+    return CODES.get(text) if isinstance(text, str) else None
+
+
+#: The longest ``detail`` of a result (and of a trace record that carries text from elsewhere).
+MAX_DETAIL_CHARS: Final = 256
+#: Where a detail was cut at the bound.
+CUT_MARK: Final = "\u2026"
+
+
+def scrubbed_detail(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """Free text made fit to show: every character that is not printable (control and
+    format characters: C0, DEL, C1, bidi overrides, zero-width marks, line separators,
+    surrogates) shown escaped as Python writes it (``\\n``, ``\\x1b``, ``\\u202e``), never
+    raw; at most ``limit`` characters, cut with ``…`` at the end (never inside an
+    escape). Idempotent: scrubbed text is returned as it is."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    pieces: list[str] = []
+    size = 0
+    for char in text[: limit + 1]:  # every character shows as one or more
+        piece = char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:
+            break
+    if size <= limit:
+        return "".join(pieces)
+    while pieces and size + len(CUT_MARK) > limit:
+        size -= len(pieces.pop())
+    return "".join(pieces) + CUT_MARK
+
 
 #: How a shared reply ended without its terminal that its readers are told as that reason
 #: (the producer's status details, also to a late resume), never resumed: the consumer

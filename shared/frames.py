@@ -32,6 +32,11 @@ class FrameKind(StrEnum):
 
 
 TERMINAL_KINDS = frozenset({FrameKind.DONE, FrameKind.ERROR, FrameKind.CANCEL})
+#: The reason of the lab's controlled cancel and error terminals (``controlled_local_<kind>``).
+_CONTROLLED: Final = {
+    FrameKind.CANCEL: Reason.CONTROLLED_LOCAL_CANCEL,
+    FrameKind.ERROR: Reason.CONTROLLED_LOCAL_ERROR,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,5 +153,5 @@ def derive_frames(
     reason = None
     if terminal is not FrameKind.DONE:
         content = content[: max(1, len(content) // 2)]
-        reason = f"controlled_local_{terminal.value}"
+        reason = _CONTROLLED[terminal].value
     return frames_from_deltas(binding_sha256, list(split_content(content)), terminal, reason)

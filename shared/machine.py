@@ -24,6 +24,12 @@ reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
+A result's ``reason`` is always a registered code (``shared.errors.REASONS``). A cancel
+or error terminal says why in free text: a registered code there is the result's reason
+as it is (the lab's ``controlled_local_cancel``); any other text still ends the stream
+cancelled or error, with ``unregistered_cancel_terminal`` / ``unregistered_error_terminal``
+as the reason and the text, scrubbed and bounded, as the result's ``detail``.
+
 All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
 ``Machine.fire()`` is the only code that changes state, and it logs every change
 as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
@@ -40,7 +46,7 @@ from typing import Any, Final
 import structlog
 
 from shared.digest import digest
-from shared.errors import ProtocolFailure, Reason, Status
+from shared.errors import ProtocolFailure, Reason, Status, registered, scrubbed_detail
 from shared.frames import DoneDigest, Frame, FrameKind
 from shared.fsm import NULL_LOGGER, Machine, MachineSpec
 from shared.reply import validate_reply
@@ -152,15 +158,23 @@ _END_AFTER: Final = {
     FrameKind.CANCEL: In.END_AFTER_CANCEL,
     FrameKind.ERROR: In.END_AFTER_ERROR,
 }
+#: The reason of a cancel or error terminal whose own reason is not a registered code.
+_UNREGISTERED: Final = {
+    FrameKind.CANCEL: Reason.UNREGISTERED_CANCEL_TERMINAL,
+    FrameKind.ERROR: Reason.UNREGISTERED_ERROR_TERMINAL,
+}
 
 
 class Verdict:
     """The core's machine and its reason, changed together by one call: the one source of
-    truth for the state, the status and the reason (a failure is the INVALID state)."""
+    truth for the state, the status, the reason (a registered code, or None on the way to
+    complete) and its detail (a failure is the INVALID state)."""
 
     def __init__(self, logger: structlog.typing.FilteringBoundLogger) -> None:
         self._machine = Machine(SPEC, logger)
         self.reason: str | None = None
+        #: Free text from the peer behind the reason (scrubbed and bounded), or None.
+        self.detail: str | None = None
 
     @property
     def state(self) -> ConsumerState:
@@ -176,10 +190,21 @@ class Verdict:
             raise RuntimeError(f"no verdict yet in state {self.state}")
         return STATUS_OF[self.state]
 
-    def fire(self, event: Input, *, sequence: int, reason: str | None = None) -> None:
-        """Move on ``event`` with ``reason`` (None on the way to complete); log it once."""
-        self.reason = reason
-        self._machine.fire(event, sequence=sequence, reason=reason)
+    def fire(
+        self,
+        event: Input,
+        *,
+        sequence: int,
+        reason: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Move on ``event`` with ``reason`` (None on the way to complete) and its
+        ``detail``, if any; log it once."""
+        self.reason, self.detail = reason, detail
+        if detail is None:
+            self._machine.fire(event, sequence=sequence, reason=reason)
+        else:
+            self._machine.fire(event, sequence=sequence, reason=reason, detail=detail)
 
 
 class Content:
@@ -322,8 +347,10 @@ class ReplyConsumer:
     def provisional_content(self) -> str:
         return self.content.text
 
-    def _transition(self, event: Input, reason: str | None = None) -> None:
-        self.verdict.fire(event, sequence=self.checks.frames, reason=reason)
+    def _transition(
+        self, event: Input, reason: str | None = None, detail: str | None = None
+    ) -> None:
+        self.verdict.fire(event, sequence=self.checks.frames, reason=reason, detail=detail)
 
     def _fail(self, reason: Reason, detail: str = "") -> ProtocolFailure:
         """Record the first failure, move to INVALID, and return the exception to raise."""
@@ -458,11 +485,21 @@ class ReplyConsumer:
         if self._terminal is None:
             self._transition(In.END_WITHOUT_TERMINAL, Reason.MISSING_TERMINAL.value)
         elif self._terminal is not FrameKind.DONE:
-            self._transition(_END_AFTER[self._terminal], self._terminal_reason)
+            self._end_after_stop(self._terminal)
         else:
             self._transition(In.END_AFTER_DONE)
             self._validate()
         return self.result()
+
+    def _end_after_stop(self, kind: FrameKind) -> None:
+        """After a cancel or error terminal: its reason when that is a registered code,
+        else the code that says it was not one, with the terminal's text as the detail."""
+        text = self._terminal_reason or ""  # checked: non-empty text within the limit
+        code = registered(text)
+        if code is not None:
+            self._transition(_END_AFTER[kind], code.value)
+        else:
+            self._transition(_END_AFTER[kind], _UNREGISTERED[kind].value, scrubbed_detail(text))
 
     def _validate(self) -> None:
         try:
@@ -519,5 +556,6 @@ class ReplyConsumer:
             binding_sha256=self.binding_sha256,
             wire_format=self.wire.value,
             integrity=self.wire.integrity.value,
+            detail=self.verdict.detail,
             transport=self.transport,
         )

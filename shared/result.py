@@ -6,10 +6,15 @@ are present only where they mean something, and are left out (not ``null``)
 elsewhere, exactly as before the result was typed:
 
 * ``integrity`` - when the consumer core judged a stream (a refusal checked nothing);
-* ``detail`` - on a refusal (why the request was not streamed);
+* ``detail`` - free text behind the reason, where there is some: why a request was not
+  streamed (a refusal), or the text of a cancel or error terminal whose reason is not a
+  registered code (``unregistered_cancel_terminal`` / ``unregistered_error_terminal``).
+  Always scrubbed and bounded (``shared.errors.scrubbed_detail``: control characters
+  escaped, at most 256 characters, cut with ``…``);
 * ``transport`` - when the call failed or a refusal came from the producer;
 * ``stream_id`` and ``flow`` - when the result came over gRPC.
 
+``reason`` is a registered code (``shared.errors.REASONS``) or, for ``complete``, null.
 ``tests/test_result.py`` pins the exact JSON text of each path.
 """
 
@@ -20,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from shared.errors import ReplywireError, Status
+from shared.errors import ReplywireError, Status, scrubbed_detail
 
 #: The result document's keys: the lab's, then ours.
 LAB_RESULT_KEYS: Final = (
@@ -219,6 +224,11 @@ class StreamResult:
     transport: Mapping[str, Any] | None = None
     stream_id: str | None = None
     flow: Flow | None = None
+
+    def __post_init__(self) -> None:
+        # Whoever made it, the detail is fit to show (idempotent: scrubbed text stays).
+        if self.detail is not None:
+            object.__setattr__(self, "detail", scrubbed_detail(self.detail))
 
     @classmethod
     def refused(

@@ -1,13 +1,25 @@
-"""The pure parts of the Gemini protocol, without a server: HTTP errors before the stream."""
+"""The pure parts of the Gemini protocol, without a server: HTTP errors before the stream,
+and the codes of the stream's finish reasons and error events."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from producer.gemini.protocol import provider_error
-from shared.errors import Reason, RequestRefused
+from producer.gemini.protocol import ProviderFrames, provider_error
+from shared.errors import (
+    PROVIDER_ERROR_STATUSES,
+    PROVIDER_FINISHES,
+    REASONS,
+    Reason,
+    RequestRefused,
+    Status,
+)
+from shared.frames import FrameKind
 
 RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
 
@@ -47,3 +59,73 @@ def test_provider_error_maps_the_status_and_keeps_the_retry_delay(
     assert refusal.reason is reason
     assert refusal.metadata == (metadata or {"provider-http-status": str(status)})
     assert f"'http_status': {status}" in refusal.detail
+
+
+def test_the_documented_finish_reasons_and_error_statuses_are_registered_codes() -> None:
+    assert len(PROVIDER_FINISHES) == 19 and "STOP" not in PROVIDER_FINISHES
+    assert len(PROVIDER_ERROR_STATUSES) == 16 and "OK" not in PROVIDER_ERROR_STATUSES
+    for name, code in PROVIDER_FINISHES.items():
+        assert code.value == f"provider_finish_{name}"  # the spelling the tests expect
+        assert REASONS[code].status is Status.ERROR
+    for name, code in PROVIDER_ERROR_STATUSES.items():
+        assert code.value == f"provider_error_{name}"
+        assert (REASONS[code].status, REASONS[code].grpc_code) == (Status.ERROR, name)
+
+
+def finished(event: dict[str, object]) -> tuple[str, list[MutableMapping[str, Any]], str | None]:
+    """The terminal's reason, the records logged, and the adapter's finish_reason."""
+    adapter = ProviderFrames("b" * 64)
+    with capture_logs() as logs:
+        (frame,) = adapter.event(event)
+    assert frame.kind is FrameKind.ERROR
+    assert isinstance(frame.reason, str)
+    return frame.reason, logs, adapter.finish_reason
+
+
+@pytest.mark.parametrize("finish", sorted(PROVIDER_FINISHES))
+def test_a_documented_finish_reason_is_its_own_code(finish: str) -> None:
+    reason, logs, kept = finished({"candidates": [{"finishReason": finish}]})
+    assert (reason, logs, kept) == (f"provider_finish_{finish}", [], finish)
+
+
+@pytest.mark.parametrize(
+    ("finish", "shown"),
+    [
+        ("NEW_REASON", "NEW_REASON"),
+        ("max_tokens", "max_tokens"),  # codes are exact: not upper-cased into one
+        ("x\x1b[2J" + "y" * 300, "x\\x1b[2J" + "y" * 247 + "\u2026"),
+    ],
+)
+def test_any_other_finish_reason_is_one_code_and_its_value_is_in_the_trace(
+    finish: str, shown: str
+) -> None:
+    reason, logs, kept = finished({"candidates": [{"finishReason": finish}]})
+    assert reason == Reason.PROVIDER_FINISH_UNREGISTERED.value
+    (record,) = logs
+    assert record["event"] == "provider_reason_unregistered"
+    assert (record["field"], record["value"], record["reason"]) == (
+        "finishReason",
+        shown,
+        "provider_finish_unregistered",
+    )
+    assert kept == shown  # what provider_stream_closed and the capture record
+
+
+@pytest.mark.parametrize(
+    ("error", "reason", "value"),
+    [
+        ({"code": 503, "status": "UNAVAILABLE"}, "provider_error_UNAVAILABLE", None),
+        ({"status": "DATA_LOSS"}, "provider_error_DATA_LOSS", None),
+        ({"code": 503}, "provider_error_unregistered", "503"),
+        ({"status": "unavailable"}, "provider_error_unregistered", "unavailable"),
+        ({"status": "OK"}, "provider_error_unregistered", "OK"),
+        ({"status": ["not text"]}, "provider_error_unregistered", "['not text']"),
+        ({}, "provider_error_unregistered", "None"),
+    ],
+)
+def test_an_error_event_is_the_code_of_its_status(
+    error: dict[str, object], reason: str, value: str | None
+) -> None:
+    got, logs, kept = finished({"error": error})
+    assert (got, kept) == (reason, "ERROR")
+    assert [record.get("value") for record in logs] == ([] if value is None else [value])

@@ -284,11 +284,59 @@ def test_terminal_reason_at_and_past_the_edge(
     at_edge = [*frames, terminal_frame(case.binding_sha256, 2, kind, deltas, "r" * 256)]
     result = run(case, at_edge, wire)
     expected = "cancelled" if kind is FrameKind.CANCEL else "error"
-    assert (result["status"], result["reason"]) == (expected, "r" * 256)
+    # Valid, but not a code: the terminal's status, a code that says so, the text as detail.
+    assert (result["status"], result["reason"]) == (expected, f"unregistered_{kind}_terminal")
+    assert result["detail"] == "r" * 256
     past = [*frames, replace(at_edge[-1], reason="r" * 257)]
     assert_refused(run(case, past, wire), "invalid", "invalid_terminal_reason")
     empty = [*frames, replace(at_edge[-1], reason="")]
     assert_refused(run(case, empty, wire), "invalid", "invalid_terminal_reason")
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("kind", [FrameKind.ERROR, FrameKind.CANCEL])
+def test_a_terminal_reason_that_is_a_code_is_the_result_reason(
+    case: BoundCase, wire: WireFormat, kind: FrameKind
+) -> None:
+    frames = content_frames(case.binding_sha256, ["{"])
+    for code in (Reason.CONTROLLED_LOCAL_ERROR, Reason.PROVIDER_FINISH_MAX_TOKENS):
+        stop = terminal_frame(case.binding_sha256, 2, kind, ["{"], code.value)
+        result = run(case, [*frames, stop], wire)
+        status = "cancelled" if kind is FrameKind.CANCEL else "error"
+        assert (result["status"], result["reason"]) == (status, code.value)
+        assert "detail" not in result
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize(
+    ("kind", "status", "reason"),
+    [
+        (FrameKind.ERROR, "error", Reason.UNREGISTERED_ERROR_TERMINAL),
+        (FrameKind.CANCEL, "cancelled", Reason.UNREGISTERED_CANCEL_TERMINAL),
+    ],
+)
+def test_a_terminal_reason_that_is_not_a_code_goes_to_detail_scrubbed(
+    case: BoundCase, wire: WireFormat, kind: FrameKind, status: str, reason: Reason
+) -> None:
+    frames = content_frames(case.binding_sha256, ["{"])
+    for text, detail in [
+        ("because I said so", "because I said so"),
+        ("Controlled_Local_Error", "Controlled_Local_Error"),  # codes are exact
+        ("a\x1b[31mred\nline\u202eevil", "a\\x1b[31mred\\nline\\u202eevil"),
+        ("\x00" * 256, "\\x00" * 63 + "\u2026"),  # 1024 characters escaped: cut, marked
+    ]:
+        stop = terminal_frame(case.binding_sha256, 2, kind, ["{"], text)
+        with capture_logs() as logs:
+            result = run(case, [*frames, stop], wire)
+        assert (result["status"], result["reason"], result["detail"]) == (
+            status,
+            reason.value,
+            detail,
+        )
+        assert result["local_terminal"] == kind.value
+        assert result["provisional_content"] == "{"
+        (final,) = [r for r in logs if r.get("to_state") == status]
+        assert (final["reason"], final["detail"]) == (reason.value, detail)
 
 
 @pytest.mark.parametrize("reason", [None, 7, "\udc80"])

@@ -17,12 +17,12 @@ import structlog
 
 from consumer.cli import main
 from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession
-from shared.errors import Reason
-from shared.frames import derive_frames
+from shared.errors import Reason, RequestRefused
+from shared.frames import FrameKind, content_frames, derive_frames, terminal_frame
 from shared.machine import ReplyConsumer
 from shared.recording import Recording
 from shared.requests import ReplyRequest
-from shared.result import Flow
+from shared.result import Flow, StreamResult
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 
@@ -82,6 +82,45 @@ def test_a_broken_call_gives_the_pinned_document(recording: Recording) -> None:
     end = StreamEnded(grpc.StatusCode.UNAVAILABLE, "gone")
     document = session(recording, WireFormat.LENGTH_PREFIXED)._ended(end)
     assert document.to_json() == PINNED["stream_transport_error"]
+
+
+def test_an_unregistered_terminal_reason_gives_the_pinned_document(recording: Recording) -> None:
+    """The reproduction: an error terminal's free text was the result's reason."""
+    case = recording.case("replace-file")
+    codec = codec_for(WireFormat.LENGTH_PREFIXED)
+    frames = [
+        *content_frames(case.binding_sha256, ['{\n"status"']),
+        terminal_frame(case.binding_sha256, 2, FrameKind.ERROR, [], "because I said so"),
+    ]
+    consumer = ReplyConsumer(case.binding)
+    consumer.receive_data(b"".join(codec.encode_frame(frame) for frame in frames))
+    assert consumer.end_of_stream().to_json() == PINNED["unregistered_error_terminal"]
+
+
+def test_a_detail_is_scrubbed_and_bounded_whoever_makes_it() -> None:
+    refusal = RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, "unknown case 'a\x1b[2J\u202e'")
+    result = StreamResult.refused(refusal, case_id="a", wire_format="lp")
+    assert result.detail == "unknown case 'a\\x1b[2J\\u202e'"
+    assert result.to_dict()["detail"] == result.detail
+    long = StreamResult(status=Reason.INTERNAL_ERROR.status, reason="internal_error",
+                        case_id=None, wire_format="lp", detail="\n" * 1000)  # fmt: skip
+    assert long.detail == "\\n" * 127 + "\u2026" and len(long.detail) == 255
+
+
+def test_the_peers_grpc_details_are_kept_scrubbed_never_as_the_reason(
+    recording: Recording,
+) -> None:
+    end = StreamEnded(
+        grpc.StatusCode.UNAVAILABLE,
+        "because I said so\x1b[0m" + "!" * 300,
+        metadata=(("retry-delay", "7s\r\nx"),),
+    )
+    document = session(recording, WireFormat.LENGTH_PREFIXED)._ended(end).to_dict()
+    assert (document["status"], document["reason"]) == ("error", "transport_io_error")
+    details = document["transport"]["grpc_details"]
+    assert details.startswith("because I said so\\x1b[0m!!!") and details.endswith("!\u2026")
+    assert len(details) == 256
+    assert document["transport"]["retry-delay"] == "7s\\r\\nx"
 
 
 PINNED = {
@@ -380,6 +419,41 @@ PINNED = {
         '  "binding_sha256": "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70",\n'
         '  "wire_format": "lp",\n'
         '  "integrity": "sha256"\n'
+        "}\n"
+    ),
+    "unregistered_error_terminal": (
+        "{\n"
+        '  "status": "error",\n'
+        '  "reason": "unregistered_error_terminal",\n'
+        '  "accepted_answer": null,\n'
+        '  "citations": [],\n'
+        '  "provisional_content": "{\\n\\"status\\"",\n'
+        '  "local_terminal": "error",\n'
+        '  "stats": {\n'
+        '    "bytes_received": 181,\n'
+        '    "transport_fragments": 1,\n'
+        '    "application_frames": 2,\n'
+        '    "reconnects": 0,\n'
+        '    "discarded_bytes": 0\n'
+        "  },\n"
+        '  "events": [\n'
+        "    {\n"
+        '      "kind": "provisional_content",\n'
+        '      "sequence": 1,\n'
+        '      "characters_received": 10\n'
+        "    },\n"
+        "    {\n"
+        '      "kind": "local_terminal",\n'
+        '      "status": "error",\n'
+        '      "sequence": 2\n'
+        "    }\n"
+        "  ],\n"
+        '  "case_id": "replace-file",\n'
+        '  "request_sha256": "776dcc0c6157a6970d2ad2964cecd429173d1a3758ca7b596f6c7ace2d21ef8c",\n'
+        '  "binding_sha256": "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70",\n'
+        '  "wire_format": "lp",\n'
+        '  "integrity": "sha256",\n'
+        '  "detail": "because I said so"\n'
         "}\n"
     ),
     "stream_refused": (

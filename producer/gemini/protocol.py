@@ -7,9 +7,17 @@ the stream ends when the body ends. ``ProviderFrames`` is the lab's
 
 * one ``content_delta`` per provider text event (these are not tokens);
 * ``finishReason: STOP`` gives ``done`` (with our content digest and count);
-  any other finish reason gives an ``error`` terminal ``provider_finish_<REASON>``;
+  any other documented finish reason gives an ``error`` terminal
+  ``provider_finish_<REASON>`` (each a registered code, ``PROVIDER_FINISHES``);
 * an ``error`` object in an event gives an ``error`` terminal
-  ``provider_error_<STATUS>``;
+  ``provider_error_<STATUS>`` for a ``google.rpc.Code`` status (``PROVIDER_ERROR_STATUSES``);
+* a finish reason or an error status that is not one of those still ends the stream in
+  error, with ``provider_finish_unregistered`` / ``provider_error_unregistered``: a
+  terminal's reason is always a registered code. The frame carries only that code, so the
+  provider's own value is kept in the producer's trace, scrubbed and bounded: a
+  ``provider_reason_unregistered`` warning (``field``, ``value``, ``reason``) when it is
+  seen, and ``finish_reason`` (``provider_stream_closed``, the capture, the ledger's
+  outcome) for every finish;
 * an event after the finish is refused (``provider_event_after_finish``);
 * the end of the body without a finish reason gives no terminal at all: the
   consumer then ends ``incomplete`` / ``missing_terminal``.
@@ -38,9 +46,15 @@ import structlog
 
 from producer.gemini.sse import SseError, SseParser
 from shared.digest import strict_json
-from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.errors import (
+    PROVIDER_ERROR_STATUSES,
+    PROVIDER_FINISHES,
+    Reason,
+    ReplywireError,
+    RequestRefused,
+    scrubbed_detail,
+)
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
-from shared.machine import MAX_REASON_CHARS
 from shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"
@@ -171,9 +185,18 @@ def error_of(event: Mapping[str, Any]) -> dict[str, Any] | None:
     return error if isinstance(error, dict) else None
 
 
-def _reason(prefix: str, value: object) -> str:
-    text = "".join(c if c.isalnum() or c == "_" else "_" for c in str(value).upper())
-    return (prefix + text)[:MAX_REASON_CHARS]
+def finish_code(finish: str) -> Reason:
+    """The code of a finish reason other than STOP: a documented value's own, else
+    ``provider_finish_unregistered``."""
+    return PROVIDER_FINISHES.get(finish, Reason.PROVIDER_FINISH_UNREGISTERED)
+
+
+def error_code(error: Mapping[str, Any]) -> Reason:
+    """The code of an error object by its ``status`` (``google.rpc.Code``), or
+    ``provider_error_unregistered``."""
+    status = error.get("status")
+    found = PROVIDER_ERROR_STATUSES.get(status) if isinstance(status, str) else None
+    return found or Reason.PROVIDER_ERROR_UNREGISTERED
 
 
 @dataclass
@@ -181,9 +204,13 @@ class ProviderFrames:
     """Provider events in, application frames out (the lab's ``application_frames``)."""
 
     binding_sha256: str
+    logger: structlog.typing.FilteringBoundLogger | None = None
 
     def __post_init__(self) -> None:
+        self._log = self.logger or structlog.get_logger()
         self.sequence = 0
+        #: The provider's finish reason as it said it (scrubbed, bounded); "ERROR" for an
+        #: error object; None until it finished.
         self.finish_reason: str | None = None
         self.usage: dict[str, object] | None = None
         self.texts: list[str] = []
@@ -212,8 +239,10 @@ class ProviderFrames:
         error = error_of(event)
         if error is not None:
             self.finish_reason = "ERROR"
-            reason = _reason("provider_error_", error.get("status") or error.get("code"))
-            return [self._frame(FrameKind.ERROR, reason=reason)]
+            code = error_code(error)
+            if code is Reason.PROVIDER_ERROR_UNREGISTERED:
+                self._unregistered("error", error.get("status", error.get("code")), code)
+            return [self._frame(FrameKind.ERROR, reason=code.value)]
         frames = []
         text = text_of(event)
         if text:
@@ -221,7 +250,7 @@ class ProviderFrames:
             frames.append(self._frame(FrameKind.CONTENT_DELTA, text=text))
         finish = finish_of(event)
         if finish is not None:
-            self.finish_reason = finish
+            self.finish_reason = scrubbed_detail(finish)
             frames.append(self.terminal(finish))
         return frames
 
@@ -232,7 +261,21 @@ class ProviderFrames:
                 content_frames=len(self.texts),
             )
             return self._frame(FrameKind.DONE, done_digest=digest)
-        return self._frame(FrameKind.ERROR, reason=_reason("provider_finish_", finish))
+        code = finish_code(finish)
+        if code is Reason.PROVIDER_FINISH_UNREGISTERED:
+            self._unregistered("finishReason", finish, code)
+        return self._frame(FrameKind.ERROR, reason=code.value)
+
+    def _unregistered(self, field: str, value: object, code: Reason) -> None:
+        """The provider's value behind a ``*_unregistered`` code: the frame has only the
+        code, so the value is kept here, in the producer's trace (scrubbed, bounded)."""
+        shown = value if isinstance(value, str) else repr(value)
+        self._log.warning(
+            "provider_reason_unregistered",
+            field=field,
+            value=scrubbed_detail(shown),
+            reason=code.value,
+        )
 
     def failure(self, reason: Reason) -> list[Frame]:
         """The stream broke before a finish: close it with an ``error`` terminal."""
@@ -259,9 +302,9 @@ class ProviderStream:
     closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        self.parser = SseParser()
-        self.adapter = ProviderFrames(self.binding_sha256)
         self._log = self.logger or structlog.get_logger()
+        self.parser = SseParser()
+        self.adapter = ProviderFrames(self.binding_sha256, self._log)
 
     def receive_data(self, data: bytes) -> list[Frame]:
         if self.closed:

@@ -16,6 +16,7 @@ from typing import Any, Final
 from producer.replylog import Entry, log_entries
 from producer.sources import Stall
 from shared.digest import canonical_json, within_depth
+from shared.errors import Reason
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
@@ -67,7 +68,7 @@ class RecordingPlan:
             if stall is not None and index + 1 == stall.after_chunks:
                 yield Stall(stall.milliseconds)
         if self.transmission.ending is Ending.TRANSPORT_ERROR:
-            self.abort_details = "controlled_transport_abort"
+            self.abort_details = Reason.CONTROLLED_TRANSPORT_ABORT.value
 
     def live_frames(self) -> AsyncGenerator[Frame, None] | None:
         return None  # known in advance: reply_frames
