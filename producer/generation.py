@@ -165,7 +165,7 @@ class Generation:
                     async for entry in entries:
                         await self.reply.append(entry)
         except LogEnded as ended:  # the upstream said the reply ends in error
-            outcome = ended.reason
+            outcome = ended.reason.value
         except ReplyLogFailed as failed:
             self._log.warning("reply_log_write_failed", reason=failed.reason.value,
                               detail=failed.detail)  # fmt: skip

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import quote
 
-from shared.errors import Reason, ReplywireError, RequestRefused
+from shared.errors import Reason, ReplywireError, RequestRefused, registered, scrubbed_detail
 from shared.frames import Frame
 
 DEFAULT_MAX_FRAMES: Final = 10_000
@@ -115,11 +115,15 @@ def log_entries(frames: Sequence[Frame], wire: Sequence[bytes]) -> Entries:
 
 
 class LogEnded(Exception):
-    """Raised by a read when the reply ended without its terminal frame (``reason``)."""
+    """Raised by a read when the reply ended without its terminal frame: ``reason``, always
+    a registered code (an ending read from a store that is not one is ``internal_error``,
+    its text kept, scrubbed, as ``detail``)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, ending: Reason | str) -> None:
+        reason = registered(ending)
+        super().__init__(ending if reason is None else reason.value)
+        self.reason: Reason = reason or Reason.INTERNAL_ERROR
+        self.detail = "" if reason is not None else scrubbed_detail(str(ending))
 
 
 class ReplyBusy(ValueError):

@@ -56,7 +56,15 @@ from producer.security import ANONYMOUS, TokenAuthenticator
 from producer.sources import Source, Stall, StreamPlan
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
-from shared.errors import REASONS, REPLY_ENDINGS, Reason, ReplywireError, RequestRefused, Status
+from shared.errors import (
+    REASONS,
+    REPLY_ENDINGS,
+    Reason,
+    ReplywireError,
+    RequestRefused,
+    Status,
+    scrubbed_detail,
+)
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
@@ -336,7 +344,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
         except _ConsumerGone as gone:
-            self._cut_by_consumer_or_age(stream, connection_seen, why=str(gone))
+            self._cut_by_consumer_or_age(stream, connection_seen, why=scrubbed_detail(str(gone)))
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
@@ -403,7 +411,10 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         except RequestRefused as refused:
             self.counters.requests_malformed += 1
             self._log.warning(
-                "request_malformed", peer=context.peer(), caller=caller, detail=refused.detail
+                "request_malformed",
+                peer=context.peer(),
+                caller=caller,
+                detail=scrubbed_detail(refused.detail),
             )
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
         return request.stream_id
@@ -473,7 +484,10 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         except RequestRefused as refused:
             self.counters.requests_malformed += 1
             self._log.warning(
-                "request_malformed", peer=context.peer(), caller=caller, detail=refused.detail
+                "request_malformed",
+                peer=context.peer(),
+                caller=caller,
+                detail=scrubbed_detail(refused.detail),
             )
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
         return request
@@ -540,7 +554,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             if key is not None:
                 await self._generate(key, request, checked, plan, delivery)
         except ReplywireError as error:
-            stream.fire(StreamInput.REFUSE, reason=error.code, detail=error.detail)
+            stream.fire(StreamInput.REFUSE, reason=error.code, detail=scrubbed_detail(error.detail))
             if error.metadata:
                 context.set_trailing_metadata(tuple(error.metadata.items()))
             await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
@@ -722,8 +736,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         else:
             await self._deliver_generated(checked, context, stream, plan)
         if plan.abort_details is not None:
-            stream.fire(StreamInput.ABORT, reason=plan.abort_details, **stream.sent)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, plan.abort_details)
+            reason = plan.abort_details
+            stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
+            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
         stream.fire(StreamInput.COMPLETE, **stream.sent)
 
     async def _deliver_generated(
@@ -771,7 +786,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 if takeovers < MAX_TAKEOVERS and await self._take_over(ended, checked, delivery):
                     takeovers += 1
                     continue
-                reason = Reason(ended.reason) if ended.reason in REASONS else Reason.INTERNAL_ERROR
+                reason = ended.reason
                 stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
                 self._pass_refusal_metadata(context, delivery, reason)
                 await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
@@ -801,7 +816,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         whoever did first) when the source regenerates it; the reading goes on where it
         was, the regenerated frames being the same."""
         reply, plan = delivery.reply, delivery.plan
-        if ended.reason != Reason.GENERATOR_LOST.value or plan is None or reply is None:
+        if ended.reason is not Reason.GENERATOR_LOST or plan is None or reply is None:
             return False
         self._log.info("generation_taken_over", stream_id=reply.key.stream_id)
         # Only a source that regenerates takes over: its reply is recorded, never live.

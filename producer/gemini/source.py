@@ -53,7 +53,7 @@ from producer.metrics import record_ledger_spend
 from producer.replylog import Entry, LogEnded
 from producer.sources import Stall
 from shared.digest import digest
-from shared.errors import ConfigurationError, Reason, RequestRefused
+from shared.errors import ConfigurationError, Reason, RequestRefused, registered
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
@@ -155,7 +155,7 @@ class GeminiPlan:
         # The one events -> frames loop, shared with producer.gemini.convert.
         self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
-        self.abort_details: str | None = None
+        self.abort_details: Reason | None = None
         #: Not known in advance: the reply is logged as it is made (live_frames).
         self.reply_frames: tuple[Frame, ...] | None = None
         self.body_ended = False
@@ -178,7 +178,7 @@ class GeminiPlan:
                     for chunk in chunker.feed(codec.encode_frame(frame)):
                         yield chunk
         # An event after the finish: no frame may follow the terminal. End the RPC instead.
-        self.abort_details = self.provider.abort
+        self.abort_details = registered(self.provider.abort)
         for chunk in chunker.flush():
             yield chunk
         if not self.adapter.finished and self.abort_details is None:

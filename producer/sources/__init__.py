@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from producer.replylog import Entry
+from shared.errors import Reason
 from shared.frames import Frame
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest
@@ -29,7 +30,7 @@ class StreamPlan(Protocol):
     #: Fields for the ``verified`` trace record.
     description: dict[str, Any]
     #: Set when the RPC must end UNAVAILABLE with this detail after the chunks.
-    abort_details: str | None
+    abort_details: Reason | None
     #: The reply's frames without any transport fault, for the reply log (None: this
     #: plan's reply is not logged, so it cannot be resumed).
     reply_frames: tuple[Frame, ...] | None

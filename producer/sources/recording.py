@@ -39,7 +39,7 @@ class RecordingPlan:
         entries: tuple[Entry, ...] | None = None,
     ) -> None:
         self.transmission = transmission
-        self.abort_details: str | None = None
+        self.abort_details: Reason | None = None
         fault = checked.fault.kind if checked.fault else None
         # Transport faults leave the frames as they are: the log holds the whole reply,
         # and the fault applies to the first delivery only. Frame faults are not logged.
@@ -68,7 +68,7 @@ class RecordingPlan:
             if stall is not None and index + 1 == stall.after_chunks:
                 yield Stall(stall.milliseconds)
         if self.transmission.ending is Ending.TRANSPORT_ERROR:
-            self.abort_details = Reason.CONTROLLED_TRANSPORT_ABORT.value
+            self.abort_details = Reason.CONTROLLED_TRANSPORT_ABORT
 
     def live_frames(self) -> AsyncGenerator[Frame, None] | None:
         return None  # known in advance: reply_frames
