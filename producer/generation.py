@@ -197,7 +197,7 @@ class Generation:
 
     async def _close_and_end(self, upstream: Upstream | None, outcome: str) -> None:
         if outcome == COMPLETED:
-            await self._end_log(None)
+            outcome = await self._end_log(None)
             await self._close(upstream, outcome)
         else:
             await self._close(upstream, outcome)
@@ -212,11 +212,21 @@ class Generation:
         except Exception:  # the generation's ending stands: log it, never answer with it
             self._log.exception("upstream_close_failed", outcome=outcome)
 
-    async def _end_log(self, ending: str | None) -> None:
+    async def _end_log(self, ending: str | None) -> str:
+        """End the log with ``ending``; the generation's outcome: ``ending`` (or
+        ``completed``), or why the end could not be written (its readers then see the
+        lease lapse: ``generator_lost``)."""
+        outcome = ending or COMPLETED
         try:
             await self.reply.end(ending)
-        except Exception:  # its readers see the lease lapse (a shared log) or the error
-            self._log.exception("reply_end_not_logged", outcome=ending)
+        except ReplyLogFailed as failed:
+            self._log.warning("reply_end_not_logged", outcome=outcome,
+                              reason=failed.reason.value, detail=failed.detail)  # fmt: skip
+            return outcome if ending else failed.reason.value
+        except Exception:
+            self._log.exception("reply_end_not_logged", outcome=outcome)
+            return outcome if ending else Reason.INTERNAL_ERROR.value
+        return outcome
 
     def attach(self) -> int:
         """A delivery starts; returns its attempt number (1 for the first)."""

@@ -50,6 +50,8 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 
 from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
@@ -77,7 +79,11 @@ redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 # KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms.
+# Idempotent: a write whose entry is already the last one (a retry after its answer was
+# lost) is done; any other write needs the lease.
 _WRITE: Final = """
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if last and last[1] == ARGV[2] then return 1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
@@ -234,10 +240,15 @@ class RedisReply:
         self.error = error
         if self._refresher is not None:
             self._refresher.cancel()
+        # Not written: its readers see the lease lapse (generator_lost) within a lease.
         try:
-            await self._write(f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s)
-        except aioredis.RedisError as failure:  # its readers will see the lease lapse
-            structlog.get_logger().warning("reply_end_not_logged", detail=type(failure).__name__)
+            written = await self._write(
+                f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s
+            )
+        except aioredis.RedisError as failure:
+            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(failure).__name__) from failure
+        if not written:
+            raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
 
     async def read(self, after: int) -> AsyncIterator[Entry]:
         try:
@@ -285,10 +296,14 @@ class RedisReplyLog:
         self.prefix = prefix
         # A blocked XREAD holds its connection for a quarter lease: the socket waits longer.
         # Typed Any: redis-py's command stubs answer bytes | str | Awaitable unions.
+        # One retry at once, on a new connection (a pooled one may be stale after a Redis
+        # restart); no backoff: a store that is gone fails the reply now, not in seconds.
+        # Writes are idempotent (_WRITE), so a retried one never logs an entry twice.
         self.client: Any = aioredis.Redis.from_url(
             url,
             socket_timeout=TIMEOUT_S + self.limits.lease_s,
             socket_connect_timeout=TIMEOUT_S,
+            retry=AsyncRetry(NoBackoff(), 1),
         )
         self.scripts = _Scripts(self.client)
 

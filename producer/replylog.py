@@ -159,7 +159,8 @@ class LoggedReply(Protocol):
 
     async def end(self, error: str | None = None) -> None:
         """The reply is complete (``None``: its terminal frame was the last entry) or ended
-        without it (``error``: a reason code). Idempotent: the first call wins."""
+        without it (``error``: a reason code). Idempotent: the first call wins. Raises
+        ``ReplyLogFailed`` when the end could not be written."""
         ...
 
     def log_now(self, entries: Sequence[Entry]) -> bool:

@@ -291,7 +291,9 @@ def test_a_reader_and_a_writer_that_lose_redis_fail_with_reply_log_unavailable()
         assert failed.value.reason is Reason.REPLY_LOG_UNAVAILABLE
         with pytest.raises(ReplyLogFailed):
             await a.find(key("s"))
-        await reply.end(Reason.REPLY_LOG_UNAVAILABLE.value)  # logged as not written, no raise
+        with pytest.raises(ReplyLogFailed) as unwritten:  # its readers see the lease lapse
+            await reply.end(Reason.REPLY_LOG_UNAVAILABLE.value)
+        assert unwritten.value.reason is Reason.REPLY_LOG_UNAVAILABLE
         await close(a)
 
     with redis_server() as running:
