@@ -180,6 +180,14 @@ class LedgerKeeper:
         """The lease, reconciliation and retry tasks (needs a running loop; at most once)."""
         if self._tasks or self._closed:
             return
+        owner, policy = self.ledger.owner, self.policy
+        self._log.info(
+            "ledger_owner",
+            owner=owner.id,
+            lease_s=owner.lease_s,
+            reconcile_s=policy.reconcile_s,
+            bound_s=policy.lease_s + policy.reconcile_s + policy.timeout_s,
+        )
         self._retrier = asyncio.ensure_future(self._retry_loop())
         self._tasks = [
             self._retrier,
