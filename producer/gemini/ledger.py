@@ -399,8 +399,9 @@ class BudgetLedger:
         return ledger
 
     def check(self) -> None:
-        """Read the ledger once (at start): a broken one stops the producer, not a call."""
-        with self._locked(write=False):
+        """Read and write the ledger once (at start): a broken one stops the producer, not a
+        call."""
+        with self._locked():
             pass
 
     def _write(self, ledger: dict[str, Any]) -> None:
