@@ -333,7 +333,6 @@ def test_a_killed_producer_s_reservation_is_reconciled_by_another(
             stop_process(a.process, signal.SIGKILL)
             consumer.wait(timeout=60)
         (opened,) = records(a, "provider_stream_opened")
-        assert entry(ledger, opened["call_id"])["state"] == "reserved"  # a is gone with it
         wait_for(lambda: bool(records(b, "budget_reconciled")), timeout=PROMPTLY_S)
         (reconciled,) = records(b, "budget_reconciled")
         owners = owner_of(a), owner_of(b)
@@ -353,10 +352,10 @@ def test_a_killed_producer_s_reservation_is_reconciled_by_another(
 def test_a_reserve_that_lands_after_its_producer_died_is_released(
     tmp_path: Path, fake: FakeGeminiProcess
 ) -> None:
-    """Producer a's reserve waits in a paused Redis; a is killed before it hears back (or
-    abandons it). Redis resumes and runs the reserve: a reservation owned by a dead producer
-    with no request behind it. Producer b releases it once a's lease lapsed (the lease the
-    late reserve itself set)."""
+    """Producer a's reserve waits in a paused Redis; a is killed before it hears back. Redis
+    resumes and runs the reserve: a reservation with no request behind it, owned by a dead
+    producer. Producer b releases it once a's lease lapsed (the lease the late reserve
+    itself set), or a's abandon did first if a lived long enough to send one."""
     before = len(fake.log())
     with (
         redis_server(persistent=True) as server,
@@ -374,14 +373,24 @@ def test_a_reserve_that_lands_after_its_producer_died_is_released(
             server.resume()
         (unanswered,) = records(a, "budget_reserve_unanswered")
         call_id = unanswered["call_id"]
-        wait_for(lambda: any(e["call_id"] == call_id for e in ledger.entries()), timeout=10)
-        wait_for(lambda: bool(records(b, "budget_reconciled")), timeout=PROMPTLY_S)
-        (reconciled,) = records(b, "budget_reconciled")
+
+        def resolved() -> bool:
+            return any(
+                e["call_id"] == call_id and e["state"] != "reserved" for e in ledger.entries()
+            )
+
+        wait_for(resolved, timeout=PROMPTLY_S)
+        reconciled = records(b, "budget_reconciled")
         orphan = entry(ledger, call_id)
         calls = fake.log()[before:]
         committed = assert_accounted(ledger, calls)
     assert len(calls) == 1  # warm only: the orphan never reached the provider
-    assert (reconciled["call_id"], reconciled["state"]) == (call_id, "released")
-    assert (orphan["state"], orphan["released"]) == ("released", "owner_lease_lapsed (never sent)")
-    print(f"late reserve of a dead producer released: committed {committed:.9f} USD "
+    assert orphan["state"] == "released" and not orphan.get("tombstone")  # it did land late
+    if orphan["released"] == "owner_lease_lapsed (never sent)":
+        assert [(r["call_id"], r["state"]) for r in reconciled] == [(call_id, "released")]
+        by = "b's reconciliation"
+    else:
+        assert orphan["released"].startswith("reserve_unanswered")
+        by = "a's abandon, sent before it died"
+    print(f"late reserve of a dead producer released by {by}: committed {committed:.9f} USD "
           f"(the warm call only)")  # fmt: skip

@@ -243,7 +243,7 @@ def test_a_lapsed_owner_s_reservations_are_reconciled(make_ledger: MakeLedger) -
     """Owner A's lease lapses with two reservations held: one never marked sending (released,
     nothing was spent) and one that may have been sent (failed: the worst case stays). A
     reconciler never touches a live owner's, nor its own."""
-    a = make_ledger(Owner.new(lease_s=0.5))
+    a = make_ledger(Owner.new(lease_s=2))
     b = make_ledger(Owner.new(lease_s=30))
     reserve(a, "unsent")
     reserve(a, "sent")
@@ -440,27 +440,45 @@ def test_at_shutdown_what_cannot_land_is_left_to_the_next_producer(make_ledger: 
     assert other.totals()["committed_usd"] == pytest.approx(WORST)
 
 
+class CountedRefreshes(RedisLedger):
+    """The Redis ledger, counting its lease refreshes (each one still a real round trip)."""
+
+    refreshes = 0
+
+    def refresh_lease(self) -> bool:
+        alive = super().refresh_lease()
+        self.refreshes += 1
+        return alive
+
+
 def test_the_keeper_keeps_the_lease_while_it_holds_a_reservation(redis: RedisServer) -> None:
-    ledger = on_redis(redis, "heartbeat:", Owner.new(lease_s=0.9))
+    options = RedisOptions(prefix="heartbeat:", timeout_s=TIMEOUT_S)
+    ledger = CountedRefreshes(
+        redis.url, budget_usd=1.0, options=options, owner=Owner.new(lease_s=0.9)
+    )
     keeper = LedgerKeeper(ledger, policy(lease_s=0.9))
-    reserve(ledger, "call")
     lease = ledger.lease_key(ledger.owner.id)
 
-    async def run() -> tuple[bool, bool]:
-        keeper.start()
-        keeper.hold(("anonymous", "call"))
-        await asyncio.sleep(2.0)  # more than two leases
-        held = bool(ledger.client.exists(lease))
-        keeper.let_go(("anonymous", "call"))
-        for _ in range(300):  # bounded: the lease lapses once nothing is held
-            if not ledger.client.exists(lease):
-                break
+    async def until(condition: Callable[[], bool]) -> bool:
+        for _ in range(500):  # bounded
+            if condition():
+                return True
             await asyncio.sleep(0.02)
-        lapsed = not ledger.client.exists(lease)
-        await keeper.aclose()
-        return held, lapsed
+        return False
 
-    assert asyncio.run(run()) == (True, True)
+    async def run() -> tuple[bool, bool, bool]:
+        keeper.start()
+        await until(lambda: False)  # nothing held: no refresh, the lease is never set
+        idle = ledger.refreshes == 0 and not ledger.client.exists(lease)
+        reserve(ledger, "call")
+        keeper.hold(("anonymous", "call"))
+        refreshed = await until(lambda: ledger.refreshes >= 3 and bool(ledger.client.exists(lease)))
+        keeper.let_go(("anonymous", "call"))
+        lapsed = await until(lambda: not ledger.client.exists(lease))
+        await keeper.aclose()
+        return idle, refreshed, lapsed
+
+    assert asyncio.run(run()) == (True, True, True)
 
 
 # --- bounds -----------------------------------------------------------------------------------

@@ -186,7 +186,7 @@ class LedgerKeeper:
             owner=owner.id,
             lease_s=owner.lease_s,
             reconcile_s=policy.reconcile_s,
-            bound_s=policy.lease_s + policy.reconcile_s + policy.timeout_s,
+            bound_s=round(policy.lease_s + policy.reconcile_s + policy.timeout_s, 3),
         )
         self._retrier = asyncio.ensure_future(self._retry_loop())
         self._tasks = [
