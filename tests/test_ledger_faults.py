@@ -37,7 +37,9 @@ from producer.gemini.ledger import (
 )
 from producer.gemini.ledgers import open_ledger
 from producer.gemini.redis_ledger import RedisLedger, RedisOptions
+from producer.gemini.source import Call, GeminiSettings, GeminiSource
 from shared.errors import Reason, RequestRefused
+from shared.recording import Recording
 from tests.processes import ROOT, wait_for
 from tests.redis_server import RedisServer, redis_server
 
@@ -303,6 +305,11 @@ def policy(**overrides: float) -> LedgerPolicy:
     return LedgerPolicy(**fields)
 
 
+def unavailable() -> None:
+    """A move that never lands (the store stays unavailable)."""
+    raise RequestRefused(Reason.LEDGER_UNAVAILABLE, "the ledger is gone")
+
+
 def settle_job(ledger: Ledger, call_id: str, landed: list[tuple[Any, int]]) -> Job:
     return Job(
         "settle", "settled", call_id, "anonymous",
@@ -416,9 +423,6 @@ def test_at_shutdown_what_cannot_land_is_left_to_the_next_producer(make_ledger: 
     ledger.mark_sending("call")
     keeper = LedgerKeeper(ledger, policy(lease_s=0.9, final_try_s=0.2))
 
-    def unavailable() -> None:
-        raise RequestRefused(Reason.LEDGER_UNAVAILABLE, "the ledger is gone")
-
     job = settle_job(ledger, "call", [])
     job.attempt = unavailable
 
@@ -479,6 +483,32 @@ def test_the_keeper_keeps_the_lease_while_it_holds_a_reservation(redis: RedisSer
         return idle, refreshed, lapsed
 
     assert asyncio.run(run()) == (True, True, True)
+
+
+def test_past_max_pending_moves_a_new_call_is_refused_before_the_ledger_is_asked(
+    tmp_path: Path, recording: Recording
+) -> None:
+    ledger = BudgetLedger(tmp_path / "ledger.json", budget_usd=1.0)
+    source = GeminiSource(
+        recording, GeminiSettings(), api_key="k" * 30, ledger=ledger, policy=policy(max_pending=1)
+    )
+    stuck = settle_job(ledger, "stuck", [])
+    stuck.attempt = unavailable  # never lands
+
+    async def run() -> RequestRefused:
+        assert await source.keeper.run(stuck) is False
+        assert source.keeper.full
+        call = Call("new", None, structlog.get_logger())
+        with pytest.raises(RequestRefused) as refused:
+            await source._reserve(call, BODY, case_id="replace-file")
+        source.keeper._pending.clear()  # let shutdown be quick: the stuck move is not real
+        await source.aclose()
+        return refused.value
+
+    refused = asyncio.run(run())
+    assert refused.reason is Reason.LEDGER_UNAVAILABLE
+    assert "1 ledger writes are still pending" in refused.detail
+    assert not (tmp_path / "ledger.json").exists()  # the ledger was never asked
 
 
 # --- bounds -----------------------------------------------------------------------------------

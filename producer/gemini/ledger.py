@@ -596,8 +596,12 @@ class BudgetLedger:
             return self._hold_lease(ledger)
 
     def drop_lease(self) -> None:
-        with self._locked() as ledger:
-            ledger["owners"].pop(self.owner.id, None)
+        with self._locked(write=False) as ledger:
+            if ledger["owners"].pop(self.owner.id, None) is not None:
+                try:
+                    self._write(ledger)
+                except OSError as error:
+                    raise _unavailable("write", self.path, error) from error
 
     def reconcile(self) -> list[dict[str, Any]]:
         """Move the reservations of owners whose lease lapsed; forget lapsed owners that hold

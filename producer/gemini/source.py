@@ -344,10 +344,14 @@ class GeminiSource:
         call = Call(call_id, None, log, identity)
         await self._reserve(call, body, case_id=checked.case_id)
         await self._mark_sending(call)
-        if self.capture:
-            call.capture = self.capture.start(
-                binding=binding, body=body, call_id=call_id, identity=identity
-            )
+        try:
+            if self.capture:
+                call.capture = self.capture.start(
+                    binding=binding, body=body, call_id=call_id, identity=identity
+                )
+        except BaseException:  # nothing was sent: the reservation goes
+            await self.settle(call, usage=None, outcome="internal_error", sent=False)
+            raise
         response = await self._send(call, body)
         try:
             await self._check_status(call, response)
