@@ -11,6 +11,7 @@ same faults through producers and the fake Gemini server.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import os
 import subprocess
@@ -29,6 +30,7 @@ from producer.gemini.ledger import (
     AlreadyLeft,
     BudgetLedger,
     Ledger,
+    NotWritten,
     Owner,
     Rates,
     Settlement,
@@ -204,6 +206,24 @@ def test_a_reserve_given_up_on_before_it_lands_finds_a_tombstone(make_ledger: Ma
     with pytest.raises(AlreadyLeft) as again:
         abandon(ledger, "late")
     assert (again.value.state, again.value.by) == ("released", ledger.owner.id)
+
+
+def test_a_file_ledger_held_past_its_timeout_refuses_and_wrote_nothing(tmp_path: Path) -> None:
+    """Another process holds the lock longer than ``timeout_s``: ``ledger_unavailable``, and
+    certainly nothing written (``NotWritten``: no answer to look for, nothing to abandon)."""
+    ledger = BudgetLedger(tmp_path / "ledger.json", budget_usd=1.0, timeout_s=0.2)
+    ledger.check()
+    with ledger.lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with pytest.raises(NotWritten) as refused:
+                reserve(ledger, "a")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    assert refused.value.reason is Reason.LEDGER_UNAVAILABLE
+    assert "within 0.2 s" in refused.value.detail
+    assert ledger.entries() == []
+    reserve(ledger, "a")  # the lock is free again
 
 
 # --- identity in the key ----------------------------------------------------------------------

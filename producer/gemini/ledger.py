@@ -188,6 +188,14 @@ class Settlement:
     usage_rejected: str | None = None
 
 
+class NotWritten(RequestRefused):
+    """``ledger_unavailable`` from a ledger that certainly changed nothing (it could not be
+    locked or read): unlike a lost answer, there is nothing to look for or abandon."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(Reason.LEDGER_UNAVAILABLE, detail)
+
+
 class AlreadyLeft(ValueError):
     """The call is no longer ``reserved``: ``state`` is what it became, ``by`` who moved it
     (an owner id, or ``reconcile:OWNER``), ``settlement`` what a settle charged. A retried
@@ -351,7 +359,7 @@ class BudgetLedger:
         try:
             lock = self.lock_path.open("a")
         except OSError as error:
-            raise _unavailable("lock", self.lock_path, error) from error
+            raise _not_written("lock", self.lock_path, error) from error
         with lock:
             self._acquire(lock)
             try:
@@ -373,13 +381,12 @@ class BudgetLedger:
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise RequestRefused(
-                        Reason.LEDGER_UNAVAILABLE,
-                        f"cannot lock the ledger {self.lock_path} within {self.timeout_s} s",
+                    raise NotWritten(
+                        f"cannot lock the ledger {self.lock_path} within {self.timeout_s} s"
                     ) from None
                 time.sleep(LOCK_POLL_S)
             except OSError as error:
-                raise _unavailable("lock", self.lock_path, error) from error
+                raise _not_written("lock", self.lock_path, error) from error
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -387,7 +394,7 @@ class BudgetLedger:
                 return {"format": FORMAT, "entries": [], "owners": {}}
             ledger = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:  # a directory, unreadable, truncated, not JSON
-            raise _unavailable("read", self.path, error) from error
+            raise _not_written("read", self.path, error) from error
         if (
             not isinstance(ledger, dict)
             or ledger.get("format") != FORMAT
@@ -395,7 +402,7 @@ class BudgetLedger:
             or not all(isinstance(entry, dict) for entry in ledger["entries"])
             or not isinstance(ledger.setdefault("owners", {}), dict)
         ):
-            raise RequestRefused(Reason.LEDGER_UNAVAILABLE, f"{self.path} is not a {FORMAT} ledger")
+            raise NotWritten(f"{self.path} is not a {FORMAT} ledger")
         return ledger
 
     def check(self) -> None:
@@ -684,3 +691,7 @@ def _settlement_of(entry: Mapping[str, Any]) -> Settlement | None:
 
 def _unavailable(what: str, path: Path, error: Exception) -> RequestRefused:
     return RequestRefused(Reason.LEDGER_UNAVAILABLE, f"cannot {what} the ledger {path}: {error}")
+
+
+def _not_written(what: str, path: Path, error: Exception) -> NotWritten:
+    return NotWritten(f"cannot {what} the ledger {path}: {error}")

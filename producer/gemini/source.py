@@ -59,6 +59,7 @@ from producer.gemini.ledger import (
     SETTLED,
     AlreadyLeft,
     Ledger,
+    NotWritten,
     Settlement,
     estimate_prompt_tokens,
     shown,
@@ -150,9 +151,14 @@ class Call:
         return (self.identity, self.call_id)
 
 
-def _unavailable(error: BaseException | None) -> bool:
-    """Whether ``error`` is the ledger failing (its answer may have been lost)."""
-    return isinstance(error, RequestRefused) and error.reason is Reason.LEDGER_UNAVAILABLE
+def _answer_lost(error: BaseException | None) -> bool:
+    """Whether ``error`` is the ledger failing in a way that may have changed it (its
+    answer lost), not one that certainly changed nothing (``NotWritten``)."""
+    return (
+        isinstance(error, RequestRefused)
+        and error.reason is Reason.LEDGER_UNAVAILABLE
+        and not isinstance(error, NotWritten)
+    )
 
 
 async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
@@ -399,8 +405,9 @@ class GeminiSource:
             error = reserving.exception()
             if error is None:
                 break
-            unanswered += _unavailable(error)
-            if _unavailable(error) and not cancelled and tries <= RESERVE_REREADS:
+            lost = _answer_lost(error)
+            unanswered += lost
+            if lost and not cancelled and tries <= RESERVE_REREADS:
                 log.warning("budget_reserve_unanswered", tries=tries, detail=detail_of(error))
                 try:
                     await asyncio.sleep(keeper.policy.backoff(tries, self._jitter.random()))
