@@ -22,10 +22,20 @@ import structlog
 from producer.admission import default_per_identity
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
-from producer.gemini.ledger import Ledger, Rates
+from producer.gemini.keeper import (
+    DEFAULT_FINAL_TRY_S,
+    DEFAULT_RECONCILE_S,
+    DEFAULT_RETRY_CAP_S,
+    DEFAULT_RETRY_JITTER,
+    DEFAULT_RETRY_S,
+    LedgerPolicy,
+)
+from producer.gemini.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
+from producer.gemini.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
+from producer.gemini.ledger import Ledger, Owner, Rates
 from producer.gemini.ledgers import open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.redis_ledger import DEFAULT_PREFIX
+from producer.gemini.redis_ledger import DEFAULT_PREFIX, RedisOptions
 from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.health import DEFAULT_MAX_HEALTH_WATCHES
@@ -182,6 +192,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--ledger-ttl-s", type=int, default=env("LEDGER_TTL_S", str(DEFAULT_LEDGER_TTL_S)),
         help="a settled or released call stays in the Redis ledger this long (the sums stay)",
     )  # fmt: skip
+    for flag, name, default, meaning in (
+        ("--ledger-lease-s", "LEDGER_LEASE_S", DEFAULT_LEDGER_LEASE_S,
+         "this producer's claim on its reservations lasts this long unrefreshed (refreshed "
+         "every third of it); once it lapses another producer reconciles them"),
+        ("--ledger-timeout-s", "LEDGER_TIMEOUT_S", LEDGER_TIMEOUT_S,
+         "the longest one ledger operation waits (a Redis round trip, the file's lock); "
+         "at most a third of --ledger-lease-s"),
+        ("--ledger-reconcile-s", "LEDGER_RECONCILE_S", DEFAULT_RECONCILE_S,
+         "how often (and once at start) reservations of a producer whose lease lapsed are "
+         "reconciled: released if never sent, kept (failed) if they may have been"),
+        ("--ledger-retry-s", "LEDGER_RETRY_S", DEFAULT_RETRY_S,
+         "a settle the ledger did not take is tried again after this, doubling"),
+        ("--ledger-retry-cap-s", "LEDGER_RETRY_CAP_S", DEFAULT_RETRY_CAP_S,
+         "the longest wait between two tries of a settle"),
+        ("--ledger-retry-jitter", "LEDGER_RETRY_JITTER", DEFAULT_RETRY_JITTER,
+         "the share (0-1) of each wait taken off at random"),
+        ("--ledger-final-try-s", "LEDGER_FINAL_TRY_S", DEFAULT_FINAL_TRY_S,
+         "at shutdown, how long settles still pending may try; what cannot land is left "
+         "reserved for the next producer to reconcile"),
+    ):  # fmt: skip
+        gemini.add_argument(flag, type=positive_seconds, default=env(name, str(default)),
+                            help=meaning)  # fmt: skip
     gemini.add_argument(
         "--budget-usd",
         type=float,
@@ -435,9 +467,12 @@ def announce_ready(path: Path | None, address: str) -> None:
         write_atomically(path, address.encode())
 
 
-def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
+def make_ledger(
+    args: argparse.Namespace, per_identity: float | None, policy: LedgerPolicy
+) -> Ledger:
     """The ledger ``--ledger`` names, checked once: a broken one stops the producer. A Redis
-    URL's password is a secret (scrubbed from the trace; never in a message)."""
+    URL's password is a secret (scrubbed from the trace; never in a message). Its owner is
+    this process, with a lease of ``--ledger-lease-s``."""
     store = store_of("--ledger", args.ledger)
     shown_ledger = store.shown
     try:
@@ -446,8 +481,10 @@ def make_ledger(args: argparse.Namespace, per_identity: float | None) -> Ledger:
             budget_usd=args.budget_usd,
             budget_per_identity_usd=per_identity,
             rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
-            prefix=args.ledger_prefix,
-            ttl_s=args.ledger_ttl_s,
+            options=RedisOptions(
+                prefix=args.ledger_prefix, ttl_s=args.ledger_ttl_s, timeout_s=policy.timeout_s
+            ),
+            owner=Owner.new(policy.lease_s),
         )
         ledger.check()
     except OSError as error:
@@ -472,7 +509,19 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     budgets = (args.budget_usd, args.budget_usd if per_identity is None else per_identity)
     if args.max_output_tokens < 1 or not all(budget > 0 for budget in budgets):
         raise ConfigurationError("--max-output-tokens and the budgets must be positive")
-    ledger = make_ledger(args, per_identity)
+    try:
+        policy = LedgerPolicy(
+            lease_s=args.ledger_lease_s,
+            timeout_s=args.ledger_timeout_s,
+            reconcile_s=args.ledger_reconcile_s,
+            retry_s=args.ledger_retry_s,
+            retry_cap_s=args.ledger_retry_cap_s,
+            retry_jitter=args.ledger_retry_jitter,
+            final_try_s=args.ledger_final_try_s,
+        )
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from error
+    ledger = make_ledger(args, per_identity, policy)
     try:
         capture = RunCapture(args.record, model=args.model) if args.record else None
     except FileExistsError as error:
@@ -482,7 +531,12 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
         base_url=args.gemini_base_url,
         max_output_tokens=args.max_output_tokens,
     )
-    return GeminiSource(recording, settings, api_key=api_key, ledger=ledger, capture=capture)
+    source = GeminiSource(
+        recording, settings, api_key=api_key, ledger=ledger, capture=capture, policy=policy
+    )
+    # The owner lease, reconciliation (now: what a stopped producer left) and retried settles.
+    source.start()
+    return source
 
 
 async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLog:

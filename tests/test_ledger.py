@@ -34,6 +34,10 @@ MakeLedger = Callable[..., Ledger]
 _prefixes = itertools.count()
 
 
+def options(prefix: str | None) -> RedisOptions:
+    return RedisOptions() if prefix is None else RedisOptions(prefix=prefix)
+
+
 @pytest.fixture(scope="module")
 def redis() -> Iterator[RedisServer]:
     with redis_server() as server:
@@ -51,7 +55,7 @@ def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> MakeLedger:
         prefix = f"test-{next(_prefixes)}:"
 
     def make(**kwargs: Any) -> Ledger:
-        return open_ledger(spec, prefix=prefix, **kwargs)
+        return open_ledger(spec, options=options(prefix), **kwargs)
 
     return make
 
@@ -242,7 +246,7 @@ def test_one_identity_exhausts_its_share_and_another_is_still_served(
     assert ledger.totals("polite")["committed_usd"] == pytest.approx(one)
     assert [e["identity"] for e in ledger.entries()] == ["greedy", "greedy", "polite"]
     # Settling for less gives the identity its room back; the total still binds everyone.
-    ledger.settle("greedy-0", GOOD_USAGE)
+    ledger.settle("greedy-0", GOOD_USAGE, identity="greedy")
     ledger.reserve("greedy-2", body=BODY, max_output_tokens=1000, identity="greedy")
 
 
@@ -300,7 +304,7 @@ def reserve_from_threads(spec: str, prefix: str | None, budget: float, first: in
 
     def reserve(index: int) -> bool:
         try:
-            open_ledger(spec, prefix=prefix, budget_usd=budget).reserve(
+            open_ledger(spec, options=options(prefix), budget_usd=budget).reserve(
                 f"call-{index}", body=BODY, max_output_tokens=1000
             )
         except RequestRefused as refused:
@@ -327,7 +331,7 @@ def test_reservations_from_two_processes_never_exceed_the_budget(
         shares = [pool.submit(reserve_from_threads, spec, prefix, budget, n) for n in (0, 20)]
         granted = [share.result() for share in shares]
     assert sum(granted) == 5
-    totals = open_ledger(spec, prefix=prefix, budget_usd=budget).totals()
+    totals = open_ledger(spec, options=options(prefix), budget_usd=budget).totals()
     assert totals["entries"] == 5
     assert totals["committed_usd"] <= budget
 
@@ -343,9 +347,11 @@ def test_settled_and_released_calls_expire_and_the_sums_do_not(redis: RedisServe
     ledger.keep_reservation("failed", "aborted")
     ledger.release("released", "never sent")
     client = ledger.client
-    ttls = {call_id: client.ttl(f"ttl:call:{call_id}") for call_id in ("settled", "released")}
+    ttls = {call_id: client.ttl(ledger.call_key(call_id)) for call_id in ("settled", "released")}
     assert all(0 < ttl <= 600 for ttl in ttls.values()), ttls
-    for key in ("ttl:call:failed", "ttl:call:reserved", "ttl:committed", "ttl:seq"):
+    assert ledger.call_key("settled") == "ttl:call:anonymous:settled"
+    for key in ("ttl:call:anonymous:failed", "ttl:call:anonymous:reserved", "ttl:committed",
+                "ttl:seq", "ttl:reserved"):  # fmt: skip
         assert client.ttl(key) == -1, key  # no expiry
     assert ledger.totals()["committed_usd"] == pytest.approx(usage_cost(GOOD_USAGE, Rates())
                                                               + 2 * worst())  # fmt: skip
@@ -356,7 +362,7 @@ def test_redis_sums_are_exact_integers(redis: RedisServer) -> None:
     ledger = RedisLedger(redis.url, budget_usd=10.0, options=RedisOptions(prefix="exact:"))
     for index in range(1000):
         ledger.reserve(f"c{index}", body=BODY, max_output_tokens=1000, identity="one")
-        ledger.settle(f"c{index}", {"promptTokenCount": 1})
+        ledger.settle(f"c{index}", {"promptTokenCount": 1}, identity="one")
     assert ledger.client.hget("exact:committed", "total") == str(1000 * 250_000)
     assert ledger.totals("one")["committed_usd"] == 1000 * 250_000 / 10**12
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producer.gemini.ledger import BudgetLedger, Ledger, Rates
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, DEFAULT_TTL_S, RedisLedger, RedisOptions
+from producer.gemini.ledger import BudgetLedger, Ledger, Owner, Rates
+from producer.gemini.redis_ledger import RedisLedger, RedisOptions
 from producer.store_urls import StoreKind, parse_store
 
 
@@ -22,12 +22,15 @@ def open_ledger(
     budget_usd: float,
     budget_per_identity_usd: float | None = None,
     rates: Rates | None = None,
-    prefix: str | None = None,
-    ttl_s: int | None = None,
+    options: RedisOptions | None = None,
+    owner: Owner | None = None,
 ) -> Ledger:
     """``redis://HOST:PORT/DB`` (``rediss://``, ``unix://``): the Redis ledger; a path: the
-    file ledger (``prefix`` and ``ttl_s`` apply to Redis only). Any other ``scheme://`` is a
-    ``StoreError`` (a ``ValueError``) whose message has no password in it."""
+    file ledger (``options``' prefix and TTL apply to Redis only, its timeout to both: a
+    Redis round trip, the file's lock). Any other ``scheme://`` is a ``StoreError`` (a
+    ``ValueError``) whose message has no password in it. ``owner``: the process whose
+    reservations these are (a new one by default)."""
+    options = options or RedisOptions()
     store = parse_store(spec, files=True)
     if store.kind is StoreKind.REDIS:
         return RedisLedger(
@@ -35,14 +38,14 @@ def open_ledger(
             budget_usd=budget_usd,
             budget_per_identity_usd=budget_per_identity_usd,
             rates=rates,
-            options=RedisOptions(
-                prefix=DEFAULT_PREFIX if prefix is None else prefix,
-                ttl_s=DEFAULT_TTL_S if ttl_s is None else ttl_s,
-            ),
+            options=options,
+            owner=owner,
         )
     return BudgetLedger(
         Path(store.target),
         budget_usd=budget_usd,
         budget_per_identity_usd=budget_per_identity_usd,
         rates=rates,
+        owner=owner,
+        timeout_s=options.timeout_s,
     )

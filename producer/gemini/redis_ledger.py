@@ -16,17 +16,25 @@ million is 250,000): no float drift, and every amount stays below 2**53, where L
 numbers are exact (a budget is at most ``MAX_BUDGET_USD``). A rate is rounded to
 1e-6 USD per million tokens.
 
-Key layout, every key under a configurable prefix (default ``replywire:ledger:``)::
+Key layout, every key under a configurable prefix (default ``replywire:ledger:``);
+IDENTITY, CALL_ID and OWNER are percent-encoded (``urllib.parse.quote(..., safe='')``),
+so no name can reach into another's key::
 
     PREFIX committed     hash  total -> pico-USD committed by everyone
                                identity:NAME -> pico-USD committed by NAME
                                (settled costs + reservations still held; never expire)
     PREFIX seq           string, the number of reservations ever granted (never expires)
-    PREFIX call:CALL_ID  hash  one call: call_id, identity, seq, state
+    PREFIX reserved      set   the keys of the calls still ``reserved`` (what a
+                               reconciler looks at; never expires)
+    PREFIX owner:OWNER   string, a producer's lease (its host, pid and start, JSON),
+                               expiring ``--ledger-lease-s`` after its last refresh
+    PREFIX call:IDENTITY:CALL_ID
+                         hash  one call: call_id, identity, owner, seq, state
                                (reserved | settled | failed | released), reserved_pusd,
                                cost_pusd, prompt_tokens_estimate, max_output_tokens,
-                               reserved_at, settled_at, meta (JSON), usage (JSON),
-                               usage_rejected, reported_usage (JSON), failure, released
+                               reserved_at, sending_at, settled_at, settled_by, meta (JSON),
+                               usage (JSON), usage_rejected, reported_usage (JSON),
+                               failure, released
 
 A settled or released call's hash expires ``ttl_s`` after it left ``reserved``
 (``--ledger-ttl-s``); the sums keep counting it. A reserved or failed call's hash
@@ -35,18 +43,22 @@ does not expire: it holds money nobody knows the final cost of.
 Redis that cannot be reached, or answers garbage (a script error, a key of the
 wrong type, a value that is not a number, not Redis at all), fails closed with
 ``ledger_unavailable``: the detail (for the producer's trace) names the server
-without its password. The client does not retry: a lost reply to a reservation
-must not be replayed into a second one.
+without its password. The client itself never retries a command; what makes a retry
+safe is in the scripts: a reserve is idempotent per call (a lost answer is asked for
+again, never turned into a second reservation), a move out of ``reserved`` happens
+once (a retried one finds its own earlier move: ``AlreadyLeft``), and a reserve given
+up on is ``abandon``-ed (released, or a tombstone that a late copy of it finds).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -58,6 +70,9 @@ from producer.gemini.ledger import (
     RELEASED,
     RESERVED,
     SETTLED,
+    TIMEOUT_S,
+    AlreadyLeft,
+    Owner,
     Rates,
     Settlement,
     charged_tokens,
@@ -74,14 +89,24 @@ DEFAULT_TTL_S: Final = 7 * 24 * 3600
 PICO_PER_USD: Final = 10**12
 #: Sums below 2**53 (exact in Lua), even with a reservation as large as the budget on top.
 MAX_BUDGET_USD: Final = 4000.0
-TIMEOUT_S: Final = 5.0
 
 T = TypeVar("T")
 
-# KEYS: call hash, committed hash, seq. ARGV: worst, budget, per-identity budget, identity,
-# then field/value pairs for the call hash.
+# KEYS: call hash, committed hash, seq, reserved set, owner lease. ARGV: worst, budget,
+# per-identity budget, identity, owner, lease ms, lease value, prompt estimate, max output
+# tokens, then field/value pairs for the call hash. The same call asked again (same
+# identity, owner and worst case) answers its reservation again: never a second one.
 RESERVE: Final = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', 0} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local found = redis.call('HMGET', KEYS[1], 'state', 'identity', 'owner', 'reserved_pusd',
+                           'prompt_tokens_estimate', 'max_output_tokens', 'seq', 'settled_by')
+  if found[1] == 'reserved' and found[2] == ARGV[4] and found[3] == ARGV[5]
+     and found[4] == ARGV[1] and found[5] == ARGV[8] and found[6] == ARGV[9] then
+    redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[6])
+    return {'ok', tonumber(found[7])}
+  end
+  return {'exists', found[1] or 'unreadable', found[8] or ''}
+end
 local total = tonumber(redis.call('HGET', KEYS[2], 'total') or '0')
 local own = tonumber(redis.call('HGET', KEYS[2], 'identity:' .. ARGV[4]) or '0')
 local worst = tonumber(ARGV[1])
@@ -90,36 +115,129 @@ if own + worst > tonumber(ARGV[3]) then return {'identity', own} end
 redis.call('HINCRBY', KEYS[2], 'total', ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'identity:' .. ARGV[4], ARGV[1])
 local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[1], 'seq', seq, 'state', 'reserved', unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], 'seq', seq, 'state', 'reserved', unpack(ARGV, 10))
+redis.call('SADD', KEYS[4], KEYS[1])
+redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[6])
 return {'ok', seq}
 """
 
-# KEYS: call hash, committed hash. ARGV: the final state, the cost (settled), the TTL in
-# seconds (0: none), then field/value pairs for the call hash.
-LEAVE_RESERVED: Final = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {'missing', ''} end
-if state ~= 'reserved' then return {'already', state} end
-local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_pusd'))
-local identity = redis.call('HGET', KEYS[1], 'identity')
-local delta = 0
-if ARGV[1] == 'settled' then
-  local cost = tonumber(ARGV[2])
-  if cost < 0 or cost > reserved then cost = reserved end
-  delta = cost - reserved
-  redis.call('HSET', KEYS[1], 'cost_pusd', string.format('%d', cost))
-elseif ARGV[1] == 'released' then
-  delta = -reserved
-end
-if delta ~= 0 then
-  redis.call('HINCRBY', KEYS[2], 'total', string.format('%d', delta))
-  redis.call('HINCRBY', KEYS[2], 'identity:' .. identity, string.format('%d', delta))
-end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], unpack(ARGV, 4))
-if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-local charged = tonumber(redis.call('HGET', KEYS[1], 'cost_pusd') or '-1')
-return {'ok', charged, reserved}
+# KEYS: call hash, owner lease. ARGV: owner, now, lease ms, lease value.
+MARK_SENDING: Final = """
+local found = redis.call('HMGET', KEYS[1], 'state', 'owner', 'settled_by')
+if not found[1] then return {'missing', '', ''} end
+if found[1] ~= 'reserved' then return {'already', found[1], found[3] or ''} end
+if found[2] ~= ARGV[1] then return {'already', 'reserved', found[2] or ''} end
+redis.call('HSET', KEYS[1], 'sending_at', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+return {'ok', '', ''}
 """
+
+# The one move out of 'reserved', with the sums' adjustment (a Lua function the scripts
+# below share). state: the final state; cost: the settled cost (pico-USD); fields: more
+# field/value pairs. Returns the reservation and the charged cost (-1: none).
+_MOVE: Final = """
+local function move(call, committed, reserved_set, state, cost, ttl, fields)
+  local reserved = tonumber(redis.call('HGET', call, 'reserved_pusd'))
+  local identity = redis.call('HGET', call, 'identity')
+  local delta = 0
+  if state == 'settled' then
+    if cost < 0 or cost > reserved then cost = reserved end
+    delta = cost - reserved
+    redis.call('HSET', call, 'cost_pusd', string.format('%d', cost))
+  elseif state == 'released' then
+    delta = -reserved
+  end
+  if delta ~= 0 then
+    redis.call('HINCRBY', committed, 'total', string.format('%d', delta))
+    redis.call('HINCRBY', committed, 'identity:' .. identity, string.format('%d', delta))
+  end
+  redis.call('HSET', call, 'state', state, unpack(fields))
+  redis.call('SREM', reserved_set, call)
+  if ttl > 0 and state ~= 'failed' then redis.call('EXPIRE', call, ttl) end
+  local charged = tonumber(redis.call('HGET', call, 'cost_pusd') or '-1')
+  return {charged, reserved}
+end
+"""
+
+_ALREADY: Final = """
+local function already(call)
+  local found = redis.call('HMGET', call, 'state', 'settled_by', 'cost_pusd', 'reserved_pusd',
+                           'usage_rejected')
+  return {'already', found[1] or 'unreadable', found[2] or '', found[3] or '-1',
+          found[4] or '0', found[5] or ''}
+end
+"""
+
+# KEYS: call hash, committed hash, reserved set. ARGV: the final state, the cost (settled),
+# the TTL in seconds (0: none), then field/value pairs for the call hash.
+LEAVE_RESERVED: Final = (
+    _MOVE
+    + _ALREADY
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if state ~= 'reserved' then return already(KEYS[1]) end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+local moved = move(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
+                   fields)
+return {'ok', moved[1], moved[2]}
+"""
+)
+
+# KEYS: call hash, committed hash, reserved set, the owner's lease. ARGV: the owner, the TTL
+# in seconds, now, the reconciler. A reserved call whose owner's lease lapsed: failed (kept)
+# if it was marked sending, else released.
+RECONCILE: Final = (
+    _MOVE
+    + """
+local found = redis.call('HMGET', KEYS[1], 'state', 'owner', 'sending_at')
+if not found[1] or found[1] ~= 'reserved' then
+  redis.call('SREM', KEYS[3], KEYS[1])
+  return {'gone', 0}
+end
+if found[2] ~= ARGV[1] then return {'foreign', 0} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'alive', 0} end
+local state = 'released'
+local fields = {'released', 'owner_lease_lapsed (never sent)'}
+if found[3] then
+  state = 'failed'
+  fields = {'failure', 'owner_lease_lapsed'}
+end
+fields[#fields + 1] = 'settled_at'
+fields[#fields + 1] = ARGV[3]
+fields[#fields + 1] = 'settled_by'
+fields[#fields + 1] = ARGV[4]
+local moved = move(KEYS[1], KEYS[2], KEYS[3], state, 0, tonumber(ARGV[2]), fields)
+return {state, moved[2]}
+"""
+)
+
+# KEYS: call hash, committed hash, reserved set, seq. ARGV: the owner, the TTL in seconds,
+# now, why, then the tombstone's field/value pairs. A reserve the producer gave up on:
+# released if it was written, else a released tombstone in its place (a late copy of the
+# reserve finds it and reserves nothing).
+ABANDON: Final = (
+    _MOVE
+    + _ALREADY
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local seq = redis.call('GET', KEYS[4]) or '0'
+  redis.call('HSET', KEYS[1], 'seq', seq, 'state', 'released', 'released', ARGV[4],
+             'settled_at', ARGV[3], 'settled_by', ARGV[1], unpack(ARGV, 5))
+  if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+  return {'tombstoned'}
+end
+local found = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if found[1] ~= 'reserved' then return already(KEYS[1]) end
+if found[2] ~= ARGV[1] then
+  return {'already', 'reserved', found[2] or '', '-1', '0', ''}
+end
+move(KEYS[1], KEYS[2], KEYS[3], 'released', 0, tonumber(ARGV[2]),
+     {'released', ARGV[4], 'settled_at', ARGV[3], 'settled_by', ARGV[1]})
+return {'released'}
+"""
+)
 
 
 def pico_rate(usd_per_mtok: float) -> int:
@@ -127,9 +245,15 @@ def pico_rate(usd_per_mtok: float) -> int:
     return round(usd_per_mtok * 1_000_000)
 
 
+def key_part(name: str) -> str:
+    """A name (identity, call id, owner) as one part of a key: percent-encoded, no ``:``."""
+    return quote(name, safe="")
+
+
 @dataclass(frozen=True, slots=True)
 class RedisOptions:
-    """Where the ledger's keys live, how long finished calls are kept, how long to wait."""
+    """Where the ledger's keys live, how long finished calls are kept (Redis only), how long
+    one operation waits (both ledgers: a Redis round trip, the file ledger's lock)."""
 
     prefix: str = DEFAULT_PREFIX
     ttl_s: int = DEFAULT_TTL_S
@@ -145,6 +269,7 @@ class RedisLedger:
         budget_per_identity_usd: float | None = None,
         rates: Rates | None = None,
         options: RedisOptions | None = None,
+        owner: Owner | None = None,
     ) -> None:
         options = options or RedisOptions()
         prefix, ttl_s, timeout_s = options.prefix, options.ttl_s, options.timeout_s
@@ -155,12 +280,15 @@ class RedisLedger:
             raise ValueError(f"the Redis ledger counts budgets up to {MAX_BUDGET_USD} USD")
         if ttl_s < 0:
             raise ValueError("the ledger TTL must be >= 0 seconds")
+        if not timeout_s > 0:
+            raise ValueError("the ledger timeout must be > 0 seconds")
         self.url = url
         self.location = safe_location(url)
         self._password = urlsplit(url).password
         self.budget_usd = budget_usd
         self.budget_per_identity_usd = per_identity
         self.rates = rates or Rates()
+        self.owner = owner or Owner.new()
         self._input_rate = pico_rate(self.rates.input_usd_per_mtok)
         self._output_rate = pico_rate(self.rates.output_usd_per_mtok)
         self._budget = round(budget_usd * PICO_PER_USD)
@@ -176,12 +304,18 @@ class RedisLedger:
         )
         self.client = redis.Redis(connection_pool=pool)
         self._reserve = self.client.register_script(RESERVE)
+        self._mark = self.client.register_script(MARK_SENDING)
         self._leave = self.client.register_script(LEAVE_RESERVED)
+        self._reconcile = self.client.register_script(RECONCILE)
+        self._abandon = self.client.register_script(ABANDON)
 
     # --- keys and errors ------------------------------------------------------------------
 
-    def _call_key(self, call_id: str) -> str:
-        return f"{self.prefix}call:{call_id}"
+    def call_key(self, call_id: str, identity: str = ANONYMOUS) -> str:
+        return f"{self.prefix}call:{key_part(identity)}:{key_part(call_id)}"
+
+    def lease_key(self, owner_id: str) -> str:
+        return f"{self.prefix}owner:{key_part(owner_id)}"
 
     @property
     def _committed_key(self) -> str:
@@ -190,6 +324,18 @@ class RedisLedger:
     @property
     def _seq_key(self) -> str:
         return f"{self.prefix}seq"
+
+    @property
+    def _reserved_key(self) -> str:
+        return f"{self.prefix}reserved"
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, round(self.owner.lease_s * 1000))
+
+    @property
+    def _lease_value(self) -> str:
+        return json.dumps(self.owner.describe())
 
     def _redis(self, what: str, operation: Callable[[], T]) -> T:
         """One round trip; anything but an answer is ``ledger_unavailable``."""
@@ -222,6 +368,22 @@ class RedisLedger:
         except (TypeError, ValueError) as error:
             raise self._unavailable("read", error) from error
 
+    def _reservation(
+        self, call_id: str, body: Mapping[str, Any], max_output_tokens: int, identity: str
+    ) -> tuple[int, dict[str, str | int]]:
+        """The worst case (pico-USD) and the fields of a reservation of this call."""
+        prompt_estimate = estimate_prompt_tokens(body)
+        worst = prompt_estimate * self._input_rate + max_output_tokens * self._output_rate
+        return worst, {
+            "call_id": call_id,
+            "identity": identity,
+            "owner": self.owner.id,
+            "reserved_pusd": worst,
+            "prompt_tokens_estimate": prompt_estimate,
+            "max_output_tokens": max_output_tokens,
+            "reserved_at": repr(time.time()),
+        }
+
     def reserve(
         self,
         call_id: str,
@@ -231,9 +393,9 @@ class RedisLedger:
         identity: str = ANONYMOUS,
         **meta: Any,
     ) -> float:
-        """Reserve the worst case of one call, or refuse with ``budget_exhausted``."""
-        prompt_estimate = estimate_prompt_tokens(body)
-        worst = prompt_estimate * self._input_rate + max_output_tokens * self._output_rate
+        """Reserve the worst case of one call, or refuse with ``budget_exhausted``; the same
+        call asked again answers the same reservation."""
+        worst, fields = self._reservation(call_id, body, max_output_tokens, identity)
         worst_usd = worst / PICO_PER_USD
         if worst > self._budget or worst > self._per_identity:
             # Refused before Redis is asked: the sums stay far below 2**53.
@@ -241,19 +403,17 @@ class RedisLedger:
             raise RequestRefused(
                 Reason.BUDGET_EXHAUSTED, f"worst case {worst_usd:.6f} > the {which} itself"
             )
-        fields: dict[str, str | int] = {
-            "call_id": call_id,
-            "identity": identity,
-            "reserved_pusd": worst,
-            "prompt_tokens_estimate": prompt_estimate,
-            "max_output_tokens": max_output_tokens,
-            "reserved_at": repr(time.time()),
-            "meta": json.dumps(meta, default=str),
-        }
-        args: list[str | int] = [worst, self._budget, self._per_identity, identity]
+        fields["meta"] = json.dumps(meta, default=str)
+        args: list[str | int] = [
+            worst, self._budget, self._per_identity, identity, self.owner.id, self._lease_ms,
+            self._lease_value, fields["prompt_tokens_estimate"], max_output_tokens,
+        ]  # fmt: skip
         for key, value in fields.items():
             args += [key, value]
-        keys = [self._call_key(call_id), self._committed_key, self._seq_key]
+        keys = [
+            self.call_key(call_id, identity), self._committed_key, self._seq_key,
+            self._reserved_key, self.lease_key(self.owner.id),
+        ]  # fmt: skip
         answer = self._redis("write", lambda: self._reserve(keys=keys, args=args))
         match answer:
             case ["ok", int()]:
@@ -270,42 +430,83 @@ class RedisLedger:
                     f"identity committed {own / PICO_PER_USD:.6f} + worst case {worst_usd:.6f}"
                     f" > per-identity budget {self.budget_per_identity_usd}",
                 )
-            case ["exists", _]:
-                raise ValueError(f"call {call_id} is already in the ledger")
+            case ["exists", str(state), str(by)]:
+                raise AlreadyLeft(call_id, state, by)
         raise self._garbage("write", answer)
 
-    def _entry(self, call_id: str) -> dict[str, str]:
-        raw = self._redis("read", lambda: self.client.hgetall(self._call_key(call_id)))
-        entry = {_text(key): _text(value) for key, value in raw.items()}
+    def mark_sending(self, call_id: str, *, identity: str = ANONYMOUS) -> None:
+        """Say the request may reach the provider from now on (before it is sent)."""
+        keys = [self.call_key(call_id, identity), self.lease_key(self.owner.id)]
+        args: list[str | int] = [
+            self.owner.id,
+            repr(time.time()),
+            self._lease_ms,
+            self._lease_value,
+        ]
+        answer = self._redis("write", lambda: self._mark(keys=keys, args=args))
+        match answer:
+            case ["ok", _, _]:
+                return
+            case ["missing", _, _]:
+                raise KeyError(call_id)
+            case ["already", str(state), str(by)]:
+                raise AlreadyLeft(call_id, state, by)
+        raise self._garbage("write", answer)
+
+    def _entry(self, call_id: str, identity: str) -> dict[str, str]:
+        key = self.call_key(call_id, identity)
+        raw = self._redis("read", lambda: self.client.hgetall(key))
+        entry = {_text(name): _text(value) for name, value in raw.items()}
         if not entry:
             raise KeyError(call_id)
         if entry.get("state") != RESERVED:
-            raise ValueError(f"call {call_id} is already {entry.get('state')}")
+            raise self._already(call_id, entry)
         return entry
 
+    def _already(self, call_id: str, entry: Mapping[str, str]) -> AlreadyLeft:
+        state = entry.get("state", "unreadable")
+        settlement = None
+        if state == SETTLED:
+            try:
+                settlement = Settlement(
+                    cost_usd=int(entry["cost_pusd"]) / PICO_PER_USD,
+                    reserved_usd=int(entry["reserved_pusd"]) / PICO_PER_USD,
+                    usage_rejected=entry.get("usage_rejected") or None,
+                )
+            except (KeyError, ValueError) as error:
+                raise self._unavailable("read", error) from error
+        return AlreadyLeft(call_id, state, entry.get("settled_by", ""), settlement)
+
     def _leave_reserved(
-        self, call_id: str, state: str, cost: int = 0, **fields: str
+        self, call_id: str, identity: str, state: str, cost: int = 0, **fields: str
     ) -> tuple[int, int | None]:
         """Move one ``reserved`` call to ``state`` (atomically: exactly once); its reservation
         and what it was charged (settled), in pico-USD."""
         ttl = self.ttl_s if state in {SETTLED, RELEASED} else 0
-        args: list[str | int] = [state, cost, ttl, "settled_at", repr(time.time())]
+        args: list[str | int] = [state, cost, ttl, "settled_at", repr(time.time()),
+                                 "settled_by", self.owner.id]  # fmt: skip
         for key, value in fields.items():
             args += [key, value]
-        keys = [self._call_key(call_id), self._committed_key]
+        keys = [self.call_key(call_id, identity), self._committed_key, self._reserved_key]
         answer = self._redis("write", lambda: self._leave(keys=keys, args=args))
         match answer:
             case ["ok", int(charged), int(reserved)]:
                 return reserved, None if charged < 0 else charged
-            case ["missing", _]:
+            case ["missing"]:
                 raise KeyError(call_id)
-            case ["already", str(now)]:
-                raise ValueError(f"call {call_id} is already {now}")
+            case ["already", str(now), str(by), str(cost_text), str(held), str(rejected)]:
+                raise self._already(
+                    call_id,
+                    {"state": now, "settled_by": by, "cost_pusd": cost_text,
+                     "reserved_pusd": held, "usage_rejected": rejected},
+                )  # fmt: skip
         raise self._garbage("write", answer)
 
-    def settle(self, call_id: str, usage: Mapping[str, object]) -> Settlement:
+    def settle(
+        self, call_id: str, usage: Mapping[str, object], *, identity: str = ANONYMOUS
+    ) -> Settlement:
         """Charge the reported usage if it is plausible (``check_usage``), else the reservation."""
-        entry = self._entry(call_id)
+        entry = self._entry(call_id, identity)
         try:
             reserved = int(entry["reserved_pusd"])
             rejected = check_usage(
@@ -323,21 +524,103 @@ class RedisLedger:
             cost = reserved
             reported = {key: shown(value) for key, value in usage.items()}
             fields = {"usage_rejected": rejected, "reported_usage": json.dumps(reported)}
-        reserved, charged = self._leave_reserved(call_id, SETTLED, cost, **fields)
+        reserved, charged = self._leave_reserved(call_id, identity, SETTLED, cost, **fields)
         return Settlement(
             cost_usd=(reserved if charged is None else charged) / PICO_PER_USD,
             reserved_usd=reserved / PICO_PER_USD,
             usage_rejected=rejected,
         )
 
-    def keep_reservation(self, call_id: str, why: str) -> None:
+    def keep_reservation(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
         """The request may have reached the provider but no usage came back: the worst case
         stays committed."""
-        self._leave_reserved(call_id, FAILED, failure=why)
+        self._leave_reserved(call_id, identity, FAILED, failure=why)
 
-    def release(self, call_id: str, why: str) -> None:
+    def release(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
         """The request never started to be sent: nothing was spent, the reservation goes."""
-        self._leave_reserved(call_id, RELEASED, released=why)
+        self._leave_reserved(call_id, identity, RELEASED, released=why)
+
+    def abandon(
+        self,
+        call_id: str,
+        *,
+        body: Mapping[str, Any],
+        max_output_tokens: int,
+        why: str,
+        identity: str = ANONYMOUS,
+    ) -> str:
+        """Release a reserve the producer gave up on, or leave a tombstone in its place."""
+        _worst, fields = self._reservation(call_id, body, max_output_tokens, identity)
+        args: list[str | int] = [self.owner.id, self.ttl_s, repr(time.time()), why]
+        fields["tombstone"] = 1
+        for key, value in fields.items():
+            args += [key, value]
+        keys = [self.call_key(call_id, identity), self._committed_key, self._reserved_key,
+                self._seq_key]  # fmt: skip
+        answer = self._redis("write", lambda: self._abandon(keys=keys, args=args))
+        match answer:
+            case [("tombstoned" | "released") as done]:
+                return str(done)
+            case ["already", str(now), str(by), str(cost_text), str(held), str(rejected)]:
+                raise self._already(
+                    call_id,
+                    {"state": now, "settled_by": by, "cost_pusd": cost_text,
+                     "reserved_pusd": held, "usage_rejected": rejected},
+                )  # fmt: skip
+        raise self._garbage("write", answer)
+
+    def refresh_lease(self) -> bool:
+        key, value, ms = self.lease_key(self.owner.id), self._lease_value, self._lease_ms
+        before = self._redis("write", lambda: self.client.set(key, value, px=ms, get=True))
+        return before is not None
+
+    def drop_lease(self) -> None:
+        key = self.lease_key(self.owner.id)
+        self._redis("write", lambda: self.client.delete(key))
+
+    def reconcile(self) -> list[dict[str, Any]]:
+        """Move the reserved calls whose owner's lease lapsed (another owner's, never this
+        one's): released if never marked sending, failed (kept) if it may have been sent."""
+        keys = sorted(self._redis("read", lambda: self.client.smembers(self._reserved_key)))
+
+        def owners_of() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(key, "owner", "call_id", "identity")
+            return list(pipe.execute())
+
+        rows = self._redis("read", owners_of) if keys else []
+        others = sorted({row[0] for row in rows if row[0] and row[0] != self.owner.id})
+
+        def leases() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for owner in others:
+                pipe.exists(self.lease_key(owner))
+            return list(pipe.execute())
+
+        alive = dict(zip(others, self._redis("read", leases), strict=True)) if others else {}
+        moved: list[dict[str, Any]] = []
+        now = repr(time.time())
+        for key, (owner, call_id, identity) in zip(keys, rows, strict=True):
+            if owner == self.owner.id or (owner and alive.get(owner)):
+                continue
+            held_by = owner or ""  # a hash gone (or without an owner): the script forgets it
+            script_keys = [key, self._committed_key, self._reserved_key, self.lease_key(held_by)]
+            args: list[str | int] = [held_by, self.ttl_s, now, self.owner.reconciler]
+            answer = self._redis(
+                "write", functools.partial(self._reconcile, keys=script_keys, args=args)
+            )
+            match answer:
+                case [(str(state)), int(reserved)] if state in {FAILED, RELEASED}:
+                    moved.append(
+                        {"call_id": call_id, "identity": identity, "owner": held_by,
+                         "state": state, "reserved_usd": reserved / PICO_PER_USD}
+                    )  # fmt: skip
+                case [("gone" | "foreign" | "alive"), int()]:
+                    continue
+                case _:
+                    raise self._garbage("write", answer)
+        return moved
 
     def totals(self, identity: str | None = None) -> dict[str, Any]:
         field = "total" if identity is None else f"identity:{identity}"
@@ -397,7 +680,7 @@ def _decoded(row: Mapping[str, str]) -> dict[str, Any]:
         entry["reported_usage"] = json.loads(row["reported_usage"])
     for key in ("prompt_tokens_estimate", "max_output_tokens"):
         entry[key] = int(row[key])
-    for key in ("reserved_at", "settled_at"):
+    for key in ("reserved_at", "sending_at", "settled_at"):
         if key in row:
             entry[key] = float(row[key])
     return entry

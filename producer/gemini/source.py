@@ -3,9 +3,9 @@
 Per request: verify the binding (a development case's, equal to the
 recording's; or a question binding that hashes to itself), reserve the call's
 worst-case cost in the budget ledger (charged to the caller's identity and to
-the total), POST the documented body with the API key in the ``x-goog-api-key``
-header, and map the SSE events to frames with the lab's adapter
-(``protocol.ProviderFrames``). An HTTP error before the stream refuses the
+the total), mark the entry sending, POST the documented body with the API key in
+the ``x-goog-api-key`` header, and map the SSE events to frames with the lab's
+adapter (``protocol.ProviderFrames``). An HTTP error before the stream refuses the
 request with the provider's status mapped to a gRPC code
 (``protocol.provider_error``).
 Nothing is retried: a paid request is made at most once.
@@ -18,6 +18,16 @@ waited for to their end even when the consumer cancels meanwhile (a thread
 cannot be stopped: abandoning it would leave a reservation nobody records); the
 cancellation is passed on afterwards.
 
+A ledger that fails does not hold a reservation for good (``keeper``): a reserve
+whose answer did not come back is asked again (it is idempotent) up to
+``RESERVE_REREADS`` times, and if the stream is refused ``ledger_unavailable`` after
+all, the reservation is ``abandon``-ed in the background (released if it was
+written, or a tombstone a late copy of it finds). The entry is marked sending before
+the request goes: if that fails, nothing is sent and the reservation is released.
+A settle that fails is tried again in the background (the stream's end does not
+wait for it); at shutdown (``aclose``) every plan still open is closed, and pending
+moves get a last bounded try.
+
 When the consumer cancels or vanishes, ``close()`` closes the upstream response
 at once, so the provider stops generating (and billing) for it.
 
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import random
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from contextlib import aclosing
@@ -40,7 +51,19 @@ import httpx
 import structlog
 
 from producer.gemini.capture import CallCapture, RunCapture
-from producer.gemini.ledger import ANONYMOUS, Ledger, estimate_prompt_tokens, shown
+from producer.gemini.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
+from producer.gemini.ledger import (
+    ANONYMOUS,
+    FAILED,
+    RELEASED,
+    SETTLED,
+    AlreadyLeft,
+    Ledger,
+    NotWritten,
+    Settlement,
+    estimate_prompt_tokens,
+    shown,
+)
 from producer.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -116,8 +139,26 @@ class Call:
     call_id: str
     capture: CallCapture | None
     log: structlog.typing.FilteringBoundLogger
+    identity: str = ANONYMOUS
     #: Set (before any await) by the one ``GeminiSource.settle`` of the call.
     recorded: bool = False
+    #: What settling charged (once it landed), and why the usage was not believed.
+    charged: float | None = None
+    usage_rejected: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.identity, self.call_id)
+
+
+def _answer_lost(error: BaseException | None) -> bool:
+    """Whether ``error`` is the ledger failing in a way that may have changed it (its
+    answer lost), not one that certainly changed nothing (``NotWritten``)."""
+    return (
+        isinstance(error, RequestRefused)
+        and error.reason is Reason.LEDGER_UNAVAILABLE
+        and not isinstance(error, NotWritten)
+    )
 
 
 async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
@@ -219,8 +260,12 @@ class GeminiPlan:
         if self._closed:
             return
         self._closed = True
+        self.source.forget(self)
         # Closing the response closes the upstream connection: no more tokens are generated.
-        await self.response.aclose()
+        try:
+            await self.response.aclose()
+        except Exception as error:  # the call is settled whatever closing the response did
+            self._log.warning("provider_close_failed", error=type(error).__name__)
         self._log.info(
             "provider_stream_closed",
             outcome=outcome,
@@ -249,10 +294,12 @@ class GeminiSource:
         api_key: str,
         ledger: Ledger,
         capture: RunCapture | None = None,
+        policy: LedgerPolicy | None = None,
     ) -> None:
         self.recording = recording
         self.settings = settings
         self.ledger = ledger
+        self.keeper = LedgerKeeper(ledger, policy)
         self.capture = capture
         self._api_key = api_key
         self._client = httpx.AsyncClient(
@@ -261,6 +308,9 @@ class GeminiSource:
             follow_redirects=False,
         )
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+        #: Plans prepared and not closed yet: ``aclose`` closes them (and settles their calls).
+        self._open: set[GeminiPlan] = set()
+        self._jitter = random.Random()
 
     @property
     def url(self) -> str:
@@ -269,6 +319,15 @@ class GeminiSource:
 
     def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
         self.bind(request, checked)
+
+    def start(self) -> None:
+        """The ledger's background work: the owner lease, reconciliation (at once, then every
+        ``--ledger-reconcile-s``), retried settles. Needs the running loop; idempotent."""
+        self.keeper.start()
+
+    def forget(self, plan: GeminiPlan) -> None:
+        """``plan`` is closing (its call is settled by its own ``close``)."""
+        self._open.discard(plan)
 
     def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
         if checked.fault is not None:
@@ -284,68 +343,151 @@ class GeminiSource:
     async def prepare(
         self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str = ANONYMOUS
     ) -> GeminiPlan:
-        """Reserve, send, and return the open stream; ``identity`` is the caller charged."""
+        """Reserve, mark sending, send, and return the open stream; ``identity`` is the caller
+        charged. Whatever fails after the reservation, the call is recorded (settled, kept
+        or released) before this returns or raises."""
+        self.start()
         binding = self.bind(request, checked)
         body = request_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex
         log = self._log.bind(call_id=call_id, model=self.settings.model, identity=identity)
-        await self._reserve(call_id, body, identity=identity, case_id=checked.case_id, log=log)
-        capture = (
-            self.capture.start(binding=binding, body=body, call_id=call_id, identity=identity)
-            if self.capture
-            else None
-        )
-        call = Call(call_id, capture, log)
+        call = Call(call_id, None, log, identity)
+        await self._reserve(call, body, case_id=checked.case_id)
+        await self._mark_sending(call)
+        try:
+            if self.capture:
+                call.capture = self.capture.start(
+                    binding=binding, body=body, call_id=call_id, identity=identity
+                )
+        except BaseException:  # nothing was sent: the reservation goes
+            await self.settle(call, usage=None, outcome="internal_error", sent=False)
+            raise
         response = await self._send(call, body)
-        await self._check_status(call, response)
-        log.info("provider_stream_opened", http_status=response.status_code)
-        return GeminiPlan(
-            self,
-            response,
-            checked=checked,
-            binding=binding,
-            call=call,
-        )
+        try:
+            await self._check_status(call, response)
+            log.info("provider_stream_opened", http_status=response.status_code)
+            plan = GeminiPlan(self, response, checked=checked, binding=binding, call=call)
+        except BaseException as error:
+            if not call.recorded:  # anything between the answer and the plan: still recorded
+                await response.aclose()
+                cancelled = isinstance(error, asyncio.CancelledError)
+                outcome = "cancelled_by_consumer" if cancelled else "internal_error"
+                await self.settle(call, usage=None, outcome=outcome)
+            raise
+        self._open.add(plan)
+        return plan
 
-    async def _reserve(
-        self,
-        call_id: str,
-        body: Mapping[str, Any],
-        *,
-        identity: str,
-        case_id: str,
-        log: structlog.typing.FilteringBoundLogger,
-    ) -> None:
-        """Reserve the call's worst case in the ledger, or raise with nothing held."""
-        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
-        reserving, cancelled = await run_to_the_end(
-            asyncio.to_thread(
-                self.ledger.reserve,
-                call_id,
-                body=body,
-                max_output_tokens=max_output_tokens,
-                identity=identity,
-                case_id=case_id,
-                model=model,
+    async def _reserve(self, call: Call, body: Mapping[str, Any], *, case_id: str) -> None:
+        """Reserve the call's worst case in the ledger, or raise with nothing held.
+
+        A reserve whose answer did not come back (``ledger_unavailable``) may have been
+        written, or may still be (a paused Redis runs it when it wakes): it is asked again,
+        which answers the same reservation if there is one. If the stream is refused after
+        all, the reservation is abandoned in the background (``_abandon``).
+        """
+        keeper, log = self.keeper, call.log
+        if keeper.full:
+            raise RequestRefused(
+                Reason.LEDGER_UNAVAILABLE, f"{keeper.pending} ledger writes are still pending"
             )
-        )
-        refused = reserving.exception()
-        if refused is not None:  # budget_exhausted (or the ledger failed): nothing is held
+        model, max_output_tokens = self.settings.model, self.settings.max_output_tokens
+        keeper.hold(call.key)
+        unanswered = tries = 0
+        while True:
+            tries += 1
+            reserving, cancelled = await run_to_the_end(
+                asyncio.to_thread(
+                    self.ledger.reserve,
+                    call.call_id,
+                    body=body,
+                    max_output_tokens=max_output_tokens,
+                    identity=call.identity,
+                    case_id=case_id,
+                    model=model,
+                )
+            )
+            error = reserving.exception()
+            if error is None:
+                break
+            lost = _answer_lost(error)
+            unanswered += lost
+            if lost and not cancelled and tries <= RESERVE_REREADS:
+                log.warning("budget_reserve_unanswered", tries=tries, detail=detail_of(error))
+                try:
+                    await asyncio.sleep(keeper.policy.backoff(tries, self._jitter.random()))
+                except asyncio.CancelledError:
+                    self._abandon(call, body, "cancelled_by_consumer")
+                    raise
+                continue
+            # No reservation is used: one that may have been written (or still may be) goes.
+            if unanswered:
+                self._abandon(call, body, "cancelled_by_consumer" if cancelled else "refused")
+            else:
+                keeper.let_go(call.key)
+            if isinstance(error, AlreadyLeft):  # the call id is taken: not this call's to use
+                error = RequestRefused(Reason.LEDGER_UNAVAILABLE, str(error))
             if cancelled:
-                raise asyncio.CancelledError from refused
-            raise refused
+                raise asyncio.CancelledError from error
+            raise error
         log.info(
             "budget_reserved",
             reserved_usd=reserving.result(),
             prompt_tokens_estimate=estimate_prompt_tokens(body),
             max_output_tokens=max_output_tokens,
+            tries=tries,
         )
         if cancelled:
             # The consumer left while the reservation was being written: nothing was sent.
-            await self.settle(
-                Call(call_id, None, log), usage=None, outcome="cancelled_by_consumer", sent=False
-            )
+            await self.settle(call, usage=None, outcome="cancelled_by_consumer", sent=False)
             raise asyncio.CancelledError
+
+    def _abandon(self, call: Call, body: Mapping[str, Any], outcome: str) -> None:
+        """The producer gave up on a reserve whose answer was lost: in the background,
+        release the reservation if it was written, else leave a tombstone that a late copy
+        of the reserve finds (so it reserves nothing)."""
+        why = f"reserve_unanswered ({outcome})"
+        call.log.warning("budget_reserve_abandoning", outcome=outcome)
+
+        def landed(answer: Any, tries: int) -> None:
+            call.log.info("budget_reserve_abandoned", found=answer or RELEASED, tries=tries)
+
+        self.keeper.submit(
+            Job(
+                "abandon",
+                RELEASED,
+                call.call_id,
+                call.identity,
+                lambda: self.ledger.abandon(
+                    call.call_id,
+                    body=body,
+                    max_output_tokens=self.settings.max_output_tokens,
+                    why=why,
+                    identity=call.identity,
+                ),
+                landed,
+                call.log,
+            )
+        )
+
+    async def _mark_sending(self, call: Call) -> None:
+        """Say in the ledger that the request may reach the provider, before it is sent. If
+        that cannot be said, nothing is sent: the reservation is released."""
+        marking, cancelled = await run_to_the_end(
+            asyncio.to_thread(self.ledger.mark_sending, call.call_id, identity=call.identity)
+        )
+        error = marking.exception()
+        if error is None and not cancelled:
+            return
+        if error is not None:
+            call.log.warning("budget_sending_unmarked", detail=detail_of(error))
+        outcome = "cancelled_by_consumer" if cancelled else "ledger_unavailable"
+        await self.settle(call, usage=None, outcome=outcome, sent=False)
+        if cancelled:
+            raise asyncio.CancelledError from error
+        assert error is not None  # not cancelled: the mark failed
+        raise RequestRefused(
+            Reason.LEDGER_UNAVAILABLE, f"the call could not be marked sending: {detail_of(error)}"
+        ) from error
 
     async def _send(self, call: Call, body: Mapping[str, Any]) -> httpx.Response:
         """POST the request; if that fails, record the call (kept if it may have been sent)."""
@@ -432,6 +574,8 @@ class GeminiSource:
 
         Runs to its end even if the task is cancelled meanwhile (the cancellation is
         passed on afterwards): a ledger write cut short would leave the entry reserved.
+        The ledger is tried once here; if it is unavailable the move is retried in the
+        background (``keeper``) and this returns: a stream's end does not wait for it.
         """
         if call.recorded:
             return
@@ -452,43 +596,74 @@ class GeminiSource:
         finish_reason: str | None,
         sent: bool,
     ) -> None:
-        call_id, capture, log = call.call_id, call.capture, call.log
-        charged: float | None = None
-        rejected: str | None = None
-        if usage is not None:
-            settlement = await asyncio.to_thread(self.ledger.settle, call_id, usage)
-            charged, rejected = settlement.cost_usd, settlement.usage_rejected
-            if rejected is not None:
-                # Implausible usage (negative, huge, not an integer, missing): the worst
-                # case reserved for the call is what it is charged.
-                log.warning(
-                    "budget_usage_rejected",
-                    why=rejected,
-                    reported={key: shown(value) for key, value in usage.items()},
-                    reserved_usd=settlement.reserved_usd,
-                )
-            record_ledger_spend(charged)
-            log.info(
-                "budget_settled",
-                cost_usd=charged,
-                reserved_usd=settlement.reserved_usd,
-                usage_rejected=rejected is not None,
-                usage=None if rejected else dict(usage),
-            )
-        elif sent:
-            await asyncio.to_thread(self.ledger.keep_reservation, call_id, outcome)
-            log.info("budget_reservation_kept", outcome=outcome)
-        else:
-            await asyncio.to_thread(self.ledger.release, call_id, outcome)
-            log.info("budget_released", outcome=outcome)
-        if capture is not None:
-            await capture.finish(
+        await self.keeper.run(self._move(call, usage=usage, outcome=outcome, sent=sent))
+        if call.capture is not None:
+            await call.capture.finish(
                 outcome=outcome if sent else f"{outcome} (never sent: reservation released)",
                 finish_reason=finish_reason,
                 usage=None if usage is None else {k: shown(v) for k, v in usage.items()},
-                usage_rejected=rejected,
-                estimated_usd=charged,
+                usage_rejected=call.usage_rejected,
+                estimated_usd=call.charged,
             )
 
+    def _move(
+        self, call: Call, *, usage: Mapping[str, object] | None, outcome: str, sent: bool
+    ) -> Job:
+        """The one move of the call out of ``reserved``, as a job the keeper may retry."""
+        ledger, log, call_id, identity = self.ledger, call.log, call.call_id, call.identity
+        if usage is not None:
+
+            def settled(settlement: Settlement | None, tries: int) -> None:
+                if settlement is None:  # never: a settled entry says what it charged
+                    log.info("budget_settled", tries=tries)
+                    return
+                call.charged, call.usage_rejected = settlement.cost_usd, settlement.usage_rejected
+                if settlement.usage_rejected is not None:
+                    # Implausible usage (negative, huge, not an integer, missing): the worst
+                    # case reserved for the call is what it is charged.
+                    log.warning(
+                        "budget_usage_rejected",
+                        why=settlement.usage_rejected,
+                        reported={key: shown(value) for key, value in usage.items()},
+                        reserved_usd=settlement.reserved_usd,
+                    )
+                record_ledger_spend(settlement.cost_usd)
+                log.info(
+                    "budget_settled",
+                    cost_usd=settlement.cost_usd,
+                    reserved_usd=settlement.reserved_usd,
+                    usage_rejected=settlement.usage_rejected is not None,
+                    usage=None if settlement.usage_rejected else dict(usage),
+                    tries=tries,
+                )
+
+            return Job(
+                "settle", SETTLED, call_id, identity,
+                lambda: ledger.settle(call_id, usage, identity=identity), settled, log,
+            )  # fmt: skip
+        if sent:
+            return Job(
+                "keep", FAILED, call_id, identity,
+                lambda: ledger.keep_reservation(call_id, outcome, identity=identity),
+                lambda _answer, tries: log.info(
+                    "budget_reservation_kept", outcome=outcome, tries=tries
+                ),
+                log,
+            )  # fmt: skip
+        return Job(
+            "release", RELEASED, call_id, identity,
+            lambda: ledger.release(call_id, outcome, identity=identity),
+            lambda _answer, tries: log.info("budget_released", outcome=outcome, tries=tries),
+            log,
+        )  # fmt: skip
+
     async def aclose(self) -> None:
+        """At shutdown (after the server stopped): close every plan still open (its call is
+        settled), give pending ledger moves a last bounded try, let go of the ledger."""
+        for plan in list(self._open):
+            try:
+                await plan.close("producer_shutdown")
+            except Exception:
+                self._log.exception("plan_close_failed", outcome="producer_shutdown")
         await self._client.aclose()
+        await self.keeper.aclose()
