@@ -128,9 +128,12 @@ class Generation:
         source: tuple[Entry, ...] | Opener,
         *,
         grace_s: float,
+        on_ended: Callable[[str], None] | None = None,
     ) -> None:
         self.reply = reply
         self.grace_s = grace_s
+        #: Told the outcome once the generation ended (a metric).
+        self._on_ended = on_ended
         self.attempts = 0
         self._attached = 0
         self._grace: asyncio.TimerHandle | None = None
@@ -203,6 +206,8 @@ class Generation:
             await self._close(upstream, outcome)
             await self._end_log(outcome)
         self._log.info("generation_ended", outcome=outcome, frames=self.reply.frames)
+        if self._on_ended is not None:
+            self._on_ended(outcome)
 
     async def _close(self, upstream: Upstream | None, outcome: str) -> None:
         if upstream is None:

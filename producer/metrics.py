@@ -15,6 +15,8 @@ Names (all prefixed ``replywire_``):
 - ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
+- ``replywire_generations_total{outcome}``: replies whose generation (``producer.generation``)
+  ended, by outcome (``completed`` or a registered reason code)
 
 The endpoint (``serve``): plain HTTP, or HTTPS with the producer's own certificate
 (``MetricsTls``; with a client CA a scraper must present a certificate it signed). The
@@ -74,6 +76,12 @@ class ProducerMetrics:
         self.ledger_spend = Counter(
             "replywire_ledger_spend_usd", "US dollars the Gemini ledger settled", registry=r
         )
+        self.generations = Counter(
+            "replywire_generations",
+            "Replies whose generation ended, by outcome (completed or a reason code)",
+            ["outcome"],
+            registry=r,
+        )
 
     def stream_ended(self, outcome: str, reason: str) -> None:
         # labels() looks the child up under a lock each time: keep them (outcomes and
@@ -84,6 +92,11 @@ class ProducerMetrics:
         if child is None:
             child = self._ended[outcome, reason] = self.streams.labels(outcome, reason)
         child.inc()
+
+    def generation_ended(self, outcome: str) -> None:
+        if outcome != "completed" and outcome not in CODES:
+            outcome = Reason.INTERNAL_ERROR.value
+        self.generations.labels(outcome).inc()
 
     def chunk_written(self, size: int, waited_s: float) -> None:
         self.written.add(size, waited_s)

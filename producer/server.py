@@ -621,7 +621,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             plan = await source.prepare(request, checked, identity=identity)
             return PlanUpstream(plan, codec)
 
-        generation = Generation(reply, open_upstream, grace_s=self.replies.limits.detach_grace_s)
+        generation = Generation(
+            reply,
+            open_upstream,
+            grace_s=self.replies.limits.detach_grace_s,
+            on_ended=self.metrics.generation_ended,
+        )
         self.generations.add(generation)
         self._watch_relayed_cancels(reply)
         return generation
@@ -718,7 +723,12 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             codec = codec_for(checked.wire)
             frames = plan.reply_frames
             entries = log_entries(frames, [codec.encode_frame(frame) for frame in frames])
-        generation = Generation(reply, entries, grace_s=self.replies.limits.detach_grace_s)
+        generation = Generation(
+            reply,
+            entries,
+            grace_s=self.replies.limits.detach_grace_s,
+            on_ended=self.metrics.generation_ended,
+        )
         self.generations.add(generation)
         return True
 

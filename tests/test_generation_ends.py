@@ -47,6 +47,7 @@ from tests.processes import (
 )
 from tests.redis_server import RedisServer, redis_server
 from tests.test_gemini import API_KEY
+from tests.test_operations import metrics_port, scrape
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -111,9 +112,16 @@ def test_a_live_reply_over_the_memory_logs_frame_bound_ends_reply_log_limit(
     tmp_path: Path, fake: FakeGeminiProcess
 ) -> None:
     call = len(fake.log())
-    with live(tmp_path, fake, "--reply-log-max-frames", str(AT_FRAME)) as running:
+    bound = ("--reply-log-max-frames", str(AT_FRAME), "--metrics-port", "0")
+    with live(tmp_path, fake, *bound) as running:
         run = run_consumer(running.target, "--case", CASE, "--stream-id", "over-bound")
         check_the_generation_ended(running, fake, tmp_path, "reply_log_limit", call)
+        generations = {
+            labels: value
+            for (name, labels), value in scrape(metrics_port(running)).items()
+            if name == "replywire_generations_total"
+        }
+    assert generations == {(("outcome", "reply_log_limit"),): 1.0}
     assert (run.result["status"], run.result["reason"]) == ("error", "reply_log_limit")
     assert run.result["stats"]["application_frames"] == AT_FRAME
     assert run.result["provisional_content"]  # the partial content kept
