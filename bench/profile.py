@@ -22,7 +22,8 @@ from typing import Any, TextIO
 
 from bench.decoders import cut, frames_of, ours
 from consumer.client import StreamOptions, stream_reply
-from producer.server import ServerSettings, start_server
+from producer.server import start_server
+from producer.settings import ServerSettings
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording
 from shared.requests import ReplyRequest

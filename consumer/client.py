@@ -81,7 +81,7 @@ DEFAULT_KEEPALIVE_S: Final = 10.0
 #: ... unanswered within this, and the connection is closed (UNAVAILABLE).
 DEFAULT_KEEPALIVE_TIMEOUT_S: Final = 5.0
 #: The shortest keepalive: gRPC's own client sends no more than a ping a second, and a
-#: producer accepts that by default (its --min-ping-interval-s, producer.server).
+#: producer accepts that by default (its --min-ping-interval-s, producer.settings).
 MIN_KEEPALIVE_S: Final = 1.0
 #: Resumes of `consumer stream` (the StreamOptions default, 0, is today's behaviour: none).
 DEFAULT_RESUME_ATTEMPTS: Final = 3

@@ -53,15 +53,14 @@ from producer.replylog import (
 )
 from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
-from producer.server import (
+from producer.server import start_server, stop_server
+from producer.settings import (
     DEFAULT_MAX_CONNECTION_AGE_S,
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
     MIN_PING_INTERVAL_S,
     Exposure,
     ServerSettings,
-    start_server,
-    stop_server,
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource

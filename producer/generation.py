@@ -29,8 +29,6 @@ no record: nothing of it can fail later.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from producer.replylog import Entry, LogEnded, LoggedReply, ReplyKey, ReplyLogFailed
+from producer.replylog import Entry, LogEnded, LoggedReply, ReplyLogFailed
 from producer.sources import StreamPlan
 from shared.errors import REASONS, Reason, ReplywireError, RequestRefused
 from shared.wire import WireCodec
@@ -262,33 +260,3 @@ class Generation:
         self._grace = None
         if self._attached == 0:
             self.stop(Reason.REPLY_ABANDONED)
-
-
-class Generations:
-    """The generations this process runs, by reply key, the newest last. Bounded: ended
-    generations beyond ``max_kept`` are forgotten, oldest first (a look at the oldest
-    few, not at every generation, per stream)."""
-
-    def __init__(self, max_kept: int) -> None:
-        self.max_kept = max_kept
-        self._by_key: OrderedDict[ReplyKey, Generation] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def get(self, key: ReplyKey) -> Generation | None:
-        return self._by_key.get(key)
-
-    def add(self, generation: Generation) -> None:
-        key = generation.reply.key
-        self._by_key[key] = generation
-        self._by_key.move_to_end(key)
-        excess = len(self._by_key) - self.max_kept
-        if excess > 0:
-            ended = (k for k, g in self._by_key.items() if g.task.done())
-            for old in list(itertools.islice(ended, excess)):
-                del self._by_key[old]
-
-    def stop_all(self, reason: Reason) -> list[asyncio.Future[None]]:
-        """Stop every generation still running; their tasks, to wait for."""
-        return [g.task for g in self._by_key.values() if g.stop(reason)]

@@ -16,7 +16,8 @@ import pytest
 
 from consumer.children import stop_process
 from producer.security import TokenAuthenticator
-from producer.server import Exposure, ServerSettings, start_server
+from producer.server import start_server
+from producer.settings import Exposure, ServerSettings
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording

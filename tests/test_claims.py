@@ -26,7 +26,8 @@ import structlog
 from consumer.client import StreamOptions, stream_reply
 from producer.gemini.ledger import BudgetLedger
 from producer.gemini.source import GeminiSettings, GeminiSource
-from producer.server import ServerSettings, start_server, stop_server
+from producer.server import start_server, stop_server
+from producer.settings import ServerSettings
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat

@@ -18,7 +18,8 @@ import structlog
 
 from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession, stream_reply
 from producer.cli import build_parser
-from producer.server import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS, server_options
+from producer.server import server_options
+from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording
 from shared.requests import ReplyRequest

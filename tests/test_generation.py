@@ -16,9 +16,15 @@ from typing import Any
 import pytest
 import structlog
 
-from producer.generation import COMPLETED, Generation, Generations, Upstream
+from producer.generation import COMPLETED, Generation, Upstream
+from producer.generations import Generations
 from producer.replylog import Entry, LogEnded, LogLimits, MemoryReplyLog, ReplyKey
+from producer.sources.recording import RecordingSource
 from shared.errors import REASONS, Reason, RequestRefused
+from shared.recording import Recording
+from shared.requests import ReplyRequest, check_request
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
 
 KEY = ReplyKey("alice", "s")
 
@@ -268,19 +274,34 @@ def test_every_outcome_is_completed_or_a_registered_code() -> None:
     assert all(o == COMPLETED or o in REASONS or o.startswith("provider_finish_") for o in outcomes)
 
 
-def test_the_registry_forgets_ended_generations_beyond_its_bound_oldest_first() -> None:
+def test_the_registry_forgets_ended_generations_beyond_its_bound_oldest_first(
+    recording: Recording,
+) -> None:
+    """Four recorded replies logged under --reply-log-max-replies 2: the registry keeps the
+    newest two generations, each under its own key (another identity's is not there)."""
+
     async def scenario() -> None:
-        log = MemoryReplyLog()
-        registry = Generations(max_kept=2)
-        running = []
+        source = RecordingSource(recording)
+        registry = Generations(MemoryReplyLog(LogLimits(max_replies=2)), source)
+        case = recording.case("replace-file")
         for index in range(4):
-            reply = await log.create(ReplyKey("alice", f"s{index}"), "b", "lp")
-            generation = Generation(reply, (Entry(1, b"x"),), grace_s=60)  # ended at once
-            registry.add(generation)
-            running.append(generation)
+            request = ReplyRequest(
+                case_id=case.case_id,
+                binding=case.binding,
+                wire=WireFormat.LENGTH_PREFIXED,
+                plan=ChunkPlan.parse("frame"),
+                stream_id=f"s{index}",
+            ).open_request()
+            checked = check_request(request, allow_faults=False)
+            plan = await source.prepare(request, checked, identity="alice")
+            key = ReplyKey("alice", f"s{index}")
+            logged = await registry.log_recorded(key, request, checked, plan)
+            assert logged is not None and logged[1]  # made here, ended at once
+            logged[0].detach()
         assert len(registry) == 2
         assert registry.get(ReplyKey("alice", "s0")) is None
-        assert registry.get(ReplyKey("alice", "s3")) is running[3]
+        newest = registry.get(ReplyKey("alice", "s3"))
+        assert newest is not None and newest.task.done()
         assert registry.get(ReplyKey("bob", "s3")) is None  # another identity's name
         assert registry.stop_all(Reason.PRODUCER_SHUTDOWN) == []  # all ended
 

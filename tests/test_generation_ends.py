@@ -208,6 +208,12 @@ def test_a_read_from_at_or_past_the_end_of_a_complete_reply_ends_at_once(
                 started = time.monotonic()
                 chunks = list(stub.Open(request, timeout=30))
                 taken.append((after, len(chunks), round(time.monotonic() - started, 3)))
+
+        def completions() -> list[dict[str, Any]]:
+            return [r for r in running.trace() if r["event"] == "state_changed"
+                    and r.get("input") == "complete"]  # fmt: skip
+
+        wait_for(lambda: len(completions()) == 4)  # records are written in batches
         trace = running.trace()
     print(f"{log}: (resume_after, chunks, seconds):", taken)
     assert [(after, chunks) for after, chunks, _ in taken] == [
@@ -216,4 +222,4 @@ def test_a_read_from_at_or_past_the_end_of_a_complete_reply_ends_at_once(
     assert not [r for r in trace if r["event"] == "generation_taken_over"]
     finals = [r["to_state"] for r in trace if r["event"] == "state_changed"
               and r.get("input") == "complete"]  # fmt: skip
-    assert finals == ["completed"] * 4
+    assert finals == ["completed"] * 4  # the whole reply and the three reads from its end

@@ -26,7 +26,8 @@ from consumer.client import (
     channel_options,
     stream_reply,
 )
-from producer.server import MIN_PING_INTERVAL_S, ServerSettings, start_server, stop_server
+from producer.server import start_server, stop_server
+from producer.settings import MIN_PING_INTERVAL_S, ServerSettings
 from shared.faults import Fault, FaultKind
 from shared.recording import Recording
 from shared.requests import ReplyRequest

@@ -32,14 +32,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from producer.cli import build_parser
+from producer.connections import ConnectionAges
 from producer.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
 from producer.metrics import ProducerMetrics, install, record_ledger_spend
-from producer.server import (
-    DEFAULT_MAX_PENDING,
-    DEFAULT_MAX_STREAMS,
-    ConnectionAges,
-    server_options,
-)
+from producer.server import server_options
+from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from producer.states import FINAL_STATES, StreamInput, StreamState
 from runtime.logs import FOREIGN_LOG_EVENT, configure_logging, route_stdlib_logging
 from shared.errors import REASONS, Reason, Status

@@ -15,7 +15,8 @@ import grpc
 import pytest
 
 from consumer.children import stop_process
-from producer.server import ServerSettings, start_server
+from producer.server import start_server
+from producer.settings import ServerSettings
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
 from shared.digest import canonical_json
 from shared.faults import Fault, FaultKind

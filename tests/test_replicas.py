@@ -32,7 +32,8 @@ from consumer.client import StreamOptions, stream_reply
 from producer.redis_replylog import RedisReplyLog
 from producer.replylog import Entry, LogLimits, ReplyKey
 from producer.security import ANONYMOUS
-from producer.server import ServerSettings, start_server, stop_server
+from producer.server import start_server, stop_server
+from producer.settings import ServerSettings
 from producer.sources.recording import RecordingSource
 from producer.states import StreamState
 from shared.digest import digest

@@ -1,0 +1,297 @@
+"""The replies this process serves from the reply log, and the generations it runs.
+
+What an ``Open`` with a stream id asks of the log, in one place: attach to the caller's
+reply of that id (``attach``), claim a new live reply and start the generation that
+calls its provider (``claim_live``: claim, then pay), log a recorded reply
+(``log_recorded``), generate again a reply whose generator was lost (``take_over``),
+and stop a reply's generation (``cancel``: here, or relayed through a shared log to the
+replica that runs it; ``watch`` makes this process hear the relays). The generations
+this process runs are kept by reply key, bounded: ended ones beyond the log's reply
+bound are forgotten, oldest first.
+
+A reply is named by its key (``ReplyKey``: the caller's identity and the stream id):
+another caller's Open of the same stream id finds nothing here and is answered as for
+an unused id. ``Attached`` says which reply a delivery reads and which generation here,
+if any, it holds (``Generation.attach``); the delivery detaches it when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+
+from producer.generation import Generation, Opened, Opener, PlanUpstream, Upstream
+from producer.replylog import (
+    Entry,
+    LogEnded,
+    LoggedReply,
+    ReplyBusy,
+    ReplyKey,
+    ReplyLog,
+    log_entries,
+)
+from producer.sources import Source, StreamPlan
+from shared.errors import REASONS, REPLY_ENDINGS, Reason, RequestRefused, Status
+from shared.pb import replywire_pb2 as pb
+from shared.requests import CheckedRequest, binding_sha256
+from shared.wire import codec_for
+
+#: Tries to attach to or claim a live reply that keeps changing hands before giving up.
+MAX_CLAIM_ATTEMPTS: Final = 3
+#: How long a replica that relays a ``Cancel`` waits for the generator to confirm it (within
+#: the consumer's own wait for the answer, ``consumer.client.CANCEL_TIMEOUT_S``).
+RELAY_CANCEL_WAIT_S: Final = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """A delivery's reply in the log, and this process's generation of it (attached by the
+    delivery, which detaches it when it ends; None: another replica generates it)."""
+
+    reply: LoggedReply
+    generation: Generation | None
+    #: This process's deliveries of the reply so far, this one included (1: another
+    #: replica's reply).
+    attempt: int
+
+    def detach(self) -> None:
+        if self.generation is not None:
+            self.generation.detach()
+
+
+def refused_before_made(reply: LoggedReply) -> bool:
+    """Whether a reply ended with a refusal before any of it was made (a budget, a
+    provider's refusal): a new Open may claim it anew."""
+    ending = reply.error
+    return (
+        reply.frames == 0
+        and ending is not None
+        and ending in REASONS
+        and Reason(ending).status is Status.REFUSED
+    )
+
+
+def ended_reply_refusal(ending: str) -> RequestRefused:
+    """Why a reply that ended without its terminal (and cannot be made again) is not
+    delivered: its own ending when that names what happened, else ``resume_unavailable``."""
+    if ending in REPLY_ENDINGS:
+        return RequestRefused(Reason(ending), "the reply ended so")
+    return RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {ending}")
+
+
+class Generations:
+    """This process's view of the reply log: the replies it serves and generates."""
+
+    def __init__(
+        self,
+        log: ReplyLog,
+        source: Source,
+        *,
+        on_ended: Callable[[str], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.source = source
+        self._on_ended = on_ended
+        self._by_key: OrderedDict[ReplyKey, Generation] = OrderedDict()
+        self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+
+    # --- the registry ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, key: ReplyKey) -> Generation | None:
+        return self._by_key.get(key)
+
+    def _add(self, generation: Generation) -> None:
+        key = generation.reply.key
+        self._by_key[key] = generation
+        self._by_key.move_to_end(key)
+        excess = len(self._by_key) - self.log.limits.max_replies
+        if excess > 0:
+            ended = (k for k, g in self._by_key.items() if g.task.done())
+            for old in list(itertools.islice(ended, excess)):
+                del self._by_key[old]
+
+    def stop_all(self, reason: Reason) -> list[asyncio.Future[None]]:
+        """Stop every generation still running; their tasks, to wait for."""
+        return [g.task for g in self._by_key.values() if g.stop(reason)]
+
+    def _generation(self, reply: LoggedReply, source: tuple[Entry, ...] | Opener) -> Generation:
+        generation = Generation(
+            reply,
+            source,
+            grace_s=self.log.limits.detach_grace_s,
+            on_ended=self._on_ended,
+        )
+        self._add(generation)
+        self.watch(reply)
+        return generation
+
+    # --- attaching ------------------------------------------------------------------------
+
+    async def attach(
+        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest
+    ) -> Attached | None:
+        """Attach to the caller's logged reply of this stream id, if there is one (this
+        process's, or another replica's in a shared log): never a second generation.
+        Refuses a binding other than the logged one, and a reply that ended without its
+        terminal (nothing more will come), unless the source regenerates it or it was
+        refused before anything of it was made (None: a new Open claims it anew)."""
+        reply = await self.log.find(key)
+        if reply is None:
+            return None
+        if binding_sha256(request.binding_json) != reply.binding_sha256:
+            raise RequestRefused(Reason.RESUME_BINDING_MISMATCH, "not the logged binding")
+        if checked.wire.value != reply.wire:
+            raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
+        if reply.error is not None:
+            if self.source.regenerates:
+                return None  # generated again, from the start
+            if not request.resume_after and refused_before_made(reply):
+                return None
+            raise ended_reply_refusal(reply.error)
+        return self._attached(reply)
+
+    def _attached(self, reply: LoggedReply) -> Attached:
+        generation = self.get(reply.key)
+        if generation is not None and generation.reply is not reply:
+            generation = None  # a shared log's reply this process no longer generates
+        attempt = generation.attach() if generation is not None else 1
+        return Attached(reply, generation, attempt)
+
+    # --- claiming and generating ------------------------------------------------------------
+
+    async def claim_live(
+        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest
+    ) -> tuple[Attached, Opened | None]:
+        """Attach to the caller's live reply of this stream id, or claim it and start its
+        generation, which calls the provider; with how the call opened (None: attached to
+        a reply someone else claimed). The free checks come before the claim: a request
+        refused for its binding claims nothing. A refused call raises its refusal, with
+        nothing held."""
+        for _ in range(MAX_CLAIM_ATTEMPTS):
+            attached = await self.attach(key, request, checked)
+            if attached is not None:
+                return attached, None
+            if request.resume_after:
+                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
+            self.source.verify(request, checked)
+            binding = binding_sha256(request.binding_json)
+            try:
+                reply = await self.log.create(key, binding, checked.wire.value)
+            except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
+                continue
+            generation = self._generation(reply, self._opener(reply, request, checked))
+            attached = Attached(reply, generation, generation.attach())
+            try:
+                # Shielded: a consumer that leaves now leaves the opening to the generation.
+                opened = await asyncio.shield(generation.opened)
+            except BaseException:
+                attached.detach()
+                raise
+            if opened.refusal is not None:
+                attached.detach()
+                raise opened.refusal
+            return attached, opened
+        raise RequestRefused(Reason.REPLY_LOG_UNAVAILABLE, "the reply changed hands repeatedly")
+
+    def _opener(
+        self, reply: LoggedReply, request: pb.OpenRequest, checked: CheckedRequest
+    ) -> Opener:
+        """How a claimed live reply's generation calls its provider."""
+        codec = codec_for(checked.wire)
+        source, identity = self.source, reply.key.identity
+
+        async def open_upstream() -> Upstream:
+            plan = await source.prepare(request, checked, identity=identity)
+            return PlanUpstream(plan, codec)
+
+        return open_upstream
+
+    async def log_recorded(
+        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest, plan: StreamPlan
+    ) -> tuple[Attached, bool] | None:
+        """Log a recorded plan's reply under its key (None: the plan has none to log) and
+        attach to it: generated here (True), or, when another delivery (here, or on
+        another replica) generates it already, that one (False)."""
+        if plan.reply_frames is None:
+            return None
+        binding = binding_sha256(request.binding_json)
+        generation = await self._log_plan(key, binding, checked, plan)
+        if generation is not None:
+            return Attached(generation.reply, generation, generation.attach()), True
+        found = await self.log.find(key)
+        if found is None:  # generated and expired meanwhile: rare enough to refuse
+            raise RequestRefused(Reason.STREAM_LIMIT, "the reply changed hands; retry")
+        return self._attached(found), False
+
+    async def _log_plan(
+        self, key: ReplyKey, binding: str, checked: CheckedRequest, plan: StreamPlan
+    ) -> Generation | None:
+        """A generation logging the recorded plan's reply here; None when another delivery
+        generates it already."""
+        try:
+            reply = await self.log.create(key, binding, checked.wire.value)
+        except ReplyBusy:
+            return None
+        assert plan.reply_frames is not None
+        # A recording's fault-free plan carries its log entries, made once.
+        entries = plan.reply_entries
+        if entries is None:
+            codec = codec_for(checked.wire)
+            frames = plan.reply_frames
+            entries = log_entries(frames, [codec.encode_frame(frame) for frame in frames])
+        return self._generation(reply, entries)
+
+    async def take_over(
+        self, ended: LogEnded, attached: Attached, checked: CheckedRequest, plan: StreamPlan | None
+    ) -> Attached | None:
+        """The replica that generated ``attached``'s reply is lost: generate it here from
+        ``plan`` (a source that regenerates: its reply is recorded, never live), or follow
+        whoever did first. The reading goes on where it was, the regenerated frames being
+        the same. None: it cannot be taken over (not lost, no plan, ended otherwise)."""
+        reply = attached.reply
+        if ended.reason is not Reason.GENERATOR_LOST or plan is None:
+            return None
+        self._log.info("generation_taken_over", stream_id=reply.key.stream_id)
+        generation = await self._log_plan(reply.key, reply.binding_sha256, checked, plan)
+        if generation is not None:
+            return Attached(generation.reply, generation, generation.attach())
+        found = await self.log.find(reply.key)
+        if found is None or found.error is not None:
+            return None
+        return Attached(found, None, attached.attempt)
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    async def cancel(self, key: ReplyKey) -> tuple[bool, bool]:
+        """Stop the generation of the key's reply: here, or relayed through a shared log to
+        the replica that runs it. (Whether it was stopped, whether it was relayed.)"""
+        generation = self.get(key)
+        if generation is None or generation.task.done():
+            return await self.log.request_cancel(key, RELAY_CANCEL_WAIT_S), True
+        return generation.stop(Reason.CONSUMER_CANCELLED), False
+
+    def watch(self, reply: LoggedReply) -> None:
+        """A ``Cancel`` another replica relays through the shared log stops the generation
+        here as if it had come here (the log names the caller: it is the reply's own)."""
+
+        def relayed(caller: str) -> None:
+            generation = self.get(reply.key)
+            cancelled = (
+                caller == reply.key.identity
+                and generation is not None
+                and generation.reply is reply
+                and generation.stop(Reason.CONSUMER_CANCELLED)
+            )
+            self._log.info("stream_cancel_relayed", stream_id=reply.key.stream_id,
+                           caller=caller, cancelled=cancelled)  # fmt: skip
+
+        reply.watch_cancel(relayed)

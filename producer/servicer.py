@@ -1,0 +1,704 @@
+"""The ``replywire.v1.ReplyStream`` servicer: ``Open`` and ``Cancel``.
+
+A thin I/O edge: it turns an ``OpenRequest`` into a checked request
+(``shared.requests``), decides where its frames come from (a ``Delivery``: the
+source's plan, or the reply log through ``producer.generations``), and writes them one
+at a time with ``context.write()``. A write waits for HTTP/2 flow control, so a
+consumer that stops reading stops the producer and nothing is buffered without bound.
+
+Every stream ends in exactly one final state, whatever ends it (see
+``producer.states``), and what it holds (its stream slot, its attachment to a
+generation, its plan) is given back exactly once, after that state is logged: a
+refusal, the last chunk, a transport fault, a consumer that cancels, refuses the
+stream or vanishes (the write fails, or grpc.aio cancels the handler), its connection
+cut by ``--max-connection-age-s`` (``connection_aged_out``), an unexpected error
+(``internal_error``, detail in the trace only), or the producer's own shutdown
+(``producer_shutdown``). Above ``--max-streams`` open streams (or a caller's
+``--max-streams-per-identity``) a new one is refused before any work
+(``producer.admission``). Every stream updates the producer's Prometheus metrics
+(``producer.metrics``) where it updates its counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+from dataclasses import asdict, dataclass
+from typing import Any, Final, NoReturn
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2
+
+from producer.admission import Admission
+from producer.connections import ConnectionAges
+from producer.generations import Attached, Generations
+from producer.health import BoundedHealthServicer
+from producer.metrics import ProducerMetrics
+from producer.replylog import LogEnded, MemoryReplyLog, ReplyKey, ReplyLog
+from producer.security import ANONYMOUS
+from producer.settings import ServerSettings
+from producer.sources import Source, Stall, StreamPlan
+from producer.states import ProducerStream, StreamInput, StreamState
+from shared.errors import Reason, ReplywireError, RequestRefused, scrubbed_detail
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import MAX_REQUEST_BYTES, CheckedRequest, check_envelope, check_request
+from shared.wire.chunking import Chunker
+
+#: The service names the health service reports on ("" is the whole server).
+SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
+HEALTH_SERVICES: Final = ("", SERVICE_NAME)
+#: Takeovers of a reply whose generator was lost, per delivery (each needs a lapsed lease).
+MAX_TAKEOVERS: Final = 3
+#: How long the shutdown path waits for the streams it ended to say so.
+SHUTDOWN_ABORT_S: Final = 2.0
+
+
+#: The counter each final state adds to.
+_COUNTER_OF: Final = {
+    StreamState.COMPLETED: "streams_completed",
+    StreamState.REFUSED: "streams_refused",
+    StreamState.ABORTED: "streams_aborted",
+    StreamState.CANCELLED_BY_CONSUMER: "streams_cancelled",
+    StreamState.FAILED: "streams_failed",
+    StreamState.SHUTDOWN: "streams_shutdown",
+    StreamState.CONNECTION_AGED_OUT: "streams_aged_out",
+}
+
+
+@dataclass
+class ProducerCounters:
+    """What the producer has done. Every opened stream is counted once more when it ends,
+    so ``streams_opened`` equals the sum of the seven final counts once no stream is open."""
+
+    streams_opened: int = 0
+    streams_completed: int = 0
+    streams_refused: int = 0
+    streams_aborted: int = 0
+    streams_cancelled: int = 0
+    streams_failed: int = 0
+    streams_shutdown: int = 0
+    streams_aged_out: int = 0
+    chunks_written: int = 0
+    bytes_written: int = 0
+    #: Requests refused for a missing or wrong token: not streams (no stream id is trusted).
+    requests_unauthenticated: int = 0
+    #: Requests refused before any of them is logged: not an OpenRequest, or unplain ids.
+    requests_malformed: int = 0
+
+    def stream_ended(self, state: StreamState) -> None:
+        name = _COUNTER_OF[state]
+        setattr(self, name, getattr(self, name) + 1)
+
+    @property
+    def streams_ended(self) -> int:
+        return sum(getattr(self, name) for name in _COUNTER_OF.values())
+
+    def fields(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """What the request deserializer hands the handler for bytes that are no OpenRequest."""
+
+    why: str
+
+
+def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
+    """The RPC's request deserializer: a bounded parse that never raises (grpc would answer
+    a raising deserializer with a bare status the trace never sees)."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.OpenRequest.FromString(data)
+    except DecodeError:  # e.g. a string field that is not UTF-8
+        return MalformedRequest("not an OpenRequest")
+
+
+def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
+    """``Cancel``'s request deserializer, bounded and never raising like ``Open``'s."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.CancelRequest.FromString(data)
+    except DecodeError:
+        return MalformedRequest("not a CancelRequest")
+
+
+def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
+    """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
+    are not)."""
+    handlers = {
+        "Open": grpc.unary_stream_rpc_method_handler(
+            servicer.Open,
+            request_deserializer=parse_open_request,
+            response_serializer=pb.Chunk.SerializeToString,
+        ),
+        "Cancel": grpc.unary_unary_rpc_method_handler(
+            servicer.Cancel,
+            request_deserializer=parse_cancel_request,
+            response_serializer=pb.CancelReply.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Registered with gRPC's core too (as the generated helper does): a call to a method
+    # it knows is matched there, not looked up through the generic handlers per call.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where one Open's frames come from, decided once it is prepared: ``plan``'s own
+    chunks, its fault with them (``from_plan``: a first delivery), or the reply log's
+    from ``resume_after + 1`` (a resume, an attach, every live reply's). What it holds
+    until the stream has ended: ``logged``'s attachment to this process's generation of
+    the reply, and ``plan`` (closed then, if it holds anything: a generation owns a live
+    reply's). Beside a delivery from the log, ``plan`` is the one to generate the reply
+    from again should its generator be lost."""
+
+    resume_after: int
+    plan: StreamPlan | None = None
+    logged: Attached | None = None
+    from_plan: bool = True
+
+    @property
+    def attempt(self) -> int:
+        return self.logged.attempt if self.logged is not None else 1
+
+
+class _Holding:
+    """What an ``Open`` holds until its final state is logged: its delivery, once made."""
+
+    __slots__ = ("delivery",)
+
+    def __init__(self) -> None:
+        self.delivery: Delivery | None = None
+
+
+class _ConsumerGone(Exception):
+    """A write failed because the stream is gone on the consumer's side."""
+
+
+class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
+    """One ``Open()`` per stream; every exit path ends the stream's state and gives back
+    what it holds once."""
+
+    def __init__(self, source: Source, settings: ServerSettings) -> None:
+        self.source = source
+        self.counters = ProducerCounters()
+        self.metrics = settings.metrics or ProducerMetrics()
+        #: Replies by (caller, stream id) (see producer.replylog).
+        self.replies: ReplyLog = settings.reply_log or MemoryReplyLog(settings.log_limits)
+        #: The replies served from the log and the generations run here.
+        self.generations = Generations(self.replies, source, on_ended=self.metrics.generation_ended)
+        self.allow_faults = settings.allow_faults
+        self.authenticator = settings.exposure.authenticator
+        self.max_streams = settings.max_streams
+        # One identity without tokens: a per-identity bound would be --max-streams again.
+        per_identity = settings.max_streams_per_identity if self.authenticator else None
+        #: Streams admitted under --max-streams and --max-streams-per-identity (refused
+        #: ones are in _active, never here).
+        self.admission = Admission(settings.max_streams, per_identity)
+        max_connection_age_s = settings.max_connection_age_s
+        # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
+        self.health: Any = BoundedHealthServicer(settings.max_health_watches)
+        self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
+        self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+        # Streams in progress, by the task that serves them; the shutdown path ends them.
+        self._active: dict[asyncio.Task[Any], ProducerStream] = {}
+        self._shutting_down: set[asyncio.Task[Any]] = set()
+        # Read when scraped: no lock taken per stream.
+        self.metrics.streams_open.set_function(lambda: len(self._active))
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._active)
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report every service SERVING or NOT_SERVING on the health service."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in HEALTH_SERVICES:
+            await self.health.set(name, status)
+
+    async def enter_shutdown(self) -> None:
+        """NOT_SERVING for every service, for good: the first thing shutdown does."""
+        await self.health.enter_graceful_shutdown()
+
+    def _stream_ended(self, state: StreamState, reason: str) -> None:
+        self.counters.stream_ended(state)
+        self.metrics.stream_ended(state.value, reason)
+
+    # grpc.aio serves a coroutine handler that writes with ``context.write()``; the
+    # generated stubs only know generator handlers. A coroutine sees every way a stream
+    # ends in its own frame (a generator closed at its ``yield`` sees none of them).
+    async def Open(  # type: ignore[override]  # noqa: N802 - the RPC's name in the .proto
+        self,
+        request: pb.OpenRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+    ) -> None:
+        structlog.contextvars.clear_contextvars()
+        caller = await self._authenticate(context)
+        request = await self._check_envelope(request, context, caller)
+        structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
+        peer = context.peer()
+        log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
+        connection_seen = self.connections.seen(peer)
+        self.counters.streams_opened += 1
+        stream = ProducerStream(log, caller, on_final=self._stream_ended)
+        task = asyncio.current_task()
+        assert task is not None
+        self._active[task] = stream
+        self._idle.clear()
+        holding = _Holding()
+        try:
+            await self._serve(request, context, stream, task, holding)
+        except asyncio.CancelledError:
+            # grpc.aio cancels the handler when the consumer cancels or its connection drops
+            # (also when --max-connection-age-s closes it: ConnectionAges tells which); the
+            # shutdown path cancels it after the grace.
+            if task not in self._shutting_down:
+                self._cut_by_consumer_or_age(stream, connection_seen)
+                raise
+            stream.fire(StreamInput.SHUTDOWN, reason=Reason.PRODUCER_SHUTDOWN, **stream.sent)
+            await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
+            raise
+        except _ConsumerGone as gone:
+            self._cut_by_consumer_or_age(stream, connection_seen, why=scrubbed_detail(str(gone)))
+        except grpc.aio.AbortError:
+            raise  # a refusal or a transport fault: the stream's final state is logged
+        except Exception:
+            log.exception("stream_failed")
+            stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
+            await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
+        finally:
+            await self._finish(task, stream, holding.delivery)
+
+    async def Cancel(  # noqa: N802 - the RPC's name in the .proto
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+    ) -> pb.CancelReply:
+        """A deliberate stop: the generation of the caller's reply under this stream id is
+        stopped at once (its upstream closed, its log ended ``consumer_cancelled``), not
+        after the detach grace, here or, through a shared log, on the replica that
+        generates it. Authenticated like ``Open``; a caller names only its own replies
+        (another identity's reply under the same stream id is not found)."""
+        structlog.contextvars.clear_contextvars()
+        caller = await self._authenticate(context)
+        stream_id = await self._check_cancel(request, context, caller)
+        structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
+        cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
+        self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+                       cancelled=cancelled, relayed=relayed)  # fmt: skip
+        return pb.CancelReply(cancelled=cancelled)
+
+    async def _check_cancel(
+        self,
+        request: pb.CancelRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.CancelRequest, pb.CancelReply],
+        caller: str,
+    ) -> str:
+        """The stream id of a well-formed ``CancelRequest`` (short and plain, as ``Open``'s)."""
+        try:
+            if isinstance(request, MalformedRequest):
+                raise RequestRefused(Reason.INVALID_REQUEST, request.why)
+            check_envelope(pb.OpenRequest(stream_id=request.stream_id))
+        except RequestRefused as refused:
+            await self._refuse_malformed(context, caller, refused)
+        return request.stream_id
+
+    async def _serve(
+        self,
+        request: pb.OpenRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        task: asyncio.Task[Any],
+        holding: _Holding,
+    ) -> None:
+        """Prepare, then deliver: the plan's own chunks (a first delivery) or the log's."""
+        checked, delivery = await self._prepare(request, context, stream, task)
+        holding.delivery = delivery
+        if delivery.from_plan:
+            assert delivery.plan is not None
+            await self._deliver(checked, context, stream, delivery.plan)
+        else:
+            await self._deliver_logged(checked, context, stream, delivery)
+
+    async def _finish(
+        self, task: asyncio.Task[Any], stream: ProducerStream, delivery: Delivery | None
+    ) -> None:
+        """Every exit: a final state (if nothing else gave one), what the stream holds given
+        back once, the stream forgotten."""
+        if stream.open:  # a BaseException nobody expects (KeyboardInterrupt, SystemExit)
+            stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
+        try:
+            if delivery is not None:
+                if delivery.logged is not None:
+                    delivery.logged.detach()
+                if delivery.plan is not None and delivery.plan.needs_close:
+                    await _close_even_if_cancelled(delivery.plan, stream.state.value)
+        finally:
+            del self._active[task]
+            self.admission.release(task)
+            self._shutting_down.discard(task)
+            if not self._active:
+                self._idle.set()
+
+    async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The caller's name from its bearer token, before any work; refuses without one.
+        Nothing of the request is logged for a caller that is not known: the peer only."""
+        if self.authenticator is None:
+            return ANONYMOUS
+        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+        metadata: Any = context.invocation_metadata()
+        caller = self.authenticator.identify(metadata)
+        if caller is None:
+            self.counters.requests_unauthenticated += 1
+            self._log.warning("request_unauthenticated", peer=context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
+        return caller
+
+    async def _check_envelope(
+        self,
+        request: pb.OpenRequest | MalformedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        caller: str,
+    ) -> pb.OpenRequest:
+        """A request that is not an OpenRequest, or whose ids are not short and plain, is
+        refused before any of it is logged (its ids would be): a record with the peer and
+        why, no stream."""
+        try:
+            if isinstance(request, MalformedRequest):
+                raise RequestRefused(Reason.INVALID_REQUEST, request.why)
+            check_envelope(request)
+        except RequestRefused as refused:
+            await self._refuse_malformed(context, caller, refused)
+        return request
+
+    async def _refuse_malformed(
+        self, context: grpc.aio.ServicerContext[Any, Any], caller: str, refused: RequestRefused
+    ) -> NoReturn:
+        self.counters.requests_malformed += 1
+        self._log.warning(
+            "request_malformed",
+            peer=context.peer(),
+            caller=caller,
+            detail=scrubbed_detail(refused.detail),
+        )
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
+
+    def _cut_by_consumer_or_age(
+        self, stream: ProducerStream, connection_seen: float, **fields: object
+    ) -> None:
+        """The stream is gone from under the handler: its consumer cancelled, refused it or
+        vanished, or gRPC closed its connection for its age."""
+        if self.connections.aged_out(connection_seen):
+            event, reason = StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT
+        else:
+            event, reason = StreamInput.CONSUMER_CANCELLED, Reason.CONSUMER_CANCELLED
+        stream.fire(event, reason=reason, **fields, **stream.sent)
+
+    async def _prepare(
+        self,
+        request: pb.OpenRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        task: asyncio.Task[Any],
+    ) -> tuple[CheckedRequest, Delivery]:
+        """Admit, check, and decide the delivery (its record fired: verify or attach), or
+        refuse with the reason's status, holding nothing."""
+        try:
+            # The limits first: a refused stream costs no check, no source, no upstream call.
+            self.admission.admit(task, stream.caller)
+            checked = check_request(request, allow_faults=self.allow_faults)
+            return checked, await self._delivery(request, checked, stream)
+        except ReplywireError as error:
+            stream.fire(StreamInput.REFUSE, reason=error.code, detail=scrubbed_detail(error.detail))
+            if error.metadata:
+                context.set_trailing_metadata(tuple(error.metadata.items()))
+            await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
+            raise AssertionError("abort raises") from error
+
+    async def _delivery(
+        self, request: pb.OpenRequest, checked: CheckedRequest, stream: ProducerStream
+    ) -> Delivery:
+        """Where the frames come from; nothing is held if this raises."""
+        key = ReplyKey(stream.caller, request.stream_id) if request.stream_id else None
+        if key is not None and not self.source.regenerates:
+            # Claim, then pay: a live reply is claimed in the log before its provider is
+            # called, so one call makes it, whoever else opens or resumes it.
+            attached, opened = await self.generations.claim_live(key, request, checked)
+            delivery = Delivery(request.resume_after, logged=attached, from_plan=False)
+            if opened is None:
+                self._fire_attach(stream, checked, delivery)
+            else:
+                self._fire_verify(stream, delivery, opened.description)
+            return delivery
+        if key is not None:
+            found = await self.generations.attach(key, request, checked)
+            if found is not None:
+                delivery = await self._with_takeover_plan(request, checked, stream, found)
+                self._fire_attach(stream, checked, delivery)
+                return delivery
+        if request.resume_after and not self.source.regenerates:
+            raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
+        delivery = await self._planned(key, request, checked, stream)
+        self._fire_verify(stream, delivery, delivery.plan.description if delivery.plan else {})
+        return delivery
+
+    async def _planned(
+        self,
+        key: ReplyKey | None,
+        request: pb.OpenRequest,
+        checked: CheckedRequest,
+        stream: ProducerStream,
+    ) -> Delivery:
+        """A new reply from the source's plan, logged under its key when it has one to log
+        (a recorded reply); nothing is held if this raises."""
+        resume_after = request.resume_after
+        plan = await self.source.prepare(request, checked, identity=stream.caller)
+        try:
+            if resume_after and plan.reply_frames is None:
+                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
+            logged = None
+            if key is not None:
+                logged = await self.generations.log_recorded(key, request, checked, plan)
+        except BaseException:
+            if plan.needs_close:
+                await _close_even_if_cancelled(plan, StreamState.REFUSED.value)
+            raise
+        if logged is None:  # not logged (no stream id, or a frame fault): the plan's own
+            return Delivery(resume_after, plan=plan)
+        # A reply logged here is delivered from the plan, its fault with it; a resume the
+        # producer had no log of (it restarted) from the log, from resume_after + 1, without
+        # the fault; one another delivery generates, from the log.
+        attached, made_here = logged
+        from_plan = made_here and not resume_after
+        return Delivery(resume_after, plan=plan, logged=attached, from_plan=from_plan)
+
+    async def _with_takeover_plan(
+        self,
+        request: pb.OpenRequest,
+        checked: CheckedRequest,
+        stream: ProducerStream,
+        attached: Attached,
+    ) -> Delivery:
+        """A delivery from the log; attached to another replica's reply with a source that
+        regenerates, with the plan to generate it here should that replica be lost."""
+        plan = None
+        if attached.generation is None and self.source.regenerates:
+            try:
+                plan = await self.source.prepare(request, checked, identity=stream.caller)
+            except BaseException:
+                attached.detach()
+                raise
+        return Delivery(request.resume_after, plan=plan, logged=attached, from_plan=False)
+
+    def _fire_verify(
+        self, stream: ProducerStream, delivery: Delivery, description: dict[str, Any]
+    ) -> None:
+        stream.fire(
+            StreamInput.VERIFY,
+            source=self.source.name,
+            resume_after=delivery.resume_after,
+            attempt=delivery.attempt,
+            **description,
+        )
+
+    @staticmethod
+    def _fire_attach(stream: ProducerStream, checked: CheckedRequest, delivery: Delivery) -> None:
+        stream.fire(
+            StreamInput.ATTACH,
+            resume_after=delivery.resume_after,
+            attempt=delivery.attempt,
+            wire=checked.wire.value,
+            chunks=checked.plan.describe(),
+        )
+
+    async def _deliver(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        plan: StreamPlan,
+    ) -> None:
+        stream.fire(StreamInput.START)
+        if plan.fixed_chunks is not None:  # a recording's, fault-free or nearly
+            for data in plan.fixed_chunks:
+                await self._write(checked, context, stream, data)
+        else:
+            await self._deliver_generated(checked, context, stream, plan)
+        if plan.abort_details is not None:
+            reason = plan.abort_details
+            stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
+            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+    async def _deliver_generated(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        plan: StreamPlan,
+    ) -> None:
+        """The plan's chunks as its generator makes them, with the stalls between them."""
+        # aclosing: the source's generator (and the upstream read it is inside) is closed
+        # here, on every exit, before the plan itself is closed.
+        async with aclosing(plan.chunks()) as chunks:
+            async for data in chunks:
+                if isinstance(data, Stall):
+                    stream.fire(StreamInput.STALL, milliseconds=data.milliseconds)
+                    await asyncio.sleep(data.milliseconds / 1000)
+                    stream.fire(StreamInput.RESUME)
+                    continue
+                await self._write(checked, context, stream, data)
+
+    async def _deliver_logged(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        delivery: Delivery,
+    ) -> None:
+        """A delivery from the log: the logged frames from ``resume_after + 1`` on, cut
+        afresh by this request's chunking, never with a fault. A reply whose generator is
+        lost is taken over (a source that regenerates) at most ``MAX_TAKEOVERS`` times;
+        what a takeover attached to is detached here."""
+        attached = delivery.logged
+        assert attached is not None
+        stream.fire(StreamInput.START)
+        chunker = Chunker(checked.plan)
+        after = delivery.resume_after
+        taken: list[Attached] = []
+        try:
+            while True:
+                try:
+                    async for entry in attached.reply.read(after):
+                        for data in chunker.feed(entry.data):
+                            await self._write(checked, context, stream, data)
+                        after = entry.sequence
+                    break
+                except LogEnded as ended:
+                    took = None
+                    if len(taken) < MAX_TAKEOVERS:
+                        took = await self.generations.take_over(
+                            ended, attached, checked, delivery.plan
+                        )
+                    if took is None:
+                        await self._abort_ended(context, stream, attached, ended.reason)
+                    else:
+                        attached = took
+                        taken.append(took)
+        finally:
+            for took in taken:
+                took.detach()
+        for data in chunker.flush():
+            await self._write(checked, context, stream, data)
+        stream.fire(StreamInput.COMPLETE, **stream.sent)
+
+    @staticmethod
+    async def _abort_ended(
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        attached: Attached,
+        reason: Reason,
+    ) -> None:
+        """The reply ended without its terminal: the RPC ends with that reason. A reply
+        refused before it was made (its generation here was told why) passes the
+        refusal's metadata on too (a retry delay)."""
+        stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
+        generation = attached.generation
+        if generation is not None and generation.opened.done():
+            refusal = generation.opened.result().refusal
+            if refusal is not None and refusal.reason is reason and refusal.metadata:
+                context.set_trailing_metadata(tuple(refusal.metadata.items()))
+        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+
+    async def _write(
+        self,
+        checked: CheckedRequest,
+        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
+        stream: ProducerStream,
+        data: bytes,
+    ) -> None:
+        if stream.chunks_sent and checked.interval_s:
+            await asyncio.sleep(checked.interval_s)
+        started = time.monotonic()
+        try:
+            # The write waits for the consumer's HTTP/2 window, so a paused consumer
+            # pauses this loop; it fails once the stream is gone on the consumer's side.
+            await context.write(pb.Chunk(data=data))
+        except grpc.aio.InternalError as error:
+            raise _ConsumerGone(type(error).__name__) from error
+        stream.bytes_sent += len(data)
+        stream.chunks_sent += 1
+        self.counters.chunks_written += 1
+        self.counters.bytes_written += len(data)
+        self.metrics.chunk_written(len(data), time.monotonic() - started)
+        if stream.debug:
+            stream.log.debug(
+                "chunk_sent",
+                index=stream.chunks_sent - 1,
+                size=len(data),
+                bytes_sent=stream.bytes_sent,
+            )
+
+    async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
+        """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the
+        rest: each is logged ``shutdown`` and its consumer gets ``UNAVAILABLE``."""
+        waiters = [asyncio.create_task(self._idle.wait()), asyncio.create_task(stop_now.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        remaining = list(self._active)
+        for task in remaining:
+            self._shutting_down.add(task)
+            task.cancel()
+        if remaining:
+            await asyncio.wait(remaining, timeout=SHUTDOWN_ABORT_S)
+        # Replies still generating for a consumer that left (its detach grace) end now: a
+        # live one's upstream is closed and its ledger entry leaves reserved before exit.
+        generating = self.generations.stop_all(Reason.PRODUCER_SHUTDOWN)
+        if generating:
+            await asyncio.wait(generating, timeout=SHUTDOWN_ABORT_S)
+
+
+async def _abort_unless_gone(
+    context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk], reason: Reason
+) -> None:
+    """End the RPC with the reason's status; the reason code alone is the client's detail."""
+    try:
+        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+    except grpc.aio.AbortError:
+        raise
+    except grpc.aio.BaseError:  # the consumer is already gone: nothing to tell it
+        return
+
+
+async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
+    """Close the plan to the end even when grpc.aio cancels the handler meanwhile (it does
+    once it sees the consumer gone): a close cut short leaves a ledger entry reserved and
+    a call missing from the capture. The cancellation is passed on afterwards."""
+    closing = asyncio.ensure_future(plan.close(outcome))
+    cancelled = False
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:  # the stream's state is final: log it, never answer with it
+            structlog.get_logger().exception("plan_close_failed", outcome=outcome)
+    if cancelled:
+        raise asyncio.CancelledError

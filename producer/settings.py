@@ -1,0 +1,60 @@
+"""How a producer's server listens and what it allows: one value, built by the CLI (or a
+test), read by the server and its servicer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import grpc
+
+from producer.health import DEFAULT_MAX_HEALTH_WATCHES
+from producer.metrics import ProducerMetrics
+from producer.replylog import LogLimits, ReplyLog
+from producer.security import TokenAuthenticator
+
+#: Streams served at once by default: 3,000 concurrent streams on one producer complete,
+#: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.
+DEFAULT_MAX_STREAMS: Final = 4000
+DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
+#: The most frequent keepalive pings accepted by default: gRPC's own client sends no more
+#: than one a second, the consumer's floor (consumer.client.MIN_KEEPALIVE_S).
+MIN_PING_INTERVAL_S: Final = 1.0
+#: Pings faster than that tolerated before GOAWAY (gRPC's own default).
+MAX_PING_STRIKES: Final = 2
+
+#: RPCs gRPC holds for the servicer (``--max-pending``): past it gRPC drops one at once.
+DEFAULT_MAX_PENDING: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """Who may reach the server: TLS credentials and a token check (none: plaintext, open)."""
+
+    credentials: grpc.ServerCredentials | None = None
+    authenticator: TokenAuthenticator | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """How a server listens and what it allows: one value, built by the CLI (or a test)."""
+
+    host: str
+    port: int
+    allow_faults: bool
+    max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S
+    exposure: Exposure = field(default_factory=Exposure)
+    max_streams: int = DEFAULT_MAX_STREAMS
+    #: Each caller's own bound (with tokens; None: not applied).
+    max_streams_per_identity: int | None = None
+    #: The most frequent keepalive pings a peer may send (faster: GOAWAY too_many_pings).
+    min_ping_interval_s: float = MIN_PING_INTERVAL_S
+    #: RPCs gRPC holds before the servicer takes them (past it: a bare CANCELLED).
+    max_pending: int = DEFAULT_MAX_PENDING
+    metrics: ProducerMetrics | None = None
+    #: The reply log's bounds (entries, bytes, replies kept, TTL, detach grace).
+    log_limits: LogLimits | None = None
+    #: A shared reply log (Redis Streams); None: the in-memory log, with ``log_limits``.
+    reply_log: ReplyLog | None = None
+    #: Health ``Watch`` streams served at once (unauthenticated); one more: health_watch_limit.
+    max_health_watches: int = DEFAULT_MAX_HEALTH_WATCHES
