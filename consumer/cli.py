@@ -35,6 +35,7 @@ from consumer.demo import run_demo
 from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import (
+    GRPC_BUNDLED,
     GRPC_ROOTS_ENV,
     OPENSSL_ROOTS_ENV,
     TOKEN_ENV,
@@ -316,11 +317,15 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
 
 
 def warn_if_insecure(options: StreamOptions) -> None:
-    """--insecure let the token go in clear: said on stderr and in the trace, every start."""
-    warning = options.security.insecure_warning(options.target)
+    """--insecure let the token go in clear: said on stderr and in the trace, every start.
+    With TLS, the trace says which roots the producer's certificate is checked against."""
+    security, log = options.security, structlog.get_logger()
+    if security.tls:
+        log.info("tls_roots", roots=security.roots_from or GRPC_BUNDLED)
+    warning = security.insecure_warning(options.target)
     if warning is not None:
         print(f"consumer: {warning}", file=sys.stderr, flush=True)
-        structlog.get_logger().warning("consumer_insecure", detail=warning)
+        log.warning("consumer_insecure", detail=warning)
 
 
 async def stream_once(

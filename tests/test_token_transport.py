@@ -570,6 +570,10 @@ def test_tls_alone_trusts_the_system_store_and_refuses_what_it_cannot_verify(
     for how, run in served.items():
         assert (run.returncode, run.result["status"]) == (0, "complete"), (how, run.stderr)
         assert run.lines == [], how  # nothing insecure to say
+    assert [[r["roots"] for r in run.events("tls_roots")] for run in served.values()] == [
+        [f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={roots}"], [f"SSL_CERT_FILE={roots}"],
+        [f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={roots}"], [f"--tls-ca {pki.ca}"],
+    ]  # fmt: skip
     assert set(map(tuple, served_callers.values())) == {("alice",)}
     for how, run in refused.items():
         details = run.result["transport"]["grpc_details"]
