@@ -316,7 +316,7 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
         raise ConfigurationError(str(error)) from error
 
 
-def warn_if_insecure(options: StreamOptions) -> None:
+def announce_security(options: StreamOptions) -> None:
     """--insecure let the token go in clear: said on stderr and in the trace, every start.
     With TLS, the trace says which roots the producer's certificate is checked against."""
     security, log = options.security, structlog.get_logger()
@@ -389,7 +389,7 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
         return finish_stream(result, args, out, view)
     # Everything is checked before anything runs: only these are usage errors.
     request, options = request_from(args, case_id, binding), options_from(args)
-    warn_if_insecure(options)
+    announce_security(options)
     result = asyncio.run(stream_once(request, options, view))
     return finish_stream(result, args, out, view)
 
