@@ -34,7 +34,14 @@ from consumer.client import (
 from consumer.demo import run_demo
 from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
-from consumer.security import TOKEN_ENV, load_security
+from consumer.security import (
+    GRPC_BUNDLED,
+    GRPC_ROOTS_ENV,
+    OPENSSL_ROOTS_ENV,
+    TOKEN_ENV,
+    SecurityFlags,
+    load_security,
+)
 from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
@@ -294,15 +301,31 @@ def options_from(args: argparse.Namespace) -> StreamOptions:
             keepalive_s=args.keepalive_s,
             keepalive_timeout_s=args.keepalive_timeout_s,
             security=load_security(
-                tls_ca=args.tls_ca,
-                tls_cert=args.tls_cert,
-                tls_key=args.tls_key,
-                tls_server_name=args.tls_server_name,
-                auth_token_file=args.auth_token_file,
+                SecurityFlags(
+                    tls=args.tls,
+                    tls_ca=args.tls_ca,
+                    tls_cert=args.tls_cert,
+                    tls_key=args.tls_key,
+                    tls_server_name=args.tls_server_name,
+                    auth_token_file=args.auth_token_file,
+                    insecure=args.insecure,
+                )
             ),
         )
     except ValueError as error:
         raise ConfigurationError(str(error)) from error
+
+
+def announce_security(options: StreamOptions) -> None:
+    """--insecure let the token go in clear: said on stderr and in the trace, every start.
+    With TLS, the trace says which roots the producer's certificate is checked against."""
+    security, log = options.security, structlog.get_logger()
+    if security.tls:
+        log.info("tls_roots", roots=security.roots_from or GRPC_BUNDLED)
+    warning = security.insecure_warning(options.target)
+    if warning is not None:
+        print(f"consumer: {warning}", file=sys.stderr, flush=True)
+        log.warning("consumer_insecure", detail=warning)
 
 
 async def stream_once(
@@ -366,6 +389,7 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
         return finish_stream(result, args, out, view)
     # Everything is checked before anything runs: only these are usage errors.
     request, options = request_from(args, case_id, binding), options_from(args)
+    announce_security(options)
     result = asyncio.run(stream_once(request, options, view))
     return finish_stream(result, args, out, view)
 
@@ -481,9 +505,22 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         help="send this binding (a JSON file) instead of the recording's: for testing refusals",
     )
     security = parser.add_argument_group(
-        "security", "TLS and a bearer token (the producer's --tls-* and --auth-tokens)"
+        "security",
+        "TLS and a bearer token (the producer's --tls-* and --auth-tokens). The token goes "
+        "only over TLS, or to a loopback target or a Unix socket, unless --insecure",
     )
-    security.add_argument("--tls-ca", type=Path, default=None, help="TLS: the producer's CA")
+    security.add_argument(
+        "--tls",
+        action="store_true",
+        help=f"TLS, the producer's certificate checked against the system's trust store "
+        f"(${GRPC_ROOTS_ENV}, else ${OPENSSL_ROOTS_ENV}, else the system's CA bundle)",
+    )
+    security.add_argument(
+        "--tls-ca",
+        type=Path,
+        default=None,
+        help="TLS trusting this CA alone (the producer's), with or without --tls",
+    )
     security.add_argument(
         "--tls-cert", type=Path, default=None, help="mutual TLS: this consumer's certificate"
     )
@@ -497,7 +534,14 @@ def add_network_flags(parser: argparse.ArgumentParser) -> None:
         "--auth-token-file",
         type=Path,
         default=None,
-        help=f"a file holding the bearer token alone (or set {TOKEN_ENV})",
+        help=f"a file holding the bearer token alone (or set {TOKEN_ENV}); sent as gRPC call "
+        "credentials, over TLS or to a loopback target or a Unix socket",
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="let the token go in clear, as metadata, over a plaintext channel to a target "
+        "that is not a loopback address or a Unix socket (said at every start)",
     )
 
 

@@ -107,7 +107,8 @@ class StreamOptions:
     max_message_bytes: int = 4 << 20
     deadline_s: float | None = None
     idle_timeout_s: float | None = None
-    #: TLS material and the bearer token (none: plaintext, no token).
+    #: TLS material and the bearer token (none: plaintext, no token). A token with a
+    #: plaintext channel to a target that is not local is refused unless ``insecure``.
     security: Security = field(default_factory=Security)
     #: Resumes after a transport failure (0: none, the stream ends transport_io_error).
     resume_attempts: int = 0
@@ -127,6 +128,9 @@ class StreamOptions:
             )
         if not 0 < self.keepalive_timeout_s < float("inf"):
             raise ValueError("keepalive timeout must be > 0")
+        # A token never goes in clear to another host unless the security says --insecure:
+        # refused here, before any connection (a ConfigurationError: a usage error).
+        self.security.check(self.target)
         if self.resume_attempts < 0:
             raise ValueError("resume attempts must be >= 0")
         if not 0 <= self.resume_backoff_s <= self.resume_backoff_max_s:
@@ -186,10 +190,15 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
 
 
 def open_channel(options: StreamOptions) -> grpc.aio.Channel:
-    """A channel to the producer: TLS when a CA is given, plaintext otherwise."""
-    if options.security.tls:
+    """A channel to the producer: TLS with --tls or --tls-ca, plaintext otherwise. The token
+    is the channel's call credentials (every call carries it: Open, resumes, Cancel), over
+    TLS or gRPC's local credentials (a loopback target or a Unix socket); only under
+    --insecure does a plaintext channel to another host carry it, as each call's metadata
+    (consumer.security)."""
+    credentials = options.security.credentials(options.target)
+    if credentials is not None:
         return grpc.aio.secure_channel(
-            options.target, options.security.credentials(), options=channel_options(options)
+            options.target, credentials, options=channel_options(options)
         )
     return grpc.aio.insecure_channel(options.target, options=channel_options(options))
 
@@ -521,7 +530,9 @@ class StreamSession:
         # A gRPC deadline backs up our own (ours fires first and says why).
         backstop = remaining_s + 5 if remaining_s is not None else None
         call = self._call = stub.Open(
-            self.request, timeout=backstop, metadata=options.security.call_metadata()
+            self.request,
+            timeout=backstop,
+            metadata=options.security.call_metadata(options.target),
         )
         size = 0 if options.mode == "buffered" else options.queue_size
         queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
@@ -599,8 +610,11 @@ class StreamSession:
         request = pb.CancelRequest(stream_id=self.request.stream_id)
         try:
             # The stub of an aio channel answers with a call to await; grpc-stubs says not.
+            options = self.options
             call: Any = stub.Cancel(
-                request, timeout=CANCEL_TIMEOUT_S, metadata=self.options.security.call_metadata()
+                request,
+                timeout=CANCEL_TIMEOUT_S,
+                metadata=options.security.call_metadata(options.target),
             )
             reply: pb.CancelReply = await call
         except grpc.aio.AioRpcError as error:

@@ -204,7 +204,12 @@ def test_one_shell_session_recipe(tmp_path: Path) -> None:
 def test_security_recipe(tmp_path: Path) -> None:
     done = run_recipe(sh_block("--tls-cert"), tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "consumer exit 7\n"
+    assert done.stdout == "consumer exit 7\nconsumer exit 2\n"
+    assert (
+        "consumer: refusing to send the token from --auth-token-file in clear to "
+        "192.0.2.1:50051 (not a loopback address or a Unix socket): give --tls or --tls-ca, "
+        "or --insecure\n"
+    ) in done.stderr
     (directory,) = made_dirs(tmp_path)
     ok = json.loads((directory / "ok.json").read_text())
     refused = json.loads((directory / "no-token.json").read_text())

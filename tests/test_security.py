@@ -244,6 +244,7 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, pki: Pki) -> None
         ["--tls-key", "x.key"],
         ["--tls-server-name", "replywire.test"],
         ["--tls-ca", "/nonexistent/ca.pem"],
+        ["--tls-ca", "pyproject.toml"],  # no PEM certificate in it
         ["--auth-token-file", "/nonexistent/token"],
     ],
 )
