@@ -1,8 +1,9 @@
 """Nothing a peer or a model sends reaches a terminal as a control sequence.
 
-The rule (``shared/terminal_text.py``), for any text: no refused character survives it,
-newlines are obeyed only in multi-line text, lines are bounded, the shown form is
-idempotent, survives rich as text (never markup), and JSON for a terminal is the same JSON.
+The rule (``shared/terminal_text.py``) for any text; then every place that draws text
+from elsewhere, in-process: the console log lines, ``trace``'s tables, the demo table,
+the lines printed above the live view. No refused character arrives raw, and the
+visible forms do.
 """
 
 from __future__ import annotations
@@ -10,16 +11,33 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
+import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
+from consumer.demo import render as render_demo
+from consumer.view import Above
+from runtime.console_logs import OWN_STYLES, ConsoleLines
+from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail
 from shared.terminal_text import CUT_MARK, shown_json, shown_line, shown_text
+from shared.timeline import (
+    build_timeline,
+    render_result_events,
+    render_summaries,
+    render_table,
+    result_events,
+    stream_summaries,
+    table_rows,
+    terminal_summary_line,
+)
+from shared.timeline_svg import render_html
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -137,3 +155,139 @@ def test_the_visible_forms_are_python_escapes_and_a_cut_never_splits_one() -> No
     # A scrubbed detail (the data rule) is drawn as it is.
     detail = scrubbed_detail("boom \x1b]0;T\x07\u202e\nnext")
     assert shown_line(detail) == detail
+
+
+# --- each place, in-process ---------------------------------------------------------------
+
+#: A value for every slot of a record, each with raw sequences a terminal would obey.
+H = "\x1b]0;PWNED\x07\x1b[2J\x9b2J\u202e"
+H_SHOWN = "\\x1b]0;PWNED\\x07\\x1b[2J\\x9b2J\\u202e"
+
+
+def assert_only_own_styles(line: str) -> str:
+    """The console line's own colours are its only sequences; the line without them."""
+    plain = OWN_STYLES.sub("", line)
+    assert "\x1b" not in plain, line
+    assert_no_refused_bytes(plain, multiline=True)
+    return plain
+
+
+def test_a_console_log_line_shows_every_field_from_elsewhere() -> None:
+    renderer = ConsoleLines(colors=True, summarise_pauses=False)
+    event = {
+        "timestamp": "2026-11-30T09:18:55.001000Z",
+        "level": "warning" + H,
+        "event": "event" + H,
+        "component": "core" + H,
+        "from_state": "a" + H,
+        "to_state": "b" + H,
+        "stream_id": H + "stream",
+        "case_id": "case" + H,
+        "spaced": "with space " + H + "\nnext",
+        "unspaced": "x" + H,
+        "listed": ["item" + H + "\x85"],
+        "key" + H: 1,
+        "exception": "Traceback\n  raise " + H + "\n",
+        "long": "y" * 2000,
+    }
+    lines = renderer(None, "warning", dict(event)).split("\n")
+    plain = [assert_only_own_styles(line) for line in lines]
+    first = plain[0]
+    for shown in (
+        "WARNING" + H_SHOWN.upper(),
+        "event" + H_SHOWN,
+        f"core{H_SHOWN}: a{H_SHOWN} -> b{H_SHOWN}",
+        "case_id=case" + H_SHOWN,
+        "unspaced=x" + H_SHOWN,
+        f"key{H_SHOWN}=1",
+        "· " + shown_line(H[:8]),
+    ):
+        assert shown in first, shown
+    assert "spaced='with space \\x1b]0;PWNED\\x07\\x1b[2J\\x9b2J\\u202e\\nnext'" in first
+    assert 'listed=["item\\u001b]0;PWNED\\u0007\\u001b[2J\\x9b2J\\u202e\\x85"]' in first
+    assert re.search(r"long=y{511}…", first), "a long value is cut, marked"
+    assert plain[1:] == ["Traceback", "  raise " + H_SHOWN, ""]
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=TEXT, key=TEXT, event=TEXT)
+def test_any_record_renders_as_lines_that_obey_nothing(value: str, key: str, event: str) -> None:
+    """configure_logging on a terminal, a record with any text in any slot."""
+    out = FakeTTY()
+    configure_logging("consumer", log_format="auto", level="debug", stream=out)
+    try:
+        structlog.get_logger().info(
+            event, stream_id=value, component=value, to_state=value, **{"k" + key: value}
+        )
+    finally:
+        configure_logging("consumer", log_format="json", stream=io.StringIO())
+    for line in out.getvalue().split("\n"):
+        assert_only_own_styles(line)
+
+
+def hostile_records(stream_id: str) -> list[dict[str, Any]]:
+    """Both sides' records of one stream, every text field hostile (as a trace file a
+    person is handed may hold)."""
+    at = "2026-11-30T09:18:55.{:03d}000Z".format
+    side = {"stream_id": stream_id, "level": "info"}
+    return [
+        {**side, "side": "producer", "timestamp": at(1), "event": "state_changed",
+         "from_state": None, "to_state": "verified" + H, "input": "open" + H,
+         "case_id": "case" + H},
+        {**side, "side": "consumer", "timestamp": at(2), "event": "chunk_received",
+         "component": "core", "size": 10, "index": "i" + H},
+        {**side, "side": "consumer", "timestamp": at(3), "event": "frame_applied",
+         "component": "core", "sequence": 1, "kind": "content_delta"},
+        {**side, "side": "consumer", "timestamp": at(4), "event": "note" + H,
+         "component": "reader" + H, "detail": "text " + H + "\nmore"},
+        {**side, "side": "consumer", "timestamp": at(5), "event": "state_changed",
+         "component": "core", "from_state": "streaming", "to_state": "error",
+         "input": "transport_error", "reason": "r" + H},
+        {**side, "side": "consumer", "timestamp": at(6), "event": "stream_finished",
+         "status": "error" + H, "reason": "transport_io_error" + H},
+    ]  # fmt: skip
+
+
+TRACE_STREAM = "<svg/onload=alert(1)>" + H
+
+
+def test_the_trace_tables_show_every_field_from_a_trace_file() -> None:
+    records = hostile_records(TRACE_STREAM)
+    timeline = build_timeline(records, TRACE_STREAM)
+    drawn = "".join(
+        [
+            terminal_summary_line(timeline) + "\n",
+            render_table(table_rows(timeline, every=True)),
+            render_table(table_rows(timeline)),
+            render_result_events(result_events(timeline)),
+            render_summaries(stream_summaries(records)),
+        ]
+    )
+    assert_no_refused_bytes(drawn, multiline=True)
+    for shown in ("note" + H_SHOWN, "consumer/reader" + H_SHOWN, "verified" + H_SHOWN,
+                  "error" + H_SHOWN, "<svg/onload=alert(1)>" + H_SHOWN):  # fmt: skip
+        assert shown in drawn, shown
+    # The HTML page escapes the same text as HTML, as it always did: shown as text.
+    page = render_html(timeline)
+    assert "<svg/onload" not in page and "&lt;svg/onload=alert(1)&gt;" in page
+
+
+def test_the_demo_table_shows_a_reason_from_elsewhere() -> None:
+    table = render_demo([("run", "demo-01", "lp", "error", "boom" + H, "1", "2", "no")])
+    assert_no_refused_bytes(table, multiline=True)
+    assert "boom" + H_SHOWN in table
+
+
+def test_lines_above_the_live_view_keep_only_the_log_lines_colours() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="standard", width=200)
+    above = Above(console, sys.stderr)
+    above.write("\x1b[36mkey\x1b[0m=" + H + "\x1b[38;5;201mpink\n")
+    plain = assert_only_own_styles(re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()))
+    assert plain == "key=" + H_SHOWN + "\\x1b[38;5;201mpink\n"
+    assert "\x1b[36m" in out.getvalue(), "the log line's colour is kept"
