@@ -62,12 +62,16 @@ from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
+from shared.terminal_text import shown_json, shown_line
 from shared.timeline_svg import DEFAULT_MAX_MARKS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView
+
+#: The longest error message printed (it may carry text from a file or a peer: shown).
+MESSAGE_CHARS = 2000
 
 
 def new_stream_id() -> str:
@@ -233,9 +237,11 @@ def fault_from(args: argparse.Namespace) -> Fault | None:
 
 
 def emit_result(result: StreamResult, path: Path | None, out: TextIO) -> None:
+    """The result document to ``path``, or to ``out`` (on a terminal, with the characters
+    a terminal would obey as JSON escapes: the same document, shared.terminal_text)."""
     text = result.to_json()
     if path is None:
-        out.write(text)
+        out.write(shown_json(text) if out.isatty() else text)
     else:
         path.write_text(text, encoding="utf-8")
 
@@ -680,7 +686,7 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
             request = TraceRequest(args.paths, args.stream_id, args.out, args.every, args.max_marks)
             skipped = run_trace(request, out)
     except (OSError, UnknownStream) as error:
-        print(f"consumer: {error}", file=sys.stderr)
+        print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE
     if skipped:
         print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
@@ -700,7 +706,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # Line-buffered: a reader of the file sees every record as soon as it is written.
         trace = trace_file.open("a", encoding="utf-8", buffering=1) if trace_file else None
     except OSError as error:
-        print(f"consumer: cannot open --trace-file {trace_file}: {error.strerror}", file=sys.stderr)
+        message = f"cannot open --trace-file {trace_file}: {error.strerror}"
+        print(f"consumer: {shown_line(message, MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE
     stream: TextIO | None = trace
     if trace is None and args.command == "stream" and view_wanted(args, out):
@@ -722,5 +729,5 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return run_stream(args, out)
         return run_demo(args, out)
     except (ConfigurationError, ReplywireError) as error:
-        print(f"consumer: {error}", file=sys.stderr)
+        print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE

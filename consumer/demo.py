@@ -31,6 +31,7 @@ from shared.faults import Fault, FaultKind
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+from shared.terminal_text import shown_line
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
@@ -39,6 +40,8 @@ COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "a
 #: The row whose joined trace the demo suggests looking at.
 SHOWN_RUN = f"{FAULT_CASE} + {FaultKind.TRUNCATE_TAIL}"
 LAB_PLAN = ChunkPlan(ChunkMode.SIZES, LAB_PATTERN)
+#: The widest cell drawn.
+CELL_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ def row(run: DemoRun, stream_id: str, result: StreamResult) -> tuple[str, ...]:
 
 
 def render(rows: list[tuple[str, ...]]) -> str:
+    """The table; each cell shown by ``shared.terminal_text`` (a reason or detail a peer
+    chose is drawn, never obeyed)."""
+    rows = [tuple(shown_line(cell, CELL_CHARS) for cell in line) for line in rows]
     widths = [max(len(line[i]) for line in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from shared.terminal_text import shown_json
 from shared.timeline import (
     Timeline,
     build_timeline,
@@ -31,8 +32,8 @@ from shared.timeline import (
     render_table,
     result_events,
     stream_summaries,
-    summary_line,
     table_rows,
+    terminal_summary_line,
 )
 from shared.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
 
@@ -107,10 +108,13 @@ def read_traces(
 
 def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
     records, skipped = read_traces(paths, stream_id)
+    # On a terminal the refused characters in the records' strings are JSON escapes (the
+    # same records, never obeyed: shared.terminal_text); piped, the lines are as written.
+    drawn = shown_json if out.isatty() else str
     for record in join(records, stream_id=stream_id, event=event):
         # The keys a reader scans for first, then the rest as recorded.
         ordered = {key: record[key] for key in LEADING_KEYS if key in record} | record
-        out.write(json.dumps(ordered, ensure_ascii=False) + "\n")
+        out.write(drawn(json.dumps(ordered, ensure_ascii=False)) + "\n")
     return skipped
 
 
@@ -164,7 +168,7 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
     timeline = build_timeline(records, _one_stream(paths, records, stream_id))
     # On a terminal each row stays on one line (cut at its width); piped, rows are whole.
     width = shutil.get_terminal_size().columns if out.isatty() else None
-    out.write(fit(summary_line(timeline), width) + "\n\n")
+    out.write(fit(terminal_summary_line(timeline), width) + "\n\n")
     out.write(render_table(table_rows(timeline, every=request.every), width))
     events = result_events(timeline)
     if events:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -33,14 +34,19 @@ from rich.text import Text
 from consumer.client import StreamSession
 from consumer.explain import HEADLINES, Facts, hint, sentence
 from consumer.reader_states import ReaderState
+from runtime.console_logs import OWN_STYLES
 from shared.errors import Status
 from shared.result import StreamResult
+from shared.terminal_text import shown_line, shown_text
 
 #: Draws per second while a reply streams.
 REFRESH_PER_S: Final = 12.0
 #: The provisional and partial text shown: its last lines, at most this many characters.
 TEXT_LINES: Final = 12
 TEXT_CHARS: Final = 1200
+#: The longest citation field, detail and hint drawn (each one line).
+FIELD_CHARS: Final = 300
+HINT_CHARS: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +94,18 @@ def tail(text: str, lines: int = TEXT_LINES, chars: int = TEXT_CHARS) -> tuple[s
     return kept, len(text) - len(kept)
 
 
+def field(value: object, style: str = "", limit: int = FIELD_CHARS) -> Text:
+    """Text from elsewhere drawn as one line (``shared.terminal_text``): controls shown,
+    never obeyed, and never read as rich markup (a ``Text``, not a string)."""
+    return Text(shown_line(str(value), limit), style=style)
+
+
 def _text_block(text: str, style: str) -> Text:
     shown, hidden = tail(text)
     block = Text()
     if hidden:
         block.append(f"… {hidden} characters before\n", style="dim")
-    block.append(shown, style=style)
+    block.append(shown_text(shown), style=style)
     return block
 
 
@@ -131,7 +143,7 @@ def final_line(result: StreamResult, elapsed_s: float) -> Text:
         line.append(f"  paused {flow.reads_paused}×")
     line.append(f"  reconnects {stats.reconnects}  {elapsed_s:.1f} s")
     if result.stream_id:
-        line.append(f"  stream {result.stream_id[:8]}", style="dim")
+        line.append(f"  stream {shown_line(result.stream_id[:8])}", style="dim")
     return line
 
 
@@ -139,9 +151,12 @@ def _citations(citations: Sequence[Mapping[str, Any]]) -> Text:
     block = Text()
     for number, citation in enumerate(citations, start=1):
         block.append(f"[{number}] ", style="bold")
-        block.append(str(citation.get("source_id", "")), style="cyan")
-        block.append(f" · {citation.get('chunk_id', '')}\n", style="dim")
-        block.append(f"  {citation.get('url', '')}\n", style="blue")
+        block.append(field(citation.get("source_id", ""), "cyan"))
+        block.append(" · ", style="dim")
+        block.append(field(citation.get("chunk_id", ""), "dim"))
+        block.append("\n  ")
+        block.append(field(citation.get("url", ""), "blue"))
+        block.append("\n")
     block.rstrip()
     return block
 
@@ -151,7 +166,7 @@ def accepted_block(result: StreamResult) -> Panel:
     body = Text()
     if answer.get("status") == "not_in_docs":
         body.append("Not in the documents: ", style="bold")
-    body.append(str(answer.get("answer", "")), style="bold")
+    body.append(shown_text(str(answer.get("answer", ""))), style="bold")
     parts: list[RenderableType] = [body]
     if result.citations:
         parts += [Text(""), _citations(result.citations)]
@@ -179,11 +194,11 @@ def rejected_block(result: StreamResult, facts: Facts) -> Panel:
     rows = Table.grid(padding=(0, 2))
     rows.add_column(style="bold", no_wrap=True)
     rows.add_column(overflow="fold")
-    rows.add_row("status", f"{result.status.value} · {result.reason}")
-    rows.add_row("why", sentence(result.reason))
+    rows.add_row("status", field(f"{result.status.value} · {result.reason}"))
+    rows.add_row("why", field(sentence(result.reason), limit=HINT_CHARS))
     advice = hint(result, facts)
     if (detail := _detail(result)) and not (advice and detail in advice):
-        rows.add_row("detail", Text(detail, style="dim"))
+        rows.add_row("detail", field(detail, "dim"))
     if result.provisional_content:
         partial = _text_block(result.provisional_content, "italic yellow")
         label = f"partial ({len(result.provisional_content)} chars kept, not validated)"
@@ -192,7 +207,7 @@ def rejected_block(result: StreamResult, facts: Facts) -> Panel:
     else:
         rows.add_row("text", Text("(nothing arrived)", style="dim"))
     if advice:
-        rows.add_row("hint", Text(advice, style="bold"))
+        rows.add_row("hint", field(advice, "bold", HINT_CHARS))
     return Panel(
         rows,
         title=HEADLINES[result.status],
@@ -264,9 +279,24 @@ class LiveView:
         self.console.print(final_line(result, self.elapsed_s), soft_wrap=True)
         self.console.print(verdict_block(result, self.facts))
         if result_path is not None:
-            self.console.print(Text(f"result document: {result_path}", "dim"), soft_wrap=True)
+            shown = shown_line(str(result_path), HINT_CHARS)
+            self.console.print(Text(f"result document: {shown}", "dim"), soft_wrap=True)
         else:
             self.console.print(Text("the full result document: add --result FILE", style="dim"))
+
+
+#: The console log lines' own colours: the only escape sequences kept from stderr.
+_OWN_STYLES: Final = re.compile(f"({OWN_STYLES.pattern})")
+
+
+def colours_only(line: str) -> str:
+    """A line written to stderr with the console log lines' colours kept and everything
+    else a terminal would obey shown (``shared.terminal_text``): the log lines' values are
+    shown already; whatever else reaches stderr is shown here."""
+    parts = _OWN_STYLES.split(line)
+    return "".join(
+        part if index % 2 else shown_line(part, None) for index, part in enumerate(parts)
+    )
 
 
 class Above(io.TextIOBase):
@@ -281,7 +311,7 @@ class Above(io.TextIOBase):
     def write(self, text: str) -> int:
         *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
-            self._console.print(Text.from_ansi(line), soft_wrap=True)
+            self._console.print(Text.from_ansi(colours_only(line)), soft_wrap=True)
         return len(text)
 
     def flush(self) -> None:

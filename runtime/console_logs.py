@@ -10,6 +10,13 @@ process's own side, and context a person already knows: ``case_id``, ``peer``,
 first record and again only when they change. The stream id is shortened to its first
 8 characters; SHA-256 values to 12.
 
+Every piece of a line that came from a record (keys, values, the event, states, the
+stream id, an exception's text) is shown by ``shared.terminal_text``: a control
+character or bidi override a peer put into a value is written as its escape, never
+obeyed; a value is one line (a newline in it is shown as ``\n``), at most
+``MAX_VALUE_CHARS`` characters. The line's own colours are the only escape sequences it
+writes (``OWN_STYLES``).
+
 A slow reader pauses and resumes hundreds of times per reply; each pause is four
 records in the JSON trace (``reads_paused``, the reader's two state changes,
 ``reads_resumed``), all kept there. Here, above debug, they are summarised: one record
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import threading
 from collections import OrderedDict
@@ -31,6 +39,8 @@ from datetime import datetime
 from typing import Any, Final, TextIO
 
 import structlog
+
+from shared.terminal_text import shown_line, shown_text
 
 ExceptionFormatter = Callable[[TextIO, structlog.typing.ExcInfo], None]
 
@@ -48,12 +58,16 @@ FIRST_KEYS: Final = ("input", "status", "reason")
 #: Counters that say nothing when they are 0 (nothing resumed, nothing dropped).
 QUIET_WHEN_ZERO: Final = frozenset({"reconnects", "discarded_bytes", "resume_after"})
 SHORT_STREAM_ID: Final = 8
+#: The longest value shown (a value from elsewhere may be long: its end is cut, marked).
+MAX_VALUE_CHARS: Final = 512
 SHORT_DIGEST: Final = 12
 PAUSE_EVENTS: Final = frozenset({"reads_paused", "reads_resumed"})
 
 _RESET, _DIM, _BOLD = "\x1b[0m", "\x1b[2m", "\x1b[1m"
 _CYAN, _MAGENTA, _YELLOW, _RED = "\x1b[36m", "\x1b[35m", "\x1b[33m", "\x1b[31m"
 _LEVEL_STYLE: Final = {"debug": _DIM, "warning": _YELLOW + _BOLD}
+#: Every escape sequence a line writes itself: its colours (SGR), nothing else.
+OWN_STYLES: Final = re.compile(r"\x1b\[(?:0|1|2|31|33|35|36)m")
 
 
 @dataclass(slots=True)
@@ -77,13 +91,21 @@ def _clock(timestamp: object) -> tuple[str, float]:
 
 
 def _value(key: str, value: object) -> str:
+    """A value as one line: quoted when empty or spaced (``repr`` escapes what is not
+    printable), JSON for a container; shown and bounded by ``shared.terminal_text``."""
     if isinstance(value, str):
         if key.endswith("sha256") and len(value) > SHORT_DIGEST:
-            return value[:SHORT_DIGEST] + "…"
-        return repr(value) if not value or any(c.isspace() for c in value) else value
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return str(value)
+            value = value[:SHORT_DIGEST] + "…"
+        text = repr(value) if not value or any(c.isspace() for c in value) else value
+    elif isinstance(value, dict | list | tuple):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    else:
+        text = str(value)
+    return shown_line(text, MAX_VALUE_CHARS)
+
+
+def _short_stream(stream: str) -> str:
+    return shown_line(stream[:SHORT_STREAM_ID])
 
 
 def _is_pause(event_dict: MutableMapping[str, Any]) -> bool:
@@ -207,14 +229,11 @@ class ConsoleLines:
         if "to_state" in event_dict:
             component = event_dict.get("component")
             origin = event_dict.get("from_state")
-            states = (
-                f"{origin} -> {event_dict['to_state']}"
-                if origin
-                else f"-> {event_dict['to_state']}"
-            )
-            change = f"{component}: {states}" if component else states
+            to_state = shown_line(str(event_dict["to_state"]))
+            states = f"{shown_line(str(origin))} -> {to_state}" if origin else f"-> {to_state}"
+            change = f"{shown_line(str(component))}: {states}" if component else states
         elif (component := event_dict.get("component")) is not None:
-            change = f"{component}:"
+            change = f"{shown_line(str(component))}:"
         ordered = [key for key in FIRST_KEYS if key in event_dict]
         ordered += [key for key in event_dict if key not in FIRST_KEYS]
         fields = {
@@ -226,16 +245,16 @@ class ConsoleLines:
             and (key not in CONTEXT_KEYS or key in fresh)
         }
         clock, _ = _clock(event_dict.get("timestamp"))
-        level = str(event_dict.get("level", "info"))
-        event = str(event_dict.get("event", ""))
+        level = shown_line(str(event_dict.get("level", "info")))
+        event = shown_line(str(event_dict.get("event", "")))
         title = self._style(event, _BOLD) + (" " + self._style(change, _MAGENTA) if change else "")
         line = self._render(clock, level, title, fields, stream)
         if exception:
-            line += "\n" + str(exception)
+            line += "\n" + shown_text(str(exception))
         if exc_info is not None:
             text = io.StringIO()
             self._format_exception(text, exc_info)
-            line += "\n" + text.getvalue().strip("\n")
+            line += "\n" + shown_text(text.getvalue().strip("\n"))
         return line
 
     def _render(
@@ -251,8 +270,9 @@ class ConsoleLines:
             parts.append(self._style(level.upper(), _LEVEL_STYLE.get(level, _RED + _BOLD)))
         parts.append(title)
         parts += [
-            f"{self._style(key, _CYAN)}={_value(key, value)}" for key, value in fields.items()
+            f"{self._style(shown_line(str(key)), _CYAN)}={_value(key, value)}"
+            for key, value in fields.items()
         ]
         if isinstance(stream, str):
-            parts.append(self._style(f"· {stream[:SHORT_STREAM_ID]}", _DIM))
+            parts.append(self._style(f"· {_short_stream(stream)}", _DIM))
         return " ".join(parts)

@@ -59,6 +59,7 @@ from shared.result import (
     TerminalReceived,
     TransportFailed,
 )
+from shared.terminal_text import shown_line
 
 PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"
@@ -96,6 +97,10 @@ CONTEXT_KEYS: Final = frozenset(
 )  # fmt: skip
 #: Longest value shown in a table cell.
 MAX_VALUE_CHARS: Final = 48
+#: Longest cell of the table's middle columns (side, event, state change), once shown.
+MAX_CELL_CHARS: Final = 64
+#: Longest line of the terminal output before it is fitted to a terminal's width.
+MAX_LINE_CHARS: Final = 4000
 
 
 class MarkKind(StrEnum):
@@ -600,7 +605,10 @@ def table_rows(timeline: Timeline, *, every: bool = False) -> list[Row]:
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    return (f"{row.at_ms:.3f}", row.where, row.event, row.change, row.fields)
+    """A row's cells as drawn: every text from the traces shown by ``shared.terminal_text``
+    (a control character a trace file holds is written as its escape, never obeyed)."""
+    middle = (shown_line(cell, MAX_CELL_CHARS) for cell in (row.where, row.event, row.change))
+    return (f"{row.at_ms:.3f}", *middle, shown_line(row.fields, MAX_LINE_CHARS))
 
 
 def fit(line: str, width: int | None) -> str:
@@ -612,7 +620,8 @@ def fit(line: str, width: int | None) -> str:
 
 def render_table(rows: Sequence[Row], width: int | None = None) -> str:
     """The rows as aligned text columns, a rule under the header; each line cut to
-    ``width`` if given (a terminal's: a row on one line, never wrapped)."""
+    ``width`` if given (a terminal's: a row on one line, never wrapped). Text from the
+    traces is shown, never obeyed (``_cells``)."""
     lines = [TABLE_COLUMNS, *(_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
     out = []
@@ -626,15 +635,17 @@ def render_table(rows: Sequence[Row], width: int | None = None) -> str:
 
 
 def render_summaries(summaries: Sequence[StreamSummary]) -> str:
+    """The streams found, one line each; their ids, cases, times and verdicts (text from
+    the traces) shown, never obeyed (``shared.terminal_text``)."""
     header = ("stream id", "case", "started", "producer", "consumer", "verdict")
     lines = [header] + [
         (
-            s.stream_id,
-            s.case_id or "-",
-            s.started,
+            shown_line(s.stream_id, MAX_CELL_CHARS),
+            shown_line(str(s.case_id or "-"), MAX_CELL_CHARS),
+            shown_line(s.started, MAX_CELL_CHARS),
             str(s.records[PRODUCER]),
             str(s.records[CONSUMER]),
-            s.verdict,
+            shown_line(s.verdict, MAX_CELL_CHARS),
         )
         for s in summaries
     ]
@@ -652,7 +663,8 @@ def _counted(count: int, noun: str, plural: str = "") -> str:
 
 
 def summary_line(timeline: Timeline) -> str:
-    """One line: the stream, its verdict and what each lane holds."""
+    """One line: the stream, its verdict and what each lane holds (as it is: the HTML
+    page escapes it; ``terminal_summary_line`` is its form for a terminal)."""
     t = timeline
     verdict = t.verdict.text if t.verdict else "no verdict in the traces"
     deliveries = len(t.spans_of(SpanKind.DELIVERY))
@@ -665,6 +677,12 @@ def summary_line(timeline: Timeline) -> str:
         f"{_counted(len(t.spans_of(SpanKind.PAUSED)), 'pause')}, "
         f"{_counted(t.count(MarkKind.RESUME, CONSUMER), 'resume')}"
     )
+
+
+def terminal_summary_line(timeline: Timeline) -> str:
+    """``summary_line`` for a terminal: the stream id, case and verdict from the traces
+    shown, never obeyed (``shared.terminal_text``)."""
+    return shown_line(summary_line(timeline), MAX_LINE_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -711,7 +729,8 @@ def result_events(timeline: Timeline) -> list[ResultEvent]:
 
 
 def render_result_events(events: Sequence[ResultEvent]) -> str:
-    """One line: the result events, runs of one kind summed."""
+    """One line: the result events, runs of one kind summed (shown: their details come
+    from the traces)."""
     parts: list[str] = []
     runs: list[list[ResultEvent]] = []
     for event in events:
@@ -729,7 +748,8 @@ def render_result_events(events: Sequence[ResultEvent]) -> str:
                 f"{first.kind} ×{len(run)} {first.detail}..{last.detail} "
                 f"+{first.at_ms:.3f}..+{last.at_ms:.3f}"
             )
-    return "result events (ms, from their trace records): " + "; ".join(parts) + "\n"
+    line = "result events (ms, from their trace records): " + "; ".join(parts)
+    return shown_line(line, MAX_LINE_CHARS) + "\n"
 
 
 def entries_of(timeline: Timeline, *kinds: MarkKind) -> Iterator[Entry]:
