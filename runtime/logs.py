@@ -27,6 +27,7 @@ import orjson
 import structlog
 
 from runtime.console_logs import ConsoleLines
+from shared.terminal_text import shown_json
 
 LogFormat = Literal["auto", "json", "console"]
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -450,6 +451,8 @@ def configure_logging(
         if use_console
         else [_merge_contextvars, JsonLine(side)]
     )
+    if not use_console and out.isatty():
+        out = TerminalJson(out)  # JSON lines drawn on a terminal: no control sequence
     _trace_writer = (
         TraceWriter(out, flush_delay_s=flush_delay_s) if batched and not use_console else None
     )
@@ -461,6 +464,25 @@ def configure_logging(
         ),
         cache_logger_on_first_use=False,
     )
+
+
+class TerminalJson:
+    """A terminal as the stream of JSON lines: what would reach it as a control
+    sequence (DEL, C1 controls, bidi overrides, which JSON leaves as they are) is
+    written as a JSON escape instead, so each line still parses to the same record
+    (``shared.terminal_text``). A file or a pipe gets the lines as they are."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(shown_json(text))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return True
 
 
 def _the(writer: TraceWriter) -> Callable[..., TraceWriter]:

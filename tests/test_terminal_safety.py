@@ -40,7 +40,7 @@ from runtime.console_logs import OWN_STYLES, ConsoleLines
 from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
-from shared.terminal_text import CUT_MARK, shown_json, shown_line, shown_text
+from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
 from shared.timeline import (
     build_timeline,
     render_result_events,
@@ -244,6 +244,28 @@ def test_any_record_renders_as_lines_that_obey_nothing(value: str, key: str, eve
         configure_logging("consumer", log_format="json", stream=io.StringIO())
     for line in out.getvalue().split("\n"):
         assert_only_own_styles(line)
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=TEXT)
+def test_json_lines_on_a_terminal_obey_nothing_and_parse_to_the_same_record(value: str) -> None:
+    """``--log-format json`` on a terminal: orjson leaves DEL, C1 and bidi characters as
+    they are; each is written as a JSON escape instead. A file gets the same line as
+    orjson writes it."""
+    records = []
+    for out in (FakeTTY(), io.StringIO()):
+        configure_logging("consumer", log_format="json", stream=out)
+        try:
+            structlog.get_logger().info("note", stream_id=value, detail=value)
+        finally:
+            configure_logging("consumer", log_format="json", stream=io.StringIO())
+        (line,) = out.getvalue().rstrip("\n").split("\n")
+        records.append(json.loads(line))
+        if isinstance(out, FakeTTY):
+            assert REFUSED_IN_TEXT.search(line) is None
+    on_terminal, in_file = records
+    assert on_terminal["stream_id"] == in_file["stream_id"] == value
+    assert on_terminal["detail"] == value
 
 
 def hostile_records(stream_id: str) -> list[dict[str, Any]]:
