@@ -16,7 +16,8 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from producer.servicer import SERVICE_NAME, SHUTDOWN_ABORT_S, ReplyStreamServicer, add_servicer
+from producer.rpc import SERVICE_NAME, add_servicer
+from producer.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
 from producer.settings import (
     DEFAULT_MAX_CONNECTION_AGE_S,
     DEFAULT_MAX_PENDING,

@@ -22,152 +22,32 @@ cut by ``--max-connection-age-s`` (``connection_aged_out``), an unexpected error
 from __future__ import annotations
 
 import asyncio
-import time
-from contextlib import aclosing
-from dataclasses import asdict, dataclass
 from typing import Any, Final, NoReturn
 
 import grpc
 import structlog
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from producer.admission import Admission
 from producer.connections import ConnectionAges
+from producer.counters import ProducerCounters
+from producer.delivery import ConsumerGone, Delivery, Writer
 from producer.generations import Attached, Generations
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
-from producer.replylog import LogEnded, MemoryReplyLog, ReplyKey, ReplyLog
+from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
+from producer.rpc import HEALTH_SERVICES, MalformedRequest
 from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
-from producer.sources import Source, Stall, StreamPlan
+from producer.sources import Source, StreamPlan
 from producer.states import ProducerStream, StreamInput, StreamState
 from shared.errors import Reason, ReplywireError, RequestRefused, scrubbed_detail
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import MAX_REQUEST_BYTES, CheckedRequest, check_envelope, check_request
-from shared.wire.chunking import Chunker
+from shared.requests import CheckedRequest, check_envelope, check_request
 
-#: The service names the health service reports on ("" is the whole server).
-SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
-HEALTH_SERVICES: Final = ("", SERVICE_NAME)
-#: Takeovers of a reply whose generator was lost, per delivery (each needs a lapsed lease).
-MAX_TAKEOVERS: Final = 3
 #: How long the shutdown path waits for the streams it ended to say so.
 SHUTDOWN_ABORT_S: Final = 2.0
-
-
-#: The counter each final state adds to.
-_COUNTER_OF: Final = {
-    StreamState.COMPLETED: "streams_completed",
-    StreamState.REFUSED: "streams_refused",
-    StreamState.ABORTED: "streams_aborted",
-    StreamState.CANCELLED_BY_CONSUMER: "streams_cancelled",
-    StreamState.FAILED: "streams_failed",
-    StreamState.SHUTDOWN: "streams_shutdown",
-    StreamState.CONNECTION_AGED_OUT: "streams_aged_out",
-}
-
-
-@dataclass
-class ProducerCounters:
-    """What the producer has done. Every opened stream is counted once more when it ends,
-    so ``streams_opened`` equals the sum of the seven final counts once no stream is open."""
-
-    streams_opened: int = 0
-    streams_completed: int = 0
-    streams_refused: int = 0
-    streams_aborted: int = 0
-    streams_cancelled: int = 0
-    streams_failed: int = 0
-    streams_shutdown: int = 0
-    streams_aged_out: int = 0
-    chunks_written: int = 0
-    bytes_written: int = 0
-    #: Requests refused for a missing or wrong token: not streams (no stream id is trusted).
-    requests_unauthenticated: int = 0
-    #: Requests refused before any of them is logged: not an OpenRequest, or unplain ids.
-    requests_malformed: int = 0
-
-    def stream_ended(self, state: StreamState) -> None:
-        name = _COUNTER_OF[state]
-        setattr(self, name, getattr(self, name) + 1)
-
-    @property
-    def streams_ended(self) -> int:
-        return sum(getattr(self, name) for name in _COUNTER_OF.values())
-
-    def fields(self) -> dict[str, int]:
-        return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class MalformedRequest:
-    """What the request deserializer hands the handler for bytes that are no OpenRequest."""
-
-    why: str
-
-
-def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
-    """The RPC's request deserializer: a bounded parse that never raises (grpc would answer
-    a raising deserializer with a bare status the trace never sees)."""
-    if len(data) > MAX_REQUEST_BYTES:
-        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
-    try:
-        return pb.OpenRequest.FromString(data)
-    except DecodeError:  # e.g. a string field that is not UTF-8
-        return MalformedRequest("not an OpenRequest")
-
-
-def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
-    """``Cancel``'s request deserializer, bounded and never raising like ``Open``'s."""
-    if len(data) > MAX_REQUEST_BYTES:
-        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
-    try:
-        return pb.CancelRequest.FromString(data)
-    except DecodeError:
-        return MalformedRequest("not a CancelRequest")
-
-
-def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
-    """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
-    are not)."""
-    handlers = {
-        "Open": grpc.unary_stream_rpc_method_handler(
-            servicer.Open,
-            request_deserializer=parse_open_request,
-            response_serializer=pb.Chunk.SerializeToString,
-        ),
-        "Cancel": grpc.unary_unary_rpc_method_handler(
-            servicer.Cancel,
-            request_deserializer=parse_cancel_request,
-            response_serializer=pb.CancelReply.SerializeToString,
-        ),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    # Registered with gRPC's core too (as the generated helper does): a call to a method
-    # it knows is matched there, not looked up through the generic handlers per call.
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """Where one Open's frames come from, decided once it is prepared: ``plan``'s own
-    chunks, its fault with them (``from_plan``: a first delivery), or the reply log's
-    from ``resume_after + 1`` (a resume, an attach, every live reply's). What it holds
-    until the stream has ended: ``logged``'s attachment to this process's generation of
-    the reply, and ``plan`` (closed then, if it holds anything: a generation owns a live
-    reply's). Beside a delivery from the log, ``plan`` is the one to generate the reply
-    from again should its generator be lost."""
-
-    resume_after: int
-    plan: StreamPlan | None = None
-    logged: Attached | None = None
-    from_plan: bool = True
-
-    @property
-    def attempt(self) -> int:
-        return self.logged.attempt if self.logged is not None else 1
 
 
 class _Holding:
@@ -177,10 +57,6 @@ class _Holding:
 
     def __init__(self) -> None:
         self.delivery: Delivery | None = None
-
-
-class _ConsumerGone(Exception):
-    """A write failed because the stream is gone on the consumer's side."""
 
 
 class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
@@ -207,6 +83,8 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
         self.health: Any = BoundedHealthServicer(settings.max_health_watches)
         self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
+        #: Every chunk's write, and the two ways a delivery writes them.
+        self.writer = Writer(self.counters, self.metrics, self.generations)
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
         # Streams in progress, by the task that serves them; the shutdown path ends them.
         self._active: dict[asyncio.Task[Any], ProducerStream] = {}
@@ -272,7 +150,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.SHUTDOWN, reason=Reason.PRODUCER_SHUTDOWN, **stream.sent)
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
-        except _ConsumerGone as gone:
+        except ConsumerGone as gone:
             self._cut_by_consumer_or_age(stream, connection_seen, why=scrubbed_detail(str(gone)))
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
@@ -330,9 +208,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         holding.delivery = delivery
         if delivery.from_plan:
             assert delivery.plan is not None
-            await self._deliver(checked, context, stream, delivery.plan)
+            await self.writer.from_plan(checked, context, stream, delivery.plan)
         else:
-            await self._deliver_logged(checked, context, stream, delivery)
+            await self.writer.from_log(checked, context, stream, delivery)
 
     async def _finish(
         self, task: asyncio.Task[Any], stream: ProducerStream, delivery: Delivery | None
@@ -524,134 +402,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             wire=checked.wire.value,
             chunks=checked.plan.describe(),
         )
-
-    async def _deliver(
-        self,
-        checked: CheckedRequest,
-        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
-        stream: ProducerStream,
-        plan: StreamPlan,
-    ) -> None:
-        stream.fire(StreamInput.START)
-        if plan.fixed_chunks is not None:  # a recording's, fault-free or nearly
-            for data in plan.fixed_chunks:
-                await self._write(checked, context, stream, data)
-        else:
-            await self._deliver_generated(checked, context, stream, plan)
-        if plan.abort_details is not None:
-            reason = plan.abort_details
-            stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
-            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
-        stream.fire(StreamInput.COMPLETE, **stream.sent)
-
-    async def _deliver_generated(
-        self,
-        checked: CheckedRequest,
-        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
-        stream: ProducerStream,
-        plan: StreamPlan,
-    ) -> None:
-        """The plan's chunks as its generator makes them, with the stalls between them."""
-        # aclosing: the source's generator (and the upstream read it is inside) is closed
-        # here, on every exit, before the plan itself is closed.
-        async with aclosing(plan.chunks()) as chunks:
-            async for data in chunks:
-                if isinstance(data, Stall):
-                    stream.fire(StreamInput.STALL, milliseconds=data.milliseconds)
-                    await asyncio.sleep(data.milliseconds / 1000)
-                    stream.fire(StreamInput.RESUME)
-                    continue
-                await self._write(checked, context, stream, data)
-
-    async def _deliver_logged(
-        self,
-        checked: CheckedRequest,
-        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
-        stream: ProducerStream,
-        delivery: Delivery,
-    ) -> None:
-        """A delivery from the log: the logged frames from ``resume_after + 1`` on, cut
-        afresh by this request's chunking, never with a fault. A reply whose generator is
-        lost is taken over (a source that regenerates) at most ``MAX_TAKEOVERS`` times;
-        what a takeover attached to is detached here."""
-        attached = delivery.logged
-        assert attached is not None
-        stream.fire(StreamInput.START)
-        chunker = Chunker(checked.plan)
-        after = delivery.resume_after
-        taken: list[Attached] = []
-        try:
-            while True:
-                try:
-                    async for entry in attached.reply.read(after):
-                        for data in chunker.feed(entry.data):
-                            await self._write(checked, context, stream, data)
-                        after = entry.sequence
-                    break
-                except LogEnded as ended:
-                    took = None
-                    if len(taken) < MAX_TAKEOVERS:
-                        took = await self.generations.take_over(
-                            ended, attached, checked, delivery.plan
-                        )
-                    if took is None:
-                        await self._abort_ended(context, stream, attached, ended.reason)
-                    else:
-                        attached = took
-                        taken.append(took)
-        finally:
-            for took in taken:
-                took.detach()
-        for data in chunker.flush():
-            await self._write(checked, context, stream, data)
-        stream.fire(StreamInput.COMPLETE, **stream.sent)
-
-    @staticmethod
-    async def _abort_ended(
-        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
-        stream: ProducerStream,
-        attached: Attached,
-        reason: Reason,
-    ) -> None:
-        """The reply ended without its terminal: the RPC ends with that reason. A reply
-        refused before it was made (its generation here was told why) passes the
-        refusal's metadata on too (a retry delay)."""
-        stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
-        generation = attached.generation
-        if generation is not None and generation.opened.done():
-            refusal = generation.opened.result().refusal
-            if refusal is not None and refusal.reason is reason and refusal.metadata:
-                context.set_trailing_metadata(tuple(refusal.metadata.items()))
-        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
-
-    async def _write(
-        self,
-        checked: CheckedRequest,
-        context: grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk],
-        stream: ProducerStream,
-        data: bytes,
-    ) -> None:
-        if stream.chunks_sent and checked.interval_s:
-            await asyncio.sleep(checked.interval_s)
-        started = time.monotonic()
-        try:
-            # The write waits for the consumer's HTTP/2 window, so a paused consumer
-            # pauses this loop; it fails once the stream is gone on the consumer's side.
-            await context.write(pb.Chunk(data=data))
-        except grpc.aio.InternalError as error:
-            raise _ConsumerGone(type(error).__name__) from error
-        stream.bytes_sent += len(data)
-        stream.chunks_sent += 1
-        self.counters.chunks_written += 1
-        self.counters.bytes_written += len(data)
-        self.metrics.chunk_written(len(data), time.monotonic() - started)
-        if stream.debug:
-            stream.log.debug(
-                "chunk_sent",
-                index=stream.chunks_sent - 1,
-                size=len(data),
-                bytes_sent=stream.bytes_sent,
-            )
 
     async def shutdown(self, grace_s: float, stop_now: asyncio.Event) -> None:
         """Let open streams finish within ``grace_s`` (or until ``stop_now``), then end the

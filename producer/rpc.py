@@ -1,0 +1,70 @@
+"""The ``replywire.v1.ReplyStream`` methods as the server registers them: bounded request
+deserializers that never raise (grpc would answer a raising one with a bare status the
+trace never sees), and their registration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from shared.pb import replywire_pb2 as pb
+from shared.requests import MAX_REQUEST_BYTES
+
+if TYPE_CHECKING:
+    from producer.servicer import ReplyStreamServicer
+
+#: The service names the health service reports on ("" is the whole server).
+SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
+HEALTH_SERVICES: Final = ("", SERVICE_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """What the request deserializer hands the handler for bytes that are no OpenRequest."""
+
+    why: str
+
+
+def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:
+    """The RPC's request deserializer: a bounded parse that never raises (grpc would answer
+    a raising deserializer with a bare status the trace never sees)."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.OpenRequest.FromString(data)
+    except DecodeError:  # e.g. a string field that is not UTF-8
+        return MalformedRequest("not an OpenRequest")
+
+
+def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
+    """``Cancel``'s request deserializer, bounded and never raising like ``Open``'s."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return MalformedRequest(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        return pb.CancelRequest.FromString(data)
+    except DecodeError:
+        return MalformedRequest("not a CancelRequest")
+
+
+def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
+    """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
+    are not)."""
+    handlers = {
+        "Open": grpc.unary_stream_rpc_method_handler(
+            servicer.Open,
+            request_deserializer=parse_open_request,
+            response_serializer=pb.Chunk.SerializeToString,
+        ),
+        "Cancel": grpc.unary_unary_rpc_method_handler(
+            servicer.Cancel,
+            request_deserializer=parse_cancel_request,
+            response_serializer=pb.CancelReply.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Registered with gRPC's core too (as the generated helper does): a call to a method
+    # it knows is matched there, not looked up through the generic handlers per call.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
