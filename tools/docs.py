@@ -1,12 +1,16 @@
-"""Documentation generated from the code's own tables (the README embeds these verbatim).
+"""Documentation generated from the code's own tables (the docs embed these verbatim).
 
 python -m tools.docs                          # prints the diagrams and tables
-python -m tools.docs --update README.md       # rewrites the README's generated sections
-python -m tools.docs --update README.md --run # also the sample output, from a real `make demo` run
+python -m tools.docs --update                 # rewrites the generated sections of every doc file
+python -m tools.docs --update docs/protocol.md  # ... of these files only
+python -m tools.docs --update --run           # also the sample output, from a real `make demo` run
                                               # and real consumer runs (tools/view_samples.py)
 
-Sample output comes from a real run with its varying values (pid, port, temporary
-directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
+A generated section is the text between ``<!-- generated:NAME -->`` and
+``<!-- /generated:NAME -->`` in whichever doc file holds it (``doc_files()``: the README,
+docs/*.md, bench/README.md, fixtures/PROVENANCE.md); a name not registered here is left
+as it is. Sample output comes from a real run with its varying values (pid, port,
+temporary directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import functools
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,27 +139,50 @@ SECTIONS = {
 }
 
 
-def update(text: str, sections: dict[str, Callable[[], str]] | None = None) -> str:
-    """Rewrite every ``<!-- generated:NAME -->`` section of ``text``."""
+#: The documentation, as globs from the repository's root (tests/test_docs.py checks that
+#: no other Markdown file is left out but bench/results.md, which ``make bench`` writes).
+DOC_GLOBS: tuple[str, ...] = ("README.md", "docs/*.md", "bench/README.md", "fixtures/PROVENANCE.md")
+
+
+def doc_files() -> list[Path]:
+    """Every documentation file, in a fixed order."""
+    return [path for pattern in DOC_GLOBS for path in sorted(ROOT.glob(pattern))]
+
+
+def update(text: str, sections: Mapping[str, Callable[[], str]] | None = None) -> str:
+    """Rewrite the ``<!-- generated:NAME -->`` sections of ``text`` that these renderers
+    know; each rendered once, only if the text has it. Other text is left as it is."""
     for name, render in (SECTIONS if sections is None else sections).items():
         start, end = f"<!-- generated:{name} -->\n", f"<!-- /generated:{name} -->"
-        head, _, rest = text.partition(start)
-        _, _, tail = rest.partition(end)
-        text = head + start + render() + end + tail
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(text):
+            continue
+        text = (start + render() + end).join(pattern.split(text))
     return text
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="print or update the generated documentation")
-    parser.add_argument("--update", type=Path, help="rewrite the generated sections of this file")
+    parser.add_argument(
+        "--update",
+        type=Path,
+        nargs="*",
+        metavar="FILE",
+        help="rewrite the generated sections of these files (none: every doc file)",
+    )
     parser.add_argument(
         "--run", action="store_true", help="also the sample output of real runs (make demo)"
     )
     args = parser.parse_args()
-    if args.update:
+    if args.update is not None:
         sections = {**SECTIONS, **RUN_SECTIONS} if args.run else SECTIONS
-        text = update(args.update.read_text(encoding="utf-8"), sections)
-        args.update.write_text(text, encoding="utf-8")
+        # Each section rendered at most once, whichever files hold it (a run is slow).
+        once = {name: functools.cache(render) for name, render in sections.items()}
+        for path in args.update or doc_files():
+            before = path.read_text(encoding="utf-8")
+            after = update(before, once)
+            if after != before:
+                path.write_text(after, encoding="utf-8")
         return
     for render in SECTIONS.values():
         print(render())
