@@ -1,12 +1,13 @@
-"""Every command the README shows is run: here, by another named test, or by CI.
+"""Every command the documentation shows is run: here, by another named test, or by CI.
 
-Commands are the lines of its ```sh blocks (continuation lines joined, comments
-and heredoc bodies dropped) and the ``$ `` lines of its other blocks. Each must
-be in ``RUN_BY`` (which test runs it) or ``NOT_RUN`` (why nothing can). The
-recipes that background a producer run whole, with ``bash -euo pipefail``, from
-the repository's root, with ``TMPDIR`` in the test's temporary directory (they
-write only under ``mktemp -d``). A command with a fixed demo port runs with that
-port, and only that port, replaced.
+The documentation is every file of ``tools.docs.doc_files()``: the README, docs/*.md,
+bench/README.md and fixtures/PROVENANCE.md. Commands are the lines of their ```sh blocks
+(continuation lines joined, comments and heredoc bodies dropped) and the ``$ `` lines of
+their other blocks. Each must be in ``RUN_BY`` (which test runs it) or ``NOT_RUN`` (why
+nothing can), wherever it is shown. The recipes that background a producer run whole,
+with ``bash -euo pipefail``, from the repository's root, with ``TMPDIR`` in the test's
+temporary directory (they write only under ``mktemp -d``). A command with a fixed demo
+port runs with that port, and only that port, replaced.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
 from tests.test_timeline import parse_table
 from tools import view_samples
+from tools.docs import doc_files
 
 pytestmark = pytest.mark.timeout(240)
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: Each documentation file's text, by its path from the repository's root.
+DOCS = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in doc_files()}
 HERE = "tests/test_readme.py"
 SESSION = f"{HERE}::test_one_shell_session_recipe"
 TRACES = f"{HERE}::test_traces_recipe"
@@ -62,8 +65,10 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def blocks(kind: str) -> list[str]:
-    return [body for info, body in fenced_blocks(README) if info == kind]
+def blocks(kind: str, text: str | None = None) -> list[str]:
+    """The bodies of the fenced blocks of this kind, in ``text`` or in every doc file."""
+    texts = DOCS.values() if text is None else [text]
+    return [body for one in texts for info, body in fenced_blocks(one) if info == kind]
 
 
 def commands_of_sh(block: str) -> list[str]:
@@ -80,16 +85,26 @@ def commands_of_sh(block: str) -> list[str]:
     return commands
 
 
-def shown_commands() -> set[str]:
-    commands = {c for block in blocks("sh") for c in commands_of_sh(block)}
-    for block in [*blocks(""), *blocks("console")]:
+def commands_in(text: str) -> set[str]:
+    commands = {c for block in blocks("sh", text) for c in commands_of_sh(block)}
+    for block in [*blocks("", text), *blocks("console", text)]:
         commands |= {line[2:].strip() for line in block.splitlines() if line.startswith("$ ")}
     return commands
+
+
+def shown_commands() -> set[str]:
+    return {command for text in DOCS.values() for command in commands_in(text)}
 
 
 def sh_block(first_line_contains: str) -> str:
     (block,) = [b for b in blocks("sh") if first_line_contains in b]
     return block
+
+
+def doc_holding(text: str) -> str:
+    """The one doc file that holds this text."""
+    (found,) = [doc for doc in DOCS.values() if text in doc]
+    return found
 
 
 #: Skipped (with the reason printed) where jq is missing, except in CI, where it must run.
@@ -153,17 +168,27 @@ NOT_RUN = {
 
 
 def test_every_command_shown_is_run_or_explained() -> None:
-    shown = shown_commands()
-    unaccounted = shown - set(RUN_BY) - set(NOT_RUN)
-    assert not unaccounted, f"README commands no test runs: {sorted(unaccounted)}"
-    stale = (set(RUN_BY) | set(NOT_RUN)) - shown
-    assert not stale, f"listed but no longer in the README: {sorted(stale)}"
+    accounted = set(RUN_BY) | set(NOT_RUN)
+    unaccounted = {
+        f"{name}: {command}"
+        for name, text in DOCS.items()
+        for command in commands_in(text) - accounted
+    }
+    assert not unaccounted, f"commands shown that no test runs: {sorted(unaccounted)}"
+    stale = accounted - shown_commands()
+    assert not stale, f"listed but shown nowhere in the docs: {sorted(stale)}"
+
+
+def test_the_docs_show_commands() -> None:
+    """The scan finds what it should: the README's two, and a recipe in docs/."""
+    assert {"make demo", "make test"} <= commands_in(DOCS["README.md"])
+    assert any(name.startswith("docs/") and commands_in(text) for name, text in DOCS.items())
 
 
 def run_recipe(
     block: str, tmp_path: Path, timeout: float = 150, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """A README block as written, in its own session (so every process it left is stoppable)."""
+    """A doc's block as written, in its own session (so every process it left is stoppable)."""
     process = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", block],
         cwd=ROOT,
@@ -263,7 +288,7 @@ def result_event_kinds(text: str) -> list[str]:
 
 
 def test_timeline_recipe(tmp_path: Path) -> None:
-    """The timeline recipe as written; its table has the README sample's rows, component by
+    """The timeline recipe as written; its table has the sample's rows, component by
     component (times and values are the run's own), and `make trace` lists the stream."""
     done = run_recipe(sh_block("--stream-id r1"), tmp_path)
     assert done.returncode == 0, done.stderr
@@ -286,7 +311,7 @@ def test_timeline_recipe(tmp_path: Path) -> None:
 @NEEDS_JQ
 def test_replicas_recipe(tmp_path: Path) -> None:
     """Two replicas on a private Redis server; the one serving the stream is killed: the
-    consumer resumes on the other and prints what the README says."""
+    consumer resumes on the other and prints what docs/consumer.md says."""
     with redis_server() as server:
         done = run_recipe(
             sh_block("two replicas sharing one reply log"), tmp_path, env={"REDIS_URL": server.url}
@@ -294,7 +319,7 @@ def test_replicas_recipe(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     shown = '{"status":"complete","reason":null,"reconnects":1}'
     assert done.stdout == shown + "\n"
-    assert f"It prints `{shown}`" in README
+    assert f"It prints `{shown}`" in doc_holding("two replicas sharing one reply log")
     (directory,) = made_dirs(tmp_path)
     assert json.loads((directory / "replicated.json").read_text())["stream_id"] == "replicated"
 
@@ -303,7 +328,8 @@ def test_replicas_recipe(tmp_path: Path) -> None:
 def test_fake_gemini_walkthrough(tmp_path: Path) -> None:
     done = run_recipe(sh_block("tests.fake_gemini"), tmp_path)
     assert done.returncode == 0, done.stderr
-    shown = README.split("<!-- output-of-the-walkthrough -->\n```\n", 1)[1].split("```", 1)[0]
+    marker = "<!-- output-of-the-walkthrough -->\n```\n"
+    shown = doc_holding(marker).split(marker, 1)[1].split("```", 1)[0]
     assert done.stdout == shown
     assert not list(ROOT.glob("passages.jsonl")), "the recipe wrote into the repository"
 
@@ -355,7 +381,7 @@ def shell(command: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 @contextmanager
 def made_producer(command: str, tmp_path: Path) -> Iterator[str]:
-    """A README `make run-producer` command, on a free port (PORT=0) found via the ready file."""
+    """A doc's `make run-producer` command, on a free port (PORT=0) found via the ready file."""
     ready = tmp_path / "ready"
     env = {"PORT": "0", "REPLYWIRE_READY_FILE": str(ready)}
     with session(command, env):

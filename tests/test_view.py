@@ -396,7 +396,8 @@ def test_a_slow_reader_on_a_terminal_prints_a_few_lines(tmp_path: Path) -> None:
 
 # --- the README's samples ---------------------------------------------------------------
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: The tour's samples live in docs/tour.md (the README keeps only the demo's).
+README = (ROOT / "docs/tour.md").read_text(encoding="utf-8")
 MASKS = (
     (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "HH:MM:SS.mmm"),
     (re.compile(r"\b\d+\.\d s\b"), "N.N s"),
@@ -462,7 +463,7 @@ def readme_section(name: str) -> str:
 def test_the_readme_view_samples_are_real_runs() -> None:
     """The README's tour samples, run again (a real producer, stopped and restarted, the
     consumer command line, make trace): the same, times, ports, stream ids and what
-    depends on timing aside. Regenerate: python -m tools.docs --update README.md --run."""
+    depends on timing aside. Regenerate: python -m tools.docs --update docs/tour.md --run."""
     fresh = view_samples.samples()
     assert set(fresh) == set(view_samples.NAMES)
     for name, sample in fresh.items():

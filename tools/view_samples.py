@@ -1,6 +1,6 @@
-"""The README tour's samples, from real runs.
+"""The tour's samples (docs/tour.md), from real runs.
 
-The tour's two terminals, as the README shows them: a producer keeping its JSON trace in
+The tour's two terminals, as docs/tour.md shows them: a producer keeping its JSON trace in
 a file, and the consumer command line (its trace in a file too, so the terminal shows the
 view alone): a complete stream, a truncated one, a slow one whose producer is stopped
 (Ctrl-C twice: two SIGINTs) and started again on the same port, and the same with no
@@ -8,11 +8,11 @@ restart; each as a terminal shows it once the stream has ended (the live part is
 transient), and each stream's timeline, as ``make trace`` prints it from both traces.
 Then, with the trace on the terminals (the console format): a producer's terminal, a
 consumer with no producer to talk to, and one frame of the live part itself, drawn while
-the producer stalls on purpose. Ports and trace paths are the README's;
-``tests/test_view.py`` runs this again and compares it with the README, with the times,
+the producer stalls on purpose. Ports and trace paths are the tour's;
+``tests/test_view.py`` runs this again and compares it with docs/tour.md, with the times,
 the random stream ids and what depends on timing masked.
 
-    python -m tools.docs --update README.md --run     # rewrites the sections
+    python -m tools.docs --update docs/tour.md --run     # rewrites the sections
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-#: The ports the README shows: the default producer's, and one where nothing listens.
+#: The ports the tour shows: the default producer's, and one where nothing listens.
 SHOWN_PORT: Final = "50051"
 NOBODY_PORT: Final = "50099"
-#: Where the tour's terminals keep their JSON traces (the README's paths).
+#: Where the tour's terminals keep their JSON traces (the paths it shows).
 PRODUCER_TRACE: Final = "/tmp/producer.jsonl"
 CONSUMER_TRACE: Final = "/tmp/consumer.jsonl"
 #: Both traces at debug: every chunk sent, received and applied is on the timeline.
