@@ -53,7 +53,7 @@ pytestmark = pytest.mark.timeout(240)
 
 CASE = "backup-schedule"
 #: The frames logged before the log fails: the reply (``fake-slow-drip``, a piece every
-#: 0.1 s) is far from made then; its last event carries the last delta and the finish.
+#: 0.05 s) is far from made then; its last event carries the last delta and the finish.
 AT_FRAME = 1
 #: Far longer than anything here takes: what happens within it was not a shutdown.
 PROMPTLY_S = 20.0
@@ -61,14 +61,16 @@ PROMPTLY_S = 20.0
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeGeminiProcess]:
-    with fake_gemini(API_KEY, "--drip-delay-s", "0.1") as server:
+    with fake_gemini(API_KEY, "--drip-delay-s", "0.05") as server:
         yield server
 
 
-def live(tmp_path: Path, fake: FakeGeminiProcess, *args: str) -> Any:
+def live(tmp_path: Path, fake: FakeGeminiProcess, *args: str, model: str = "fake-slow-drip") -> Any:
+    """A producer on the fake; by default its slow drip (a reply takes seconds), so that
+    a fault lands mid-reply."""
     return producer(
         tmp_path,
-        "--source", "gemini", "--gemini-base-url", fake.base_url, "--model", "fake-slow-drip",
+        "--source", "gemini", "--gemini-base-url", fake.base_url, "--model", model,
         "--ledger", str(tmp_path / "ledger.json"), "--budget-usd", "1.0",
         "--log-level", "debug", *args,
         env={"GEMINI_API_KEY": API_KEY},
@@ -189,7 +191,8 @@ def test_a_read_from_at_or_past_the_end_of_a_complete_reply_ends_at_once(
         if log == "redis":
             server = stack.enter_context(redis_server())
             args = ("--reply-log", server.url, "--reply-log-lease-s", "1")
-        running = stack.enter_context(live(tmp_path, fake, *args))
+        # A reply made at once: what is read here is its end.
+        running = stack.enter_context(live(tmp_path, fake, *args, model="fake-running-usage"))
         whole = run_consumer(running.target, "--case", CASE, "--stream-id", "ended")
         assert whole.returncode == 0
         last = whole.result["stats"]["application_frames"]
