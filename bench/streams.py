@@ -64,8 +64,8 @@ from consumer.children import read_listening_port, start_producer, stop_producer
 from consumer.client import StreamOptions, channel_options
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from shared.consumer_core import ReplyConsumer
 from shared.errors import ProtocolFailure, Status
-from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest

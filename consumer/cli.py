@@ -53,10 +53,10 @@ from runtime.logs import (
     flush_delay_ms,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from shared.consumer_core import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
-from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay

@@ -62,9 +62,9 @@ import structlog
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
 from consumer.security import Security
+from shared.consumer_core import ReplyConsumer
 from shared.errors import REPLY_ENDINGS, ProtocolFailure, Reason, registered, scrubbed_detail
 from shared.fsm import Machine
-from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest

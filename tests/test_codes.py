@@ -43,6 +43,7 @@ from producer.metrics import ProducerMetrics
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.recording_file import load_recording
+from shared.consumer_core import MAX_REASON_CHARS, ReplyConsumer
 from shared.errors import (
     CODES,
     MAX_DETAIL_CHARS,
@@ -55,7 +56,6 @@ from shared.errors import (
 )
 from shared.faults import Fault, FaultKind
 from shared.frames import Frame, FrameKind, content_frames
-from shared.machine import MAX_REASON_CHARS, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.replay import replay
 from shared.requests import ReplyRequest, check_request

@@ -35,8 +35,8 @@ from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared import timeline as tl
+from shared.consumer_core import Input
 from shared.errors import Reason
-from shared.machine import Input
 from shared.timeline import (
     MarkKind,
     SpanKind,
