@@ -60,8 +60,9 @@ from bench.common import (
     ratio,
 )
 from consumer import client as consumer_client
+from consumer.channels import channel_options
 from consumer.children import read_listening_port, start_producer, stop_producer
-from consumer.client import StreamOptions, channel_options
+from consumer.options import StreamOptions
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.consumer_core import ReplyConsumer

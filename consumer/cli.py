@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
 
-from consumer.client import (
+from consumer.client import stream_reply
+from consumer.demo import run_demo
+from consumer.explain import Facts
+from consumer.interrupt import install_interrupt
+from consumer.options import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_KEEPALIVE_S,
@@ -28,11 +32,7 @@ from consumer.client import (
     DEFAULT_WINDOW_BYTES,
     MIN_KEEPALIVE_S,
     StreamOptions,
-    install_interrupt,
-    stream_reply,
 )
-from consumer.demo import run_demo
-from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import (
     GRPC_BUNDLED,

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from consumer.children import start_producer, stop_producer
-from consumer.client import ReplyClient, StreamOptions
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
 from consumer.traces import timeline_page_name, write_timelines
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain

@@ -24,7 +24,8 @@ from typing import Any
 import structlog
 
 from consumer.children import read_listening_port, stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat

@@ -32,7 +32,8 @@ from bench.streams import (
     shares_channel,
 )
 from consumer.children import stop_process
-from consumer.client import ReplyClient, StreamOptions
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
 from shared.wire.chunking import ChunkPlan
 from tests.processes import wait_for
 

@@ -36,7 +36,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
 from producer.gemini.protocol import provider_error as provider_refusal
 from producer.metrics import ProducerMetrics

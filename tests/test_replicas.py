@@ -28,7 +28,8 @@ import pytest
 import redis
 
 from consumer.children import stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from producer.redis_replylog import RedisReplyLog
 from producer.replylog import Entry, LogLimits, ReplyKey
 from producer.security import ANONYMOUS

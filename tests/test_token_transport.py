@@ -46,7 +46,8 @@ import grpc
 import pytest
 
 from consumer.children import stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from consumer.security import (
     GRPC_BUNDLED,
     Security,
