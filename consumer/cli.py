@@ -42,7 +42,6 @@ from consumer.security import (
     SecurityFlags,
     load_security,
 )
-from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -63,9 +62,10 @@ from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import shown_json, shown_line
-from shared.timeline_svg import DEFAULT_MAX_MARKS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
+from traces.timeline_svg import DEFAULT_MAX_MARKS
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView

@@ -464,7 +464,7 @@ def unregistered_literals(source: str) -> list[str]:
 
 SOURCES: Final = sorted(
     path
-    for folder in ("shared", "producer", "consumer")
+    for folder in ("shared", "producer", "consumer", "traces")
     for path in (ROOT / folder).rglob("*.py")
     if "pb" not in path.relative_to(ROOT).parts[:2]
 )

@@ -41,7 +41,9 @@ from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
 from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
-from shared.timeline import (
+from tests import hostile_producer as hostile
+from tests.processes import ROOT
+from traces.timeline import (
     build_timeline,
     render_result_events,
     render_summaries,
@@ -51,9 +53,7 @@ from shared.timeline import (
     table_rows,
     terminal_summary_line,
 )
-from shared.timeline_svg import render_html
-from tests import hostile_producer as hostile
-from tests.processes import ROOT
+from traces.timeline_svg import render_html
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -34,10 +34,11 @@ from hypothesis import strategies as st
 from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
-from shared import timeline as tl
 from shared.consumer_core import Input
 from shared.errors import Reason
-from shared.timeline import (
+from tests.processes import producer, read_trace
+from traces import timeline as tl
+from traces.timeline import (
     MarkKind,
     SpanKind,
     build_timeline,
@@ -47,8 +48,7 @@ from shared.timeline import (
     result_events,
     table_rows,
 )
-from shared.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
-from tests.processes import producer, read_trace
+from traces.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
 
 pytestmark = pytest.mark.timeout(180)
 

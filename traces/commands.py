@@ -2,7 +2,7 @@
 
 ``join-traces`` prints the records, merged in time order, as JSON lines (for
 ``jq`` and other tools); ``trace`` draws one stream's timeline
-(``shared/timeline.py``, ``shared/timeline_svg.py``): a table on stdout and,
+(``traces/timeline.py``, ``traces/timeline_svg.py``): a table on stdout and,
 with ``--out``, a self-contained HTML page.
 
 Every record of either process carries ``timestamp`` (ISO 8601, UTC, one
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shared.terminal_text import shown_json
-from shared.timeline import (
+from traces.timeline import (
     Timeline,
     build_timeline,
     fit,
@@ -35,7 +35,7 @@ from shared.timeline import (
     table_rows,
     terminal_summary_line,
 )
-from shared.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
+from traces.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")

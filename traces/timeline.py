@@ -38,7 +38,7 @@ The clocks are the two processes' own: on one machine they agree; across
 machines the offset between them shifts one lane against the other.
 
 Pure: no files, no clock (timestamps are parsed here, by hand, to integer
-microseconds). ``shared/timeline_svg.py`` draws the picture; ``consumer/traces.py``
+microseconds). ``traces/timeline_svg.py`` draws the picture; ``traces/commands.py``
 reads the files.
 """
 

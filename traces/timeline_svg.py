@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:func:`render_html` lays out a :class:`shared.timeline.Timeline` and returns the
+:func:`render_html` lays out a :class:`traces.timeline.Timeline` and returns the
 page as text: no script, no external style, font or image, so it opens offline
 in any browser. Two lanes share one time axis:
 
@@ -13,7 +13,7 @@ in any browser. Two lanes share one time axis:
   reads paused as spans, resumes as dashed lines with their attempt, the
   terminal as a bar, and the verdict as a line and a box at the right.
 
-Every mark is one element with ``class="mark KIND"`` (``shared.timeline.MarkKind``)
+Every mark is one element with ``class="mark KIND"`` (``traces.timeline.MarkKind``)
 or ``class="span KIND"`` (``SpanKind``), a ``data-t`` offset in ms and a
 ``<title>`` (shown on hover), inside ``<g id="lane-producer">`` or
 ``<g id="lane-consumer">``: the tests count them against the trace records.
@@ -26,7 +26,7 @@ one per pixel column, each with its count (``data-n``), so a page stays small. L
 first of three rows where they do not overlap; a label that fits nowhere is left
 to its mark's title.
 
-Pure: returns text; ``consumer/traces.py`` writes it.
+Pure: returns text; ``traces/commands.py`` writes it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from enum import StrEnum
 from html import escape
 from typing import Final
 
-from shared.timeline import (
+from traces.timeline import (
     CONSUMER,
     PRODUCER,
     SIDES,
