@@ -35,9 +35,7 @@ from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared.consumer_core import Input
-from shared.errors import Reason
 from tests.processes import producer, read_trace
-from traces import timeline as tl
 from traces.timeline import (
     MarkKind,
     SpanKind,
@@ -474,13 +472,6 @@ def test_result_events_get_the_times_of_their_records(
     assert listed.count("<tr>") == 1 + len(result["events"])
 
 
-def test_the_result_event_names_are_the_cores_own() -> None:
-    for the_input in tl.RESULT_EVENT_OF_INPUT:
-        assert Input(the_input).value == the_input
-    assert {Reason(code).value for code in tl.CONTENT_REFUSALS} == tl.CONTENT_REFUSALS
-    assert Input.PROTOCOL_FAILURE.value == tl.CORE_PROTOCOL_FAILURE
-
-
 def test_resumes_and_faults_are_labelled_with_their_attempts(traces: tuple[Path, Path]) -> None:
     records = [r for path in traces for r in read_trace(path)]
     timeline = build_timeline(records, "t-resumed")
@@ -601,18 +592,6 @@ def test_timestamps_are_read_to_the_microsecond(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "yesterday", "2026-11-30", None, 12])
 def test_what_is_not_a_timestamp_is_none(text: object) -> None:
     assert microseconds(text) is None
-
-
-def test_the_names_read_are_the_machines_own() -> None:
-    assert ReaderState.PAUSED.value == tl.READER_PAUSED
-    assert StreamState.STALLED.value == tl.PRODUCER_STALLED
-    assert StreamInput.ATTACH.value == tl.PRODUCER_ATTACH
-    assert Input.TERMINAL_FRAME.value == tl.CORE_TERMINAL_FRAME
-    assert set(tl.TERMINAL_KIND_OF_INPUT) == {
-        Input.END_AFTER_DONE.value,
-        Input.END_AFTER_CANCEL.value,
-        Input.END_AFTER_ERROR.value,
-    }
 
 
 def record(ms: int, side: str, event: str, **fields: Any) -> dict[str, Any]:

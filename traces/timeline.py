@@ -51,6 +51,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from consumer.reader_states import ReaderState
+from producer.states import StreamInput, StreamState
+from shared.consumer_core import Input
+from shared.errors import Reason
 from shared.result import (
     AnswerValidated,
     ConsumerAborted,
@@ -65,28 +69,23 @@ PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"
 SIDES: Final = (PRODUCER, CONSUMER)
 
-#: The states and inputs this reads, by value (shared/ imports neither process;
-#: tests/test_timeline.py checks each against its machine's enum).
-READER_PAUSED: Final = "paused"
-PRODUCER_STALLED: Final = "stalled"
-PRODUCER_ATTACH: Final = "attach"
-CORE_TERMINAL_FRAME: Final = "terminal_frame"
 #: The core's inputs after a terminal that name its kind (when frame_applied is not traced).
-TERMINAL_KIND_OF_INPUT: Final = {
-    "end_after_done": "done",
-    "end_after_cancel": "cancel",
-    "end_after_error": "error",
+TERMINAL_KIND_OF_INPUT: Final[dict[str, str]] = {
+    Input.END_AFTER_DONE: "done",
+    Input.END_AFTER_CANCEL: "cancel",
+    Input.END_AFTER_ERROR: "error",
 }
 
 #: The core's inputs that make a result event, and the event's kind.
-RESULT_EVENT_OF_INPUT: Final = {
-    "reply_accepted": AnswerValidated.KIND,
-    "transport_error": TransportFailed.KIND,
-    "local_abort": ConsumerAborted.KIND,
+RESULT_EVENT_OF_INPUT: Final[dict[str, str]] = {
+    Input.REPLY_ACCEPTED: AnswerValidated.KIND,
+    Input.TRANSPORT_ERROR: TransportFailed.KIND,
+    Input.LOCAL_ABORT: ConsumerAborted.KIND,
 }
 #: A content frame applied and then refused by these checks made no result event.
-CONTENT_REFUSALS: Final = frozenset({"invalid_content_delta", "content_limit"})
-CORE_PROTOCOL_FAILURE: Final = "protocol_failure"
+CONTENT_REFUSALS: Final[frozenset[str]] = frozenset(
+    {Reason.INVALID_CONTENT_DELTA, Reason.CONTENT_LIMIT}
+)
 
 #: Keys every record has or that the table shows in other columns.
 CONTEXT_KEYS: Final = frozenset(
@@ -271,13 +270,13 @@ def shown_fields(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _producer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
     to_state, the_input = record.get("to_state"), record.get("input")
-    if the_input == PRODUCER_ATTACH:
+    if the_input == StreamInput.ATTACH:
         return MarkKind.RESUME, (
             f"attach after #{record.get('resume_after')} (delivery {record.get('attempt')})"
         )
     if record.get("fault"):
         return MarkKind.FAULT, f"fault {record['fault']}"
-    if to_state == PRODUCER_STALLED:
+    if to_state == StreamState.STALLED:
         return MarkKind.FAULT, f"stall {record.get('milliseconds')} ms"
     return MarkKind.STATE, str(to_state)
 
@@ -285,11 +284,11 @@ def _producer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
 def _consumer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
     to_state, from_state = record.get("to_state"), record.get("from_state")
     if record.get("component") == "reader":
-        if to_state == READER_PAUSED:
+        if to_state == ReaderState.PAUSED:
             return MarkKind.PAUSED, "reads paused"
-        if from_state == READER_PAUSED and to_state != "ended":
+        if from_state == ReaderState.PAUSED and to_state != ReaderState.ENDED:
             return MarkKind.RESUMED, "reads resumed"
-    if record.get("input") == CORE_TERMINAL_FRAME:
+    if record.get("input") == Input.TERMINAL_FRAME:
         return MarkKind.TERMINAL, f"terminal #{record.get('sequence')}"
     return MarkKind.STATE, str(to_state)
 
@@ -429,14 +428,14 @@ class _SpanReader:
             self.opened[SpanKind.PAUSED].append(e.at_ms)
         elif e.kind is MarkKind.RESUMED:
             self.close(SpanKind.PAUSED, CONSUMER, e.at_ms, "reads paused")
-        elif e.component == "reader" and e.change.startswith(f"{READER_PAUSED} ->"):
+        elif e.component == "reader" and e.change.startswith(f"{ReaderState.PAUSED} ->"):
             # The reader ended while paused: the pause ends with it.
             self.close(SpanKind.PAUSED, CONSUMER, e.at_ms, "reads paused until the end")
 
     def producer(self, e: Entry) -> None:
-        if e.change.endswith(f"-> {PRODUCER_STALLED}"):
+        if e.change.endswith(f"-> {StreamState.STALLED}"):
             self.opened[SpanKind.STALLED].append(e.at_ms)
-        elif e.change.startswith(f"{PRODUCER_STALLED} ->"):
+        elif e.change.startswith(f"{StreamState.STALLED} ->"):
             self.close(SpanKind.STALLED, PRODUCER, e.at_ms, "stalled")
         if e.change.startswith("- ->"):
             self.opened[SpanKind.DELIVERY].append(e.at_ms)
@@ -699,7 +698,7 @@ def _refused_content(timeline: Timeline) -> set[Any]:
         e.fields.get("sequence")
         for e in timeline.entries
         if e.component == "core"
-        and e.fields.get("input") == CORE_PROTOCOL_FAILURE
+        and e.fields.get("input") == Input.PROTOCOL_FAILURE
         and e.fields.get("reason") in CONTENT_REFUSALS
     }
 
