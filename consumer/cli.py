@@ -65,7 +65,7 @@ from shared.terminal_text import shown_json, shown_line
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
-from traces.timeline_svg import DEFAULT_MAX_MARKS
+from traces.svg import DEFAULT_MAX_MARKS
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView

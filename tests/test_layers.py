@@ -36,7 +36,9 @@ IO_MODULES: Final = frozenset(
     }
 )  # fmt: skip
 PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
-PURE_TRACE_MODULES: Final = ("traces/timeline.py", "traces/timeline_svg.py")
+PURE_TRACE_MODULES: Final = tuple(
+    f"traces/{name}.py" for name in ("timeline", "table", "result_events", "svg", "page")
+)
 #: What the packages above both processes may import of them: the machine specs (data).
 MACHINE_SPECS: Final = ("producer.states", "consumer.reader_states")
 #: The one process module that imports a package above both: (module, package) pairs.

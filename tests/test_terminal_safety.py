@@ -43,17 +43,10 @@ from shared.questions import build_question_binding
 from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
 from tests import hostile_producer as hostile
 from tests.processes import ROOT
-from traces.timeline import (
-    build_timeline,
-    render_result_events,
-    render_summaries,
-    render_table,
-    result_events,
-    stream_summaries,
-    table_rows,
-    terminal_summary_line,
-)
-from traces.timeline_svg import render_html
+from traces.page import render_html
+from traces.result_events import render_result_events, result_events
+from traces.table import render_summaries, render_table, table_rows, terminal_summary_line
+from traces.timeline import build_timeline, stream_summaries
 
 pytestmark = pytest.mark.timeout(120)
 

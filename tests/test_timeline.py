@@ -36,17 +36,11 @@ from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared.consumer_core import Input
 from tests.processes import producer, read_trace
-from traces.timeline import (
-    MarkKind,
-    SpanKind,
-    build_timeline,
-    microseconds,
-    render_result_events,
-    render_table,
-    result_events,
-    table_rows,
-)
-from traces.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
+from traces.page import render_html
+from traces.result_events import render_result_events, result_events
+from traces.svg import PLOT_LEFT, PLOT_RIGHT, TimeScale
+from traces.table import render_table, table_rows
+from traces.timeline import MarkKind, SpanKind, build_timeline, microseconds
 
 pytestmark = pytest.mark.timeout(180)
 
