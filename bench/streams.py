@@ -61,8 +61,8 @@ from bench.common import (
 )
 from consumer import client as consumer_client
 from consumer.channels import channel_options
-from consumer.children import read_listening_port, start_producer, stop_producer
 from consumer.options import StreamOptions
+from harness.children import read_listening_port, start_producer, stop_producer
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.consumer_core import ReplyConsumer

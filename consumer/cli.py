@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import structlog
 
 from consumer.client import stream_reply
-from consumer.demo import run_demo
 from consumer.explain import Facts
 from consumer.interrupt import install_interrupt
 from consumer.options import (
@@ -42,6 +41,7 @@ from consumer.security import (
     SecurityFlags,
     load_security,
 )
+from harness.demo import run_demo
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,

@@ -6,7 +6,7 @@ the source.
   events' ``reason``) and in the trace records of both sides: the fault catalogue on
   every wire and case, as the producer's recording source plans it and the consumer's
   gRPC edge judges it (``StreamSession._ended``, the producer's abort details included);
-  the producer's refusals; the Gemini fake model's scripts (``tests/fake_gemini.py``)
+  the producer's refusals; the Gemini fake model's scripts (``harness/fake_gemini.py``)
   through the provider adapter, checked against the outcomes ``tests/test_gemini.py``
   expects of the live runs; and the consumer's own endings (deadline, idle, Ctrl-C, a
   broken reader, gRPC's own statuses, every code as a status's details, free text as
@@ -40,6 +40,7 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
+from harness import fake_gemini
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
 from producer.gemini.protocol import provider_error as provider_refusal
 from producer.metrics import ProducerMetrics
@@ -65,7 +66,6 @@ from shared.requests import ReplyRequest, check_request
 from shared.result import StreamResult
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests import fake_gemini
 from tests.test_gemini import SCRIPTS as LIVE_GEMINI_OUTCOMES
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -464,9 +464,11 @@ def unregistered_literals(source: str) -> list[str]:
 
 SOURCES: Final = sorted(
     path
-    for folder in ("shared", "producer", "consumer", "traces")
+    for folder in ("shared", "producer", "consumer", "traces", "harness")
     for path in (ROOT / folder).rglob("*.py")
     if "pb" not in path.relative_to(ROOT).parts[:2]
+    # The fake Gemini server's reasons are Google's (API_KEY_INVALID, ...), not ours.
+    and path.relative_to(ROOT) != Path("harness/fake_gemini.py")
 )
 
 

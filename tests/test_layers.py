@@ -14,6 +14,12 @@ timeline reads the state names from the machines themselves, so it cannot live i
 ``shared/`` or in one process. Its timeline and drawing are pure, like ``shared/``.
 Neither process imports it, except ``consumer/cli.py``: the consumer's command line
 hands it the commands that read both sides' traces (``trace``, ``join-traces``).
+
+``harness/`` (the demo, child processes, the fake Gemini server) runs the processes, so
+it sits above them and ``traces/``: it may import them all, and nothing below imports it,
+except ``consumer/cli.py`` again, whose ``demo`` command (``make demo``) it runs. The
+consumer's command line is the one place a process reaches up: the commands people
+type stay ``python -m consumer ...``, while their code lives where it belongs.
 """
 
 from __future__ import annotations
@@ -39,11 +45,11 @@ PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/
 PURE_TRACE_MODULES: Final = tuple(
     f"traces/{name}.py" for name in ("timeline", "table", "result_events", "svg", "page")
 )
-#: What the packages above both processes may import of them: the machine specs (data).
+#: What traces/ may import of the processes: their machine specs (data).
 MACHINE_SPECS: Final = ("producer.states", "consumer.reader_states")
 #: The one process module that imports a package above both: (module, package) pairs.
 COMMAND_LINE_HANDS_OVER: Final = frozenset(
-    {("consumer/cli.py", "traces"), ("consumer/demo.py", "traces")}  # the demo: until it moves
+    {("consumer/cli.py", "traces"), ("consumer/cli.py", "harness")}
 )
 
 
@@ -87,10 +93,11 @@ def test_pure_modules_import_no_io(path: Path) -> None:
 @pytest.mark.parametrize(
     ("folder", "forbidden"),
     [
-        ("shared", ("producer", "consumer", "runtime", "traces")),
-        ("runtime", ("producer", "consumer", "traces")),
-        ("producer", ("consumer", "traces")),
-        ("consumer", ("producer", "traces")),
+        ("shared", ("producer", "consumer", "runtime", "traces", "harness")),
+        ("runtime", ("producer", "consumer", "traces", "harness")),
+        ("producer", ("consumer", "traces", "harness")),
+        ("consumer", ("producer", "traces", "harness")),
+        ("traces", ("harness",)),
     ],
 )
 def test_no_layer_imports_sideways_or_up(folder: str, forbidden: tuple[str, ...]) -> None:

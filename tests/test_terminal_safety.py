@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from consumer.children import read_listening_port, stop_process
-from consumer.demo import render as render_demo
 from consumer.view import Above
+from harness.children import read_listening_port, stop_process
+from harness.demo import render as render_demo
 from runtime.console_logs import OWN_STYLES, ConsoleLines
 from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail

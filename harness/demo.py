@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer.children import start_producer, stop_producer
 from consumer.client import ReplyClient
 from consumer.options import StreamOptions
+from harness.children import start_producer, stop_producer
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain
 from shared.faults import Fault, FaultKind
