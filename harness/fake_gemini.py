@@ -4,6 +4,11 @@ For tests of a Gemini adapter: no mocks, a real socket. Standard library only
 (asyncio streams, a hand-written HTTP/1.1 server) so that every failure mode
 (slow drip, reset mid-body, a body that ends early) is under the test's control.
 
+Why one module of 1,100 lines: it is read whole by whoever needs to know what a fake
+model answers and why: the protocol facts below with their sources, the scripts that
+follow them, and the server that plays a script on one connection (the scripts are
+methods of the server: they read its published cases, pacing and per-request log).
+
 Use in-process::
 
     fake = FakeGemini(api_key="test-key")
