@@ -22,7 +22,8 @@ from bench import decoders, memory, streams
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
 from bench.report import markdown
-from consumer.client import StreamOptions, channel_options
+from consumer.channels import channel_options
+from consumer.options import StreamOptions
 
 FLOW_SECONDS: dict[Size, float] = {"tiny": 0.3, "full": 2.0}
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import grpc
 
-from consumer.client import StreamOptions, channel_options
+from consumer.channels import channel_options
+from consumer.options import StreamOptions
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 

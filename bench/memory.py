@@ -43,7 +43,8 @@ import structlog
 from bench.common import Size, bench_size
 from bench.streams import producer
 from bench.window_proxy import StreamWindow, WindowProxy
-from consumer.client import MIN_KEEPALIVE_S, StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import MIN_KEEPALIVE_S, StreamOptions
 from runtime.recording_file import load_recording
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb

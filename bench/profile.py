@@ -21,7 +21,8 @@ import pstats
 from typing import Any, TextIO
 
 from bench.decoders import cut, frames_of, ours
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from producer.server import start_server
 from producer.settings import ServerSettings
 from runtime.logs import configure_logging

@@ -60,12 +60,13 @@ from bench.common import (
     ratio,
 )
 from consumer import client as consumer_client
-from consumer.children import read_listening_port, start_producer, stop_producer
-from consumer.client import StreamOptions, channel_options
+from consumer.channels import channel_options
+from consumer.options import StreamOptions
+from harness.children import read_listening_port, start_producer, stop_producer
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from shared.consumer_core import ReplyConsumer
 from shared.errors import ProtocolFailure, Status
-from shared.machine import ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
 
-from consumer.client import (
+from consumer.client import stream_reply
+from consumer.explain import Facts
+from consumer.interrupt import install_interrupt
+from consumer.options import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_KEEPALIVE_S,
@@ -28,11 +31,7 @@ from consumer.client import (
     DEFAULT_WINDOW_BYTES,
     MIN_KEEPALIVE_S,
     StreamOptions,
-    install_interrupt,
-    stream_reply,
 )
-from consumer.demo import run_demo
-from consumer.explain import Facts
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import (
     GRPC_BUNDLED,
@@ -42,7 +41,7 @@ from consumer.security import (
     SecurityFlags,
     load_security,
 )
-from consumer.traces import TraceRequest, UnknownStream, run_join, run_trace
+from harness.demo import run_demo
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -53,19 +52,20 @@ from runtime.logs import (
     flush_delay_ms,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from shared.consumer_core import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
-from shared.machine import Limits
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import shown_json, shown_line
-from shared.timeline_svg import DEFAULT_MAX_MARKS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
+from traces.svg import DEFAULT_MAX_MARKS
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView

@@ -5,7 +5,7 @@ streaming -> paused            queue_full: the bounded queue is full; nothing is
 paused -> streaming            queue_drained: the processor took a chunk; reading resumes
 any open state -> ended        ended: EOF, a gRPC status, the idle timer, or cancelled
 
-No grpc here, so the documentation can draw it. ``consumer.client.Reader`` is
+No grpc here, so the documentation can draw it. ``consumer.reader.Reader`` is
 the only code that fires, and only when the state must change (no self-loops).
 """
 

@@ -31,9 +31,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from consumer.client import StreamSession
 from consumer.explain import HEADLINES, Facts, hint, sentence
 from consumer.reader_states import ReaderState
+from consumer.session import StreamSession
 from runtime.console_logs import OWN_STYLES
 from shared.errors import Status
 from shared.result import StreamResult

@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     gemini.add_argument(
         "--gemini-base-url",
         default=env("GEMINI_BASE_URL", DEFAULT_BASE_URL),
-        help="where the API is (e.g. the fake server: python -m tests.fake_gemini)",
+        help="where the API is (e.g. the fake server: python -m harness.fake_gemini)",
     )
     gemini.add_argument(
         "--max-output-tokens",

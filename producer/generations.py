@@ -45,7 +45,7 @@ from shared.wire import codec_for
 #: Tries to attach to or claim a live reply that keeps changing hands before giving up.
 MAX_CLAIM_ATTEMPTS: Final = 3
 #: How long a replica that relays a ``Cancel`` waits for the generator to confirm it (within
-#: the consumer's own wait for the answer, ``consumer.client.CANCEL_TIMEOUT_S``).
+#: the consumer's own wait for the answer, ``consumer.session.CANCEL_TIMEOUT_S``).
 RELAY_CANCEL_WAIT_S: Final = 1.5
 
 

@@ -18,7 +18,7 @@ from producer.security import TokenAuthenticator
 DEFAULT_MAX_STREAMS: Final = 4000
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
 #: The most frequent keepalive pings accepted by default: gRPC's own client sends no more
-#: than one a second, the consumer's floor (consumer.client.MIN_KEEPALIVE_S).
+#: than one a second, the consumer's floor (consumer.options.MIN_KEEPALIVE_S).
 MIN_PING_INTERVAL_S: Final = 1.0
 #: Pings faster than that tolerated before GOAWAY (gRPC's own default).
 MAX_PING_STRIKES: Final = 2

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import structlog
 
+from shared.consumer_core import ReplyConsumer
 from shared.errors import ProtocolFailure
 from shared.faults import Ending, Transmission, transmit
-from shared.machine import ReplyConsumer
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import StreamResult

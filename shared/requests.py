@@ -12,10 +12,10 @@ from typing import Any, Final
 
 import structlog
 
+from shared.consumer_core import Limits, ReplyConsumer
 from shared.digest import bounded_json, canonical_digest, canonical_json, digest
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
-from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.wire import WireFormat

@@ -23,8 +23,9 @@ from typing import Any
 
 import structlog
 
-from consumer.children import read_listening_port, stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
+from harness.children import read_listening_port, stop_process
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
@@ -142,9 +143,9 @@ class FakeGeminiProcess:
 def fake_gemini(
     api_key: str, *args: str, prefix: Sequence[str] = ()
 ) -> Iterator[FakeGeminiProcess]:
-    """``python -m tests.fake_gemini --port 0``: a real HTTP server speaking Gemini's SSE
+    """``python -m harness.fake_gemini --port 0``: a real HTTP server speaking Gemini's SSE
     (``prefix`` runs it through a command, e.g. on a test host; ``args``: its flags)."""
-    command = [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", api_key]
+    command = [sys.executable, "-m", "harness.fake_gemini", "--port", "0", "--api-key", api_key]
     process = subprocess.Popen(
         [*prefix, *command, *args],
         cwd=ROOT,

@@ -31,8 +31,9 @@ from bench.streams import (
     request_for,
     shares_channel,
 )
-from consumer.children import stop_process
-from consumer.client import ReplyClient, StreamOptions
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from harness.children import stop_process
 from shared.wire.chunking import ChunkPlan
 from tests.processes import wait_for
 

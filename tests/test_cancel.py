@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from producer.security import TokenAuthenticator
 from producer.server import start_server
 from producer.settings import Exposure, ServerSettings

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 import structlog
 
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from producer.gemini.ledger import BudgetLedger
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.server import start_server, stop_server

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from consumer import cli as consumer_cli
-from consumer.demo import demo_runs
+from harness.demo import demo_runs
 from runtime.recording_file import load_recording
 from shared.errors import ConfigurationError
 from shared.faults import EXPECTED_OUTCOMES, FaultKind

@@ -6,7 +6,7 @@ the source.
   events' ``reason``) and in the trace records of both sides: the fault catalogue on
   every wire and case, as the producer's recording source plans it and the consumer's
   gRPC edge judges it (``StreamSession._ended``, the producer's abort details included);
-  the producer's refusals; the Gemini fake model's scripts (``tests/fake_gemini.py``)
+  the producer's refusals; the Gemini fake model's scripts (``harness/fake_gemini.py``)
   through the provider adapter, checked against the outcomes ``tests/test_gemini.py``
   expects of the live runs; and the consumer's own endings (deadline, idle, Ctrl-C, a
   broken reader, gRPC's own statuses, every code as a status's details, free text as
@@ -36,13 +36,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
+from harness import fake_gemini
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
 from producer.gemini.protocol import provider_error as provider_refusal
 from producer.metrics import ProducerMetrics
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.recording_file import load_recording
+from shared.consumer_core import MAX_REASON_CHARS, ReplyConsumer
 from shared.errors import (
     CODES,
     MAX_DETAIL_CHARS,
@@ -55,14 +60,12 @@ from shared.errors import (
 )
 from shared.faults import Fault, FaultKind
 from shared.frames import Frame, FrameKind, content_frames
-from shared.machine import MAX_REASON_CHARS, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.replay import replay
 from shared.requests import ReplyRequest, check_request
 from shared.result import StreamResult
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests import fake_gemini
 from tests.test_gemini import SCRIPTS as LIVE_GEMINI_OUTCOMES
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -461,9 +464,11 @@ def unregistered_literals(source: str) -> list[str]:
 
 SOURCES: Final = sorted(
     path
-    for folder in ("shared", "producer", "consumer")
+    for folder in ("shared", "producer", "consumer", "traces", "harness")
     for path in (ROOT / folder).rglob("*.py")
     if "pb" not in path.relative_to(ROOT).parts[:2]
+    # The fake Gemini server's reasons are Google's (API_KEY_INVALID, ...), not ours.
+    and path.relative_to(ROOT) != Path("harness/fake_gemini.py")
 )
 
 

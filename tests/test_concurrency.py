@@ -16,7 +16,10 @@ import grpc
 import pytest
 import structlog
 
-from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession, stream_reply
+from consumer.client import ReplyClient, stream_reply
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
 from producer.cli import build_parser
 from producer.server import server_options
 from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS

@@ -1,4 +1,4 @@
-"""Tests of the fake Gemini server itself (tests/fake_gemini.py), over real sockets.
+"""Tests of the fake Gemini server itself (harness/fake_gemini.py), over real sockets.
 
 Every async scenario runs under ``asyncio.run`` inside a plain test function; the
 client is httpx (streaming), except one test that speaks raw HTTP/1.1 to check
@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from consumer.children import read_listening_port
-from tests.fake_gemini import (
+from harness.children import read_listening_port
+from harness.fake_gemini import (
     DEFAULT_MODEL,
     RATE_LIMITED_BODY,
     SCRIPTS,
@@ -659,7 +659,7 @@ def _read_port(process: subprocess.Popen[bytes]) -> int:
 def test_process_mode_serves_its_log_and_stops_on_signal(tmp_path: Path, sig: int) -> None:
     with (tmp_path / "stderr.txt").open("wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.fake_gemini", "--port", "0", "--api-key", "proc-key"],
+            [sys.executable, "-m", "harness.fake_gemini", "--port", "0", "--api-key", "proc-key"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -4,7 +4,7 @@ A counting HTTP/2 proxy (bench/window_proxy.py) sits between a real producer pro
 and a consumer that takes one chunk and stops (queue 1): it reads the window the
 consumer announces, every WINDOW_UPDATE it returns, and the DATA bytes the producer
 sends. gRPC returns a paused stream's window once more after the reader's last read
-(consumer/client.py ``announced_window``); the consumer announces half the window, so
+(consumer/channels.py ``announced_window``); the consumer announces half the window, so
 the producer gets at most the window past the chunks the consumer has read.
 """
 
@@ -21,7 +21,8 @@ import pytest
 from bench import memory
 from bench.flow_window import Firehose
 from bench.window_proxy import FrameReader, StreamWindow, initial_window
-from consumer.client import StreamOptions, announced_window, channel_options
+from consumer.channels import announced_window, channel_options
+from consumer.options import StreamOptions
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.http2 import PREFACE, frame

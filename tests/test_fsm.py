@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 
 from consumer.reader_states import SPEC as READER_SPEC
 from producer.states import SPEC as PRODUCER_SPEC
+from shared.consumer_core import SPEC as CORE_SPEC
 from shared.fsm import InvalidTransition, Machine, MachineSpec
-from shared.machine import SPEC as CORE_SPEC
 
 SPECS: list[MachineSpec[Any, Any]] = [PRODUCER_SPEC, CORE_SPEC, READER_SPEC]
 

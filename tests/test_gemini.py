@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from producer.gemini.ledger import BudgetLedger
 from shared.recording import Recording
 from shared.result import lab_view

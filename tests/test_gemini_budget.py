@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from harness.fake_gemini import BAD_USAGE
 from producer.gemini.capture import RunCapture
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
@@ -30,7 +31,6 @@ from producer.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
 from shared.recording import Recording
-from tests.fake_gemini import BAD_USAGE
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,

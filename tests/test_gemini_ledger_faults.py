@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
+from harness.fake_gemini import FakeGemini, _validate
 from producer.gemini.ledger import BudgetLedger, Ledger, Rates, estimate_prompt_tokens, usage_cost
 from producer.gemini.redis_ledger import RedisLedger, RedisOptions
-from tests.fake_gemini import FakeGemini, _validate
 from tests.processes import (
     FakeGeminiProcess,
     Producer,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from tests.processes import (
     FakeGeminiProcess,
     consumer_process,

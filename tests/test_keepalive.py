@@ -18,13 +18,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from consumer.client import (
+from consumer.channels import channel_options
+from consumer.client import stream_reply
+from consumer.options import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     MIN_KEEPALIVE_S,
     StreamOptions,
-    channel_options,
-    stream_reply,
 )
 from producer.server import start_server, stop_server
 from producer.settings import MIN_PING_INTERVAL_S, ServerSettings

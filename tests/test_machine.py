@@ -11,6 +11,15 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from shared.consumer_core import (
+    FINAL_STATES,
+    SPEC,
+    TRANSITIONS,
+    ConsumerState,
+    Input,
+    Limits,
+    ReplyConsumer,
+)
 from shared.errors import ProtocolFailure, Reason
 from shared.frames import (
     DoneDigest,
@@ -19,15 +28,6 @@ from shared.frames import (
     content_frames,
     derive_frames,
     terminal_frame,
-)
-from shared.machine import (
-    FINAL_STATES,
-    SPEC,
-    TRANSITIONS,
-    ConsumerState,
-    Input,
-    Limits,
-    ReplyConsumer,
 )
 from shared.recording import BoundCase, Recording
 from shared.replay import replay

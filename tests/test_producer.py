@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from producer.server import start_server
 from producer.settings import ServerSettings
 from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState

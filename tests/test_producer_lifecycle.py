@@ -24,8 +24,8 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.children import stop_process
-from consumer.demo import demo_runs, stream_all
+from harness.children import stop_process
+from harness.demo import demo_runs, stream_all
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from runtime.logs import configure_logging

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.recording_file import load_recording
+from shared.consumer_core import Limits, ReplyConsumer
 from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure, Reason, Status
 from shared.faults import (
     EXPECTED_OUTCOMES,
@@ -40,7 +41,6 @@ from shared.frames import (
     derive_frames,
     terminal_frame,
 )
-from shared.machine import Limits, ReplyConsumer
 from shared.pb import replywire_pb2 as pb
 from shared.reply import validate_reply
 from shared.result import LAB_RESULT_KEYS

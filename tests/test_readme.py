@@ -149,7 +149,7 @@ for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
     (sh_block("--stream-id r1"), TIMELINE),
-    (sh_block("tests.fake_gemini"), WALKTHROUGH),
+    (sh_block("fake_gemini --port 0"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
     (sh_block("two replicas sharing one reply log"), REPLICAS),
 ):
@@ -326,7 +326,7 @@ def test_replicas_recipe(tmp_path: Path) -> None:
 
 @NEEDS_JQ
 def test_fake_gemini_walkthrough(tmp_path: Path) -> None:
-    done = run_recipe(sh_block("tests.fake_gemini"), tmp_path)
+    done = run_recipe(sh_block("fake_gemini --port 0"), tmp_path)
     assert done.returncode == 0, done.stderr
     marker = "<!-- output-of-the-walkthrough -->\n```\n"
     shown = doc_holding(marker).split(marker, 1)[1].split("```", 1)[0]

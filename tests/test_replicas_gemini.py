@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.processes import (

@@ -14,7 +14,9 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.client import IdleWatch, ReplyClient, StreamOptions, stream_reply
+from consumer.client import ReplyClient, stream_reply
+from consumer.options import StreamOptions
+from consumer.reader import IdleWatch
 from shared.faults import Fault, FaultKind
 from shared.recording import Recording
 from shared.requests import ReplyRequest

@@ -16,10 +16,13 @@ import pytest
 import structlog
 
 from consumer.cli import main
-from consumer.client import ReplyClient, StreamEnded, StreamOptions, StreamSession
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
+from shared.consumer_core import ReplyConsumer
 from shared.errors import Reason, RequestRefused
 from shared.frames import FrameKind, content_frames, derive_frames, terminal_frame
-from shared.machine import ReplyConsumer
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import Flow, StreamResult

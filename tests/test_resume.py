@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from consumer.children import stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
+from harness.children import stop_process
 from shared.errors import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.result import lab_view

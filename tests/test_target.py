@@ -7,7 +7,7 @@ import json
 import signal
 from pathlib import Path
 
-from consumer.children import stop_process
+from harness.children import stop_process
 from tests.processes import Producer, consumer_process, producer, run_consumer, wait_for
 from tests.test_resume import CASE, essence
 

@@ -33,7 +33,8 @@ import grpc
 import pytest
 import structlog
 
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from consumer.security import Security
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc

@@ -33,27 +33,20 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from consumer.children import read_listening_port, stop_process
-from consumer.demo import render as render_demo
 from consumer.view import Above
+from harness.children import read_listening_port, stop_process
+from harness.demo import render as render_demo
 from runtime.console_logs import OWN_STYLES, ConsoleLines
 from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
 from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
-from shared.timeline import (
-    build_timeline,
-    render_result_events,
-    render_summaries,
-    render_table,
-    result_events,
-    stream_summaries,
-    table_rows,
-    terminal_summary_line,
-)
-from shared.timeline_svg import render_html
 from tests import hostile_producer as hostile
 from tests.processes import ROOT
+from traces.page import render_html
+from traces.result_events import render_result_events, result_events
+from traces.table import render_summaries, render_table, table_rows, terminal_summary_line
+from traces.timeline import build_timeline, stream_summaries
 
 pytestmark = pytest.mark.timeout(120)
 

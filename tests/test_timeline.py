@@ -34,21 +34,13 @@ from hypothesis import strategies as st
 from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
-from shared import timeline as tl
-from shared.errors import Reason
-from shared.machine import Input
-from shared.timeline import (
-    MarkKind,
-    SpanKind,
-    build_timeline,
-    microseconds,
-    render_result_events,
-    render_table,
-    result_events,
-    table_rows,
-)
-from shared.timeline_svg import PLOT_LEFT, PLOT_RIGHT, TimeScale, render_html
+from shared.consumer_core import Input
 from tests.processes import producer, read_trace
+from traces.page import render_html
+from traces.result_events import render_result_events, result_events
+from traces.svg import PLOT_LEFT, PLOT_RIGHT, TimeScale
+from traces.table import render_table, table_rows
+from traces.timeline import MarkKind, SpanKind, build_timeline, microseconds
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -474,13 +466,6 @@ def test_result_events_get_the_times_of_their_records(
     assert listed.count("<tr>") == 1 + len(result["events"])
 
 
-def test_the_result_event_names_are_the_cores_own() -> None:
-    for the_input in tl.RESULT_EVENT_OF_INPUT:
-        assert Input(the_input).value == the_input
-    assert {Reason(code).value for code in tl.CONTENT_REFUSALS} == tl.CONTENT_REFUSALS
-    assert Input.PROTOCOL_FAILURE.value == tl.CORE_PROTOCOL_FAILURE
-
-
 def test_resumes_and_faults_are_labelled_with_their_attempts(traces: tuple[Path, Path]) -> None:
     records = [r for path in traces for r in read_trace(path)]
     timeline = build_timeline(records, "t-resumed")
@@ -601,18 +586,6 @@ def test_timestamps_are_read_to_the_microsecond(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "yesterday", "2026-11-30", None, 12])
 def test_what_is_not_a_timestamp_is_none(text: object) -> None:
     assert microseconds(text) is None
-
-
-def test_the_names_read_are_the_machines_own() -> None:
-    assert ReaderState.PAUSED.value == tl.READER_PAUSED
-    assert StreamState.STALLED.value == tl.PRODUCER_STALLED
-    assert StreamInput.ATTACH.value == tl.PRODUCER_ATTACH
-    assert Input.TERMINAL_FRAME.value == tl.CORE_TERMINAL_FRAME
-    assert set(tl.TERMINAL_KIND_OF_INPUT) == {
-        Input.END_AFTER_DONE.value,
-        Input.END_AFTER_CANCEL.value,
-        Input.END_AFTER_ERROR.value,
-    }
 
 
 def record(ms: int, side: str, event: str, **fields: Any) -> dict[str, Any]:

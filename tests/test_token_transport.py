@@ -45,8 +45,8 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.children import stop_process
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
+from consumer.options import StreamOptions
 from consumer.security import (
     GRPC_BUNDLED,
     Security,
@@ -54,6 +54,7 @@ from consumer.security import (
     system_roots,
     target_locality,
 )
+from harness.children import stop_process
 from shared.errors import ConfigurationError
 from shared.recording import Recording
 from shared.requests import ReplyRequest

@@ -28,8 +28,9 @@ import pytest
 from rich.console import Console
 
 from consumer import cli
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
 from consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_producer
+from consumer.options import StreamOptions
 from consumer.view import LiveView, tail
 from runtime.recording_file import load_recording
 from shared.errors import Reason, Status

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from bench.lab_baseline import strict_json as lab_strict_json
+from shared.consumer_core import MAX_FRAME_BYTES
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, derive_frames
-from shared.machine import MAX_FRAME_BYTES
 from shared.recording import Recording
 from shared.wire import NEED_DATA, WireFormat, codec_for, ndjson
 from shared.wire.chunking import (

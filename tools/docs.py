@@ -26,10 +26,10 @@ from typing import Any
 
 from consumer.reader_states import SPEC as READER_SPEC
 from producer.states import SPEC as PRODUCER_SPEC
+from shared.consumer_core import SPEC as CORE_SPEC
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.fsm import MachineSpec
-from shared.machine import SPEC as CORE_SPEC
 from shared.wire import WireFormat
 from tools import view_samples
 

@@ -38,10 +38,11 @@ from typing import Final
 import structlog
 from rich.console import Console
 
-from consumer.children import read_listening_port, stop_process, stop_producer
-from consumer.client import StreamOptions, stream_reply
+from consumer.client import stream_reply
 from consumer.explain import Facts
+from consumer.options import StreamOptions
 from consumer.view import LiveView
+from harness.children import read_listening_port, stop_process, stop_producer
 from runtime.recording_file import load_recording
 from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest

@@ -2,8 +2,8 @@
 
 ``join-traces`` prints the records, merged in time order, as JSON lines (for
 ``jq`` and other tools); ``trace`` draws one stream's timeline
-(``shared/timeline.py``, ``shared/timeline_svg.py``): a table on stdout and,
-with ``--out``, a self-contained HTML page.
+(``traces/timeline.py``): a table on stdout (``traces/table.py``) and, with
+``--out``, a self-contained HTML page (``traces/page.py``).
 
 Every record of either process carries ``timestamp`` (ISO 8601, UTC, one
 format, so the strings sort as the times do), ``side`` and ``stream_id``; the
@@ -23,19 +23,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shared.terminal_text import shown_json
-from shared.timeline import (
-    Timeline,
-    build_timeline,
-    fit,
-    render_result_events,
-    render_summaries,
-    render_table,
-    result_events,
-    stream_summaries,
-    table_rows,
-    terminal_summary_line,
-)
-from shared.timeline_svg import DEFAULT_MAX_MARKS, render_html, render_index
+from traces.page import render_html, render_index
+from traces.result_events import render_result_events, result_events
+from traces.svg import DEFAULT_MAX_MARKS
+from traces.table import fit, render_summaries, render_table, table_rows, terminal_summary_line
+from traces.timeline import Timeline, build_timeline, stream_summaries
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")

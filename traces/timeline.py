@@ -1,4 +1,4 @@
-"""One stream's two traces as one timeline: the model and its terminal table.
+"""One stream's two traces as one timeline: the model (entries, spans, verdict).
 
 Theory of operation
 -------------------
@@ -28,65 +28,37 @@ Which record is which mark:
 Per-chunk records are ``debug``: at ``info`` the timeline has every state
 change, pause, fault, resume, terminal and verdict, and no chunk marks.
 
-The result document's ``events`` carry no times (they are the lab's keys, equal
-to its published documents); their records do: ``provisional_content`` is a
-``frame_applied``, ``local_terminal`` the terminal, ``validated_answer`` the
-core's ``validating -> complete``, ``transport_error`` and ``consumer_abort``
-the core's final state with its reason.
-
 The clocks are the two processes' own: on one machine they agree; across
 machines the offset between them shifts one lane against the other.
 
 Pure: no files, no clock (timestamps are parsed here, by hand, to integer
-microseconds). ``shared/timeline_svg.py`` draws the picture; ``consumer/traces.py``
-reads the files.
+microseconds). ``traces/table.py`` writes it as a terminal table, ``traces/svg.py``
+draws the picture, ``traces/page.py`` makes the HTML page, ``traces/result_events.py``
+times the result document's events; ``traces/commands.py`` reads the files.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from shared.result import (
-    AnswerValidated,
-    ConsumerAborted,
-    ContentReceived,
-    DuplicateDropped,
-    TerminalReceived,
-    TransportFailed,
-)
-from shared.terminal_text import shown_line
+from consumer.reader_states import ReaderState
+from producer.states import StreamInput, StreamState
+from shared.consumer_core import Input
 
 PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"
 SIDES: Final = (PRODUCER, CONSUMER)
 
-#: The states and inputs this reads, by value (shared/ imports neither process;
-#: tests/test_timeline.py checks each against its machine's enum).
-READER_PAUSED: Final = "paused"
-PRODUCER_STALLED: Final = "stalled"
-PRODUCER_ATTACH: Final = "attach"
-CORE_TERMINAL_FRAME: Final = "terminal_frame"
 #: The core's inputs after a terminal that name its kind (when frame_applied is not traced).
-TERMINAL_KIND_OF_INPUT: Final = {
-    "end_after_done": "done",
-    "end_after_cancel": "cancel",
-    "end_after_error": "error",
+TERMINAL_KIND_OF_INPUT: Final[dict[str, str]] = {
+    Input.END_AFTER_DONE: "done",
+    Input.END_AFTER_CANCEL: "cancel",
+    Input.END_AFTER_ERROR: "error",
 }
-
-#: The core's inputs that make a result event, and the event's kind.
-RESULT_EVENT_OF_INPUT: Final = {
-    "reply_accepted": AnswerValidated.KIND,
-    "transport_error": TransportFailed.KIND,
-    "local_abort": ConsumerAborted.KIND,
-}
-#: A content frame applied and then refused by these checks made no result event.
-CONTENT_REFUSALS: Final = frozenset({"invalid_content_delta", "content_limit"})
-CORE_PROTOCOL_FAILURE: Final = "protocol_failure"
 
 #: Keys every record has or that the table shows in other columns.
 CONTEXT_KEYS: Final = frozenset(
@@ -95,12 +67,6 @@ CONTEXT_KEYS: Final = frozenset(
         "from_state", "to_state", "component",
     }
 )  # fmt: skip
-#: Longest value shown in a table cell.
-MAX_VALUE_CHARS: Final = 48
-#: Longest cell of the table's middle columns (side, event, state change), once shown.
-MAX_CELL_CHARS: Final = 64
-#: Longest line of the terminal output before it is fitted to a terminal's width.
-MAX_LINE_CHARS: Final = 4000
 
 
 class MarkKind(StrEnum):
@@ -255,11 +221,6 @@ def _change(record: Mapping[str, Any]) -> str:
     return f"{record.get('from_state') or '-'} -> {record.get('to_state') or '-'}"
 
 
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
-
-
 def shown_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a reader needs beyond the time, side, event and state change."""
     return {
@@ -271,13 +232,13 @@ def shown_fields(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _producer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
     to_state, the_input = record.get("to_state"), record.get("input")
-    if the_input == PRODUCER_ATTACH:
+    if the_input == StreamInput.ATTACH:
         return MarkKind.RESUME, (
             f"attach after #{record.get('resume_after')} (delivery {record.get('attempt')})"
         )
     if record.get("fault"):
         return MarkKind.FAULT, f"fault {record['fault']}"
-    if to_state == PRODUCER_STALLED:
+    if to_state == StreamState.STALLED:
         return MarkKind.FAULT, f"stall {record.get('milliseconds')} ms"
     return MarkKind.STATE, str(to_state)
 
@@ -285,11 +246,11 @@ def _producer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
 def _consumer_state(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
     to_state, from_state = record.get("to_state"), record.get("from_state")
     if record.get("component") == "reader":
-        if to_state == READER_PAUSED:
+        if to_state == ReaderState.PAUSED:
             return MarkKind.PAUSED, "reads paused"
-        if from_state == READER_PAUSED and to_state != "ended":
+        if from_state == ReaderState.PAUSED and to_state != ReaderState.ENDED:
             return MarkKind.RESUMED, "reads resumed"
-    if record.get("input") == CORE_TERMINAL_FRAME:
+    if record.get("input") == Input.TERMINAL_FRAME:
         return MarkKind.TERMINAL, f"terminal #{record.get('sequence')}"
     return MarkKind.STATE, str(to_state)
 
@@ -429,14 +390,14 @@ class _SpanReader:
             self.opened[SpanKind.PAUSED].append(e.at_ms)
         elif e.kind is MarkKind.RESUMED:
             self.close(SpanKind.PAUSED, CONSUMER, e.at_ms, "reads paused")
-        elif e.component == "reader" and e.change.startswith(f"{READER_PAUSED} ->"):
+        elif e.component == "reader" and e.change.startswith(f"{ReaderState.PAUSED} ->"):
             # The reader ended while paused: the pause ends with it.
             self.close(SpanKind.PAUSED, CONSUMER, e.at_ms, "reads paused until the end")
 
     def producer(self, e: Entry) -> None:
-        if e.change.endswith(f"-> {PRODUCER_STALLED}"):
+        if e.change.endswith(f"-> {StreamState.STALLED}"):
             self.opened[SpanKind.STALLED].append(e.at_ms)
-        elif e.change.startswith(f"{PRODUCER_STALLED} ->"):
+        elif e.change.startswith(f"{StreamState.STALLED} ->"):
             self.close(SpanKind.STALLED, PRODUCER, e.at_ms, "stalled")
         if e.change.startswith("- ->"):
             self.opened[SpanKind.DELIVERY].append(e.at_ms)
@@ -525,231 +486,6 @@ def stream_summaries(records: Iterable[Mapping[str, Any]]) -> list[StreamSummary
         )
         for stream_id, seen in ordered
     ]
-
-
-# --- the terminal table -----------------------------------------------------------------
-
-TABLE_COLUMNS: Final = ("+ms", "side", "event", "from -> to", "fields")
-#: In a summed row: the fields whose first..last range is shown, and those summed.
-RANGE_FIELDS: Final = ("index", "sequence")
-SUM_FIELDS: Final = ("size", "paused_ms")
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    at_ms: float
-    where: str
-    event: str
-    change: str
-    fields: str
-    #: How many records the row stands for (a run of per-chunk records is one row).
-    count: int = 1
-
-
-def format_fields(fields: Mapping[str, Any]) -> str:
-    return " ".join(f"{key}={_shown(value)}" for key, value in fields.items())
-
-
-def _number(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
-
-
-def _summed(run: Sequence[Entry]) -> Row:
-    first, last = run[0], run[-1]
-    parts = []
-    for key in RANGE_FIELDS:
-        values = [e.fields[key] for e in run if key in e.fields]
-        if values:
-            parts.append(f"{key}={values[0]}..{values[-1]}")
-    for key in SUM_FIELDS:
-        values = [e.fields[key] for e in run if isinstance(e.fields.get(key), int | float)]
-        if values:
-            parts.append(f"{key}={_number(sum(values))}")
-    kinds = sorted({str(e.fields["kind"]) for e in run if "kind" in e.fields})
-    if kinds:
-        parts.append("kind=" + ",".join(kinds))
-    parts.append(f"until=+{last.at_ms:.3f}")
-    event = f"{first.event} ×{len(run)}"
-    return Row(first.at_ms, first.where, event, first.change, " ".join(parts), len(run))
-
-
-def _row(entry: Entry) -> Row:
-    return Row(entry.at_ms, entry.where, entry.event, entry.change, format_fields(entry.fields))
-
-
-def table_rows(timeline: Timeline, *, every: bool = False) -> list[Row]:
-    """The table's rows: every record one row (``every``), or each run of per-chunk and
-    per-pause records between two other records of the same component (the producer, the
-    consumer's core, reader or session) summed into one row: a component's records keep
-    their order, so its rows do not depend on how the other components' interleave."""
-    if every:
-        return [_row(entry) for entry in timeline.entries]
-    rows: list[Row] = []
-    runs: dict[str, dict[tuple[str, str], list[Entry]]] = {}
-
-    def flush(where: str) -> None:
-        found = runs.pop(where, {})
-        rows.extend(_summed(run) if len(run) > 1 else _row(run[0]) for run in found.values())
-
-    for entry in timeline.entries:
-        if entry.bulk:
-            runs.setdefault(entry.where, {}).setdefault((entry.event, entry.change), []).append(
-                entry
-            )
-            continue
-        flush(entry.where)
-        rows.append(_row(entry))
-    for where in list(runs):
-        flush(where)
-    return sorted(rows, key=lambda row: row.at_ms)
-
-
-def _cells(row: Row) -> tuple[str, ...]:
-    """A row's cells as drawn: every text from the traces shown by ``shared.terminal_text``
-    (a control character a trace file holds is written as its escape, never obeyed)."""
-    middle = (shown_line(cell, MAX_CELL_CHARS) for cell in (row.where, row.event, row.change))
-    return (f"{row.at_ms:.3f}", *middle, shown_line(row.fields, MAX_LINE_CHARS))
-
-
-def fit(line: str, width: int | None) -> str:
-    """A line cut to ``width`` characters, its end marked ``…`` (None: the whole line)."""
-    if width is None or len(line) <= width:
-        return line
-    return line[: max(width - 1, 0)] + "…"
-
-
-def render_table(rows: Sequence[Row], width: int | None = None) -> str:
-    """The rows as aligned text columns, a rule under the header; each line cut to
-    ``width`` if given (a terminal's: a row on one line, never wrapped). Text from the
-    traces is shown, never obeyed (``_cells``)."""
-    lines = [TABLE_COLUMNS, *(_cells(row) for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
-    out = []
-    for number, line in enumerate(lines):
-        time = line[0].rjust(widths[0])
-        middle = [cell.ljust(width) for cell, width in zip(line[1:-1], widths[1:], strict=True)]
-        out.append("  ".join([time, *middle, line[-1]]).rstrip())
-        if number == 0:
-            out.append("  ".join("-" * size for size in [*widths, len(TABLE_COLUMNS[-1])]))
-    return "\n".join(fit(line, width) for line in out) + "\n"
-
-
-def render_summaries(summaries: Sequence[StreamSummary]) -> str:
-    """The streams found, one line each; their ids, cases, times and verdicts (text from
-    the traces) shown, never obeyed (``shared.terminal_text``)."""
-    header = ("stream id", "case", "started", "producer", "consumer", "verdict")
-    lines = [header] + [
-        (
-            shown_line(s.stream_id, MAX_CELL_CHARS),
-            shown_line(str(s.case_id or "-"), MAX_CELL_CHARS),
-            shown_line(s.started, MAX_CELL_CHARS),
-            str(s.records[PRODUCER]),
-            str(s.records[CONSUMER]),
-            shown_line(s.verdict, MAX_CELL_CHARS),
-        )
-        for s in summaries
-    ]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    ]
-    text.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(text) + "\n"
-
-
-def _counted(count: int, noun: str, plural: str = "") -> str:
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
-
-
-def summary_line(timeline: Timeline) -> str:
-    """One line: the stream, its verdict and what each lane holds (as it is: the HTML
-    page escapes it; ``terminal_summary_line`` is its form for a terminal)."""
-    t = timeline
-    verdict = t.verdict.text if t.verdict else "no verdict in the traces"
-    deliveries = len(t.spans_of(SpanKind.DELIVERY))
-    return (
-        f"stream {t.stream_id} ({t.case_id or 'no case'}): {verdict}; {t.duration_ms:.3f} ms; "
-        f"producer: {_counted(t.count(MarkKind.SENT), 'chunk')} sent, "
-        f"{_counted(deliveries, 'delivery', 'deliveries')}; consumer: "
-        f"{_counted(t.count(MarkKind.RECEIVED), 'chunk')} received, "
-        f"{_counted(t.count(MarkKind.APPLIED), 'frame')} applied, "
-        f"{_counted(len(t.spans_of(SpanKind.PAUSED)), 'pause')}, "
-        f"{_counted(t.count(MarkKind.RESUME, CONSUMER), 'resume')}"
-    )
-
-
-def terminal_summary_line(timeline: Timeline) -> str:
-    """``summary_line`` for a terminal: the stream id, case and verdict from the traces
-    shown, never obeyed (``shared.terminal_text``)."""
-    return shown_line(summary_line(timeline), MAX_LINE_CHARS)
-
-
-@dataclass(frozen=True, slots=True)
-class ResultEvent:
-    """One event of the result document's ``events``, with the time of its trace record."""
-
-    kind: str
-    at_ms: float
-    detail: str
-
-
-def _refused_content(timeline: Timeline) -> set[Any]:
-    return {
-        e.fields.get("sequence")
-        for e in timeline.entries
-        if e.component == "core"
-        and e.fields.get("input") == CORE_PROTOCOL_FAILURE
-        and e.fields.get("reason") in CONTENT_REFUSALS
-    }
-
-
-def _result_event(entry: Entry, refused: set[Any]) -> ResultEvent | None:
-    sequence = entry.fields.get("sequence")
-    if entry.kind is MarkKind.APPLIED and entry.fields.get("kind") == "content_delta":
-        if sequence in refused:
-            return None
-        return ResultEvent(ContentReceived.KIND, entry.at_ms, f"#{sequence}")
-    if entry.kind is MarkKind.TERMINAL:
-        return ResultEvent(TerminalReceived.KIND, entry.at_ms, entry.label)
-    if entry.side == CONSUMER and entry.event == "duplicate_dropped":
-        return ResultEvent(DuplicateDropped.KIND, entry.at_ms, f"#{sequence}")
-    kind = RESULT_EVENT_OF_INPUT.get(str(entry.fields.get("input")))
-    if entry.component == "core" and kind is not None:
-        return ResultEvent(kind, entry.at_ms, str(entry.fields.get("reason") or ""))
-    return None
-
-
-def result_events(timeline: Timeline) -> list[ResultEvent]:
-    """The result document's events, each at its trace record's offset, in its order.
-    ``provisional_content`` needs the debug records (``frame_applied``)."""
-    refused = _refused_content(timeline)
-    found = (_result_event(entry, refused) for entry in timeline.entries)
-    return [event for event in found if event is not None]
-
-
-def render_result_events(events: Sequence[ResultEvent]) -> str:
-    """One line: the result events, runs of one kind summed (shown: their details come
-    from the traces)."""
-    parts: list[str] = []
-    runs: list[list[ResultEvent]] = []
-    for event in events:
-        if runs and runs[-1][0].kind == event.kind:
-            runs[-1].append(event)
-        else:
-            runs.append([event])
-    for run in runs:
-        first, last = run[0], run[-1]
-        if len(run) == 1:
-            detail = f" {first.detail}" if first.detail else ""
-            parts.append(f"{first.kind}{detail} +{first.at_ms:.3f}")
-        else:
-            parts.append(
-                f"{first.kind} ×{len(run)} {first.detail}..{last.detail} "
-                f"+{first.at_ms:.3f}..+{last.at_ms:.3f}"
-            )
-    line = "result events (ms, from their trace records): " + "; ".join(parts)
-    return shown_line(line, MAX_LINE_CHARS) + "\n"
 
 
 def entries_of(timeline: Timeline, *kinds: MarkKind) -> Iterator[Entry]:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer.children import start_producer, stop_producer
-from consumer.client import ReplyClient, StreamOptions
-from consumer.traces import timeline_page_name, write_timelines
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from harness.children import start_producer, stop_producer
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain
 from shared.faults import Fault, FaultKind
@@ -34,6 +34,7 @@ from shared.result import StreamResult
 from shared.terminal_text import shown_line
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
+from traces.commands import timeline_page_name, write_timelines
 
 FAULT_CASE = "replace-file"
 COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "accepted")
