@@ -207,7 +207,7 @@ def run(size: Size) -> dict[str, Any]:
         "hold_s_at_most": hold_s,
         "keepalive_s": KEEPALIVE_S,
         "per_chunk_window_bytes": PER_CHUNK,
-        "announced_window": "window // 2 (consumer.client.announced_window)",
+        "announced_window": "window // 2 (consumer.channels.announced_window)",
         "rows": rows,
     }
 
