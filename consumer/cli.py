@@ -127,7 +127,7 @@ FLAGS: Final = FlagTable((
              doc="transport chunking: `frame` (one frame per chunk), `whole` (the whole body), "
              "`N` (fixed N bytes), or `a,b,c` (a cycled size pattern)"),
         Flag("--fault", "a controlled fault (the producer needs --allow-faults)",
-             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}", shown="none",
+             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}",
              doc="a controlled fault (see Faults; the producer needs `--allow-faults`)"),
         Flag("--fault-frame", f"frame K a fault targets (unset: {DEFAULT_TARGET_FRAME})",
              Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`",
@@ -292,18 +292,21 @@ FLAGS: Final = FlagTable((
         Flag("--recording", "the recording the producer serves", Path, DEFAULT_RECORDING_PATH,
              shown="`fixtures/recording.json`"),
         Flag("--log-level", "level of both kept traces (debug: every chunk, for the timelines)",
-             choices=LEVELS, default="debug"),
+             choices=LEVELS, default="debug",
+             doc="the level of both kept traces (`debug`: every chunk, for the timelines)"),
     )),
     FlagGroup(commands=("join-traces",), flags=(
         Flag("paths", "trace files, or directories of *.jsonl files", Path, nargs="+",
-             shown="—"),
+             shown="—", doc="trace files, or directories of `*.jsonl` files"),
         Flag("--stream-id", "only this stream's records", shown="every stream"),
         Flag("--event", "only records of this event", shown="every event"),
     )),
     FlagGroup(commands=("trace",), flags=(
         Flag("paths",
              "PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files", Path,
-             nargs="+", metavar="TRACE", shown="—"),
+             nargs="+", metavar="TRACE", shown="—",
+             doc="`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
+             "files"),
         Flag("--stream", "the stream to show: its id, or the beginning of one (a short id)",
              aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream",
              doc="the stream to show: its id, or the beginning of one (a short id); without "
@@ -311,7 +314,10 @@ FLAGS: Final = FlagTable((
         Flag("--out",
              "with --stream: also write its timeline here, one self-contained HTML page (an "
              "SVG); without: a directory, for every stream's page and an index (timelines.html)",
-             Path, metavar="FILE.html|DIR"),
+             Path, metavar="FILE.html|DIR",
+             doc="with `--stream`: also write its timeline here (`FILE.html`), one "
+             "self-contained HTML page (an SVG); without: a directory, for every stream's page "
+             "and an index (`timelines.html`)"),
         Flag("--all",
              "one row per record (default: runs of per-chunk and per-pause records, one row)",
              action="switch", dest="every"),
