@@ -10,9 +10,9 @@ import argparse
 import asyncio
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 import structlog
 
@@ -42,6 +42,7 @@ from consumer.security import (
     load_security,
 )
 from harness.demo import run_demo
+from runtime.flags import Count, Flag, FlagGroup, FlagTable, positive_seconds, seconds_at_least
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -55,7 +56,13 @@ from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_exp
 from shared.consumer_core import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
-from shared.faults import DEFAULT_STALL_MS, Fault, FaultKind
+from shared.faults import (
+    DEFAULT_STALL_MS,
+    DEFAULT_TARGET_FRAME,
+    DEFAULT_TRUNCATE_BYTES,
+    Fault,
+    FaultKind,
+)
 from shared.questions import build_question_binding, parse_passages
 from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
@@ -78,23 +85,6 @@ def new_stream_id() -> str:
     return uuid.uuid4().hex
 
 
-def _integer_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from error
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}: {value}")
-        return value
-
-    return parse
-
-
-_positive = _integer_at_least(1)
-_non_negative = _integer_at_least(0)
-
-
 def _chunk_plan(text: str) -> ChunkPlan:
     try:
         return ChunkPlan.parse(text)
@@ -106,108 +96,238 @@ def _chunk_plan(text: str) -> ChunkPlan:
 
 HELP_FORMAT: dict[str, Any] = {"formatter_class": DefaultsHelpFormatter}
 
+LIMITS: Final = Limits()
+FAULT_KINDS: Final = tuple(kind.value for kind in FaultKind)
+#: The commands that consume one stream, and the one that consumes it from a producer.
+ONE_STREAM: Final = ("replay", "stream")
+STREAM: Final = ("stream",)
 
-def add_logging_flags(parser: argparse.ArgumentParser, level: str = "info") -> None:
-    parser.add_argument(
-        "--log-format",
-        choices=("auto", "json", "console"),
-        default="auto",
-        help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
-    )
-    parser.add_argument("--log-level", choices=LEVELS, default=level, help="trace level")
-    parser.add_argument(
-        "--trace-flush-ms",
-        type=flush_delay_ms,
-        default=round(DEFAULT_FLUSH_DELAY_S * 1000),
-        help=TRACE_FLUSH_HELP,
-    )
-    parser.add_argument(
-        "--trace-file",
-        type=Path,
-        default=None,
-        help="append the trace to this file as JSON lines instead of writing it to stderr",
-    )
-
-
-def add_stream_flags(parser: argparse.ArgumentParser, *, case_required: bool = True) -> None:
-    """Flags shared by every command that consumes one stream."""
-    parser.add_argument(
-        "--case",
-        required=case_required,
-        help=f"development case id, one of: {', '.join(DEVELOPMENT_CASES)}",
-    )
-    parser.add_argument(
-        "--wire",
-        choices=[wire.value for wire in WireFormat],
-        default=WireFormat.LENGTH_PREFIXED.value,
-        help="frame wire format: lp (default, length-prefixed) or ndjson, whose done both "
-        "carry the content's SHA-256 (required and checked); ndjson-lab is the lab's NDJSON "
-        "byte for byte, whose done has no digest: the content is not integrity-checked "
-        '(result "integrity": "none"); use it only to reproduce the lab\'s published table',
-    )
-    parser.add_argument(
-        "--chunks",
-        type=_chunk_plan,
-        default="frame",  # argparse parses a string default with `type`
-        help="transport chunking: frame | whole | N | a,b,c cycled",
-    )
-    parser.add_argument(
-        "--fault",
-        choices=[kind.value for kind in FaultKind],
-        default=None,
-        help="a controlled fault (the producer needs --allow-faults)",
-    )
-    parser.add_argument(
-        "--fault-frame", type=_positive, default=None, help="frame K a fault targets (unset: 3)"
-    )
-    parser.add_argument(
-        "--fault-bytes", type=_positive, default=None, help="bytes truncate-tail drops (unset: 3)"
-    )
-    parser.add_argument(
-        "--stall-ms",
-        type=_positive,
-        default=None,
-        help=f"how long --fault stall sends nothing (unset: {DEFAULT_STALL_MS})",
-    )
-    parser.add_argument(
-        "--ignore-duplicates",
-        action="store_true",
-        help="drop an exact replay of an applied frame instead of refusing it",
-    )
-    parser.add_argument(
-        "--recording",
-        type=Path,
-        default=DEFAULT_RECORDING_PATH,
-        help="the recording the binding is loaded from",
-    )
-    parser.add_argument(
-        "--result", type=Path, default=None, help="write the result here (unset: stdout)"
-    )
-    parser.add_argument(
-        "--stream-id",
-        default=None,
-        help="id that joins this stream's traces (unset: a random one)",
-    )
-    limits = Limits()
-    parser.add_argument(
-        "--max-stream-bytes",
-        type=_positive,
-        default=limits.max_stream_bytes,
-        help="bytes in one stream",
-    )
-    parser.add_argument(
-        "--max-frame-bytes", type=_positive, default=limits.max_frame_bytes, help="bytes in a frame"
-    )
-    parser.add_argument(
-        "--max-content-chars",
-        type=_positive,
-        default=limits.max_content_chars,
-        help="characters of assembled content",
-    )
-    parser.add_argument(
-        "--max-frames", type=_positive, default=limits.max_frames, help="frames in one stream"
-    )
-    add_logging_flags(parser)
+#: Every flag of ``python -m consumer``, by the commands that take it (no environment
+#: variables: the consumer reads only ``REPLYWIRE_AUTH_TOKEN``, the token itself).
+# fmt: off
+FLAGS: Final = FlagTable((
+    FlagGroup(commands=ONE_STREAM, flags=(
+        Flag("--case", f"development case id, one of: {', '.join(DEVELOPMENT_CASES)}",
+             required_in=("replay",), shown="— (`replay` needs it)",
+             doc="development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
+             + " (`stream` may ask `--question` instead)"),
+        Flag("--wire",
+             "frame wire format: lp (default, length-prefixed) or ndjson, whose done both carry "
+             "the content's SHA-256 (required and checked); ndjson-lab is the lab's NDJSON byte "
+             "for byte, whose done has no digest: the content is not integrity-checked (result "
+             '"integrity": "none"); use it only to reproduce the lab\'s published table',
+             choices=tuple(wire.value for wire in WireFormat),
+             default=WireFormat.LENGTH_PREFIXED.value,
+             doc="frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "
+             "the content digest (required and checked); `ndjson-lab` is the lab's NDJSON byte "
+             "for byte, without it (`integrity: none`): only to reproduce the lab's published "
+             "table"),
+        Flag("--chunks", "transport chunking: frame | whole | N | a,b,c cycled", _chunk_plan,
+             "frame",  # argparse parses a string default with `type`
+             doc="transport chunking: `frame` (one frame per chunk), `whole` (the whole body), "
+             "`N` (fixed N bytes), or `a,b,c` (a cycled size pattern)"),
+        Flag("--fault", "a controlled fault (the producer needs --allow-faults)",
+             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}",
+             doc="a controlled fault (see [Faults](protocol.md#faults); the producer needs "
+             "`--allow-faults`)"),
+        Flag("--fault-frame", f"frame K a fault targets (unset: {DEFAULT_TARGET_FRAME})",
+             Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`",
+             doc="the frame a fault targets (with `--fault`)"),
+        Flag("--fault-bytes", f"bytes truncate-tail drops (unset: {DEFAULT_TRUNCATE_BYTES})",
+             Count("bytes"), shown=f"`{DEFAULT_TRUNCATE_BYTES}`",
+             doc="the bytes `--fault truncate-tail` drops"),
+        Flag("--stall-ms", f"how long --fault stall sends nothing (unset: {DEFAULT_STALL_MS})",
+             Count("milliseconds"), shown=f"`{DEFAULT_STALL_MS}`",
+             doc="how long `--fault stall` sends nothing"),
+        Flag("--ignore-duplicates",
+             "drop an exact replay of an applied frame instead of refusing it", action="switch"),
+        Flag("--recording", "the recording the binding is loaded from", Path,
+             DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`",
+             doc="the recording the binding is loaded from (same checks as the producer)"),
+        Flag("--result", "write the result here (unset: stdout)", Path, shown="stdout",
+             doc="write the result document to this file instead of stdout"),
+        Flag("--stream-id", "id that joins this stream's traces (unset: a random one)",
+             shown="a random one", doc="the id that joins both sides' traces"),
+        Flag("--max-stream-bytes", "bytes in one stream", Count("bytes"),
+             LIMITS.max_stream_bytes,
+             doc="the core's bound on the bytes in one stream (the lab's)"),
+        Flag("--max-frame-bytes", "bytes in a frame", Count("bytes"), LIMITS.max_frame_bytes,
+             doc="the core's bound on the bytes in one frame (the lab's)"),
+        Flag("--max-content-chars", "characters of assembled content", Count("characters"),
+             LIMITS.max_content_chars,
+             doc="the core's bound on the characters of assembled content (the lab's)"),
+        Flag("--max-frames", "frames in one stream", Count("frames"), LIMITS.max_frames,
+             doc="the core's bound on the frames in one stream (the lab's)"),
+        Flag("--log-format",
+             "trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
+             choices=("auto", "json", "console"), default="auto",
+             doc="`json`, `console`, or `auto` (console on a TTY), as the producer"),
+        Flag("--log-level", "trace level", choices=LEVELS, default="info",
+             doc="`debug`, `info`, `warning`, `error` or `critical`, as the producer"),
+        Flag("--trace-flush-ms", TRACE_FLUSH_HELP, flush_delay_ms,
+             round(DEFAULT_FLUSH_DELAY_S * 1000),
+             doc="trace records are held at most this long and written together (0 to 1000), "
+             "as the producer"),
+        Flag("--trace-file",
+             "append the trace to this file as JSON lines instead of writing it to stderr", Path),
+    )),
+    FlagGroup(commands=STREAM, flags=(
+        Flag("--target",
+             "the producer HOST:PORT, or several in gRPC's target syntax "
+             "(ipv4:HOST:PORT,HOST:PORT or dns:///NAME:PORT), balanced round_robin",
+             default="127.0.0.1:50051",
+             doc="the producer `HOST:PORT`, or several in gRPC's own target syntax "
+             "(`ipv4:127.0.0.1:A,127.0.0.1:B`, `dns:///NAME:PORT`), balanced by gRPC's "
+             "`round_robin` policy (see [Resume](consumer.md#resume))"),
+        Flag("--queue-size", "bounded chunk queue", Count("chunks"), DEFAULT_QUEUE_SIZE,
+             doc="bounded chunk queue between reader and processor"),
+        Flag("--process-delay-ms", "simulated work per chunk", Count("milliseconds", 0), 0,
+             doc="simulated work per chunk applied"),
+        Flag("--mode", "stream: decode as chunks arrive; buffered: read the whole body first",
+             choices=("stream", "buffered"), default="stream",
+             doc="`stream`: decode as chunks arrive; `buffered`: read the whole body first "
+             "(still bounded by the stream byte limit)"),
+        Flag("--window-bytes",
+             "what a paused stream may hold in the consumer's transport: half announced as the "
+             "HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off), half for the "
+             "one update gRPC returns after the last read",
+             Count("bytes"), DEFAULT_WINDOW_BYTES,
+             doc="what a paused stream may hold in the consumer's transport (64 KiB): half "
+             "announced as the HTTP/2 stream window (`grpc.http2.lookahead_bytes`, with "
+             "`grpc.http2.bdp_probe` off), half for the one update gRPC returns after the "
+             "reader's last read (see [Flow control](protocol.md#flow-control))"),
+        Flag("--deadline-s", "overall deadline", positive_seconds, DEFAULT_DEADLINE_S,
+             doc="overall deadline: `incomplete` / `deadline_exceeded`, the RPC cancelled"),
+        Flag("--idle-timeout-s", "longest wait for one chunk", positive_seconds,
+             DEFAULT_IDLE_TIMEOUT_S,
+             doc="longest wait for one chunk: `incomplete` / `idle_timeout`, the RPC "
+             "cancelled"),
+        Flag("--keepalive-s",
+             f"gRPC keepalive: ping the producer after this much silence (>= "
+             f"{MIN_KEEPALIVE_S:g}; not below the producer's --min-ping-interval-s)",
+             seconds_at_least(MIN_KEEPALIVE_S, "gRPC pings no faster"), DEFAULT_KEEPALIVE_S,
+             doc=f"gRPC keepalive: a ping after this much silence on the connection (at least "
+             f"{MIN_KEEPALIVE_S:g}, gRPC's own floor, and not below the producer's "
+             "`--min-ping-interval-s`)"),
+        Flag("--keepalive-timeout-s",
+             "a ping unanswered this long closes the connection (UNAVAILABLE, resumed): a "
+             "producer cut off is found within about --keepalive-s plus this",
+             positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S,
+             doc="a ping unanswered this long closes the connection: a producer cut off "
+             "without a reset is found in about `--keepalive-s` plus this, and the call ends "
+             "`UNAVAILABLE` (resumed)"),
+        Flag("--resume-attempts", "resumes after a transport failure mid-stream (0: none)",
+             Count("attempts", 0), DEFAULT_RESUME_ATTEMPTS,
+             doc="resumes after a transport failure mid-stream (`0`: none, today's outcomes "
+             "exactly; see [Resume](consumer.md#resume))"),
+        Flag("--resume-backoff-s",
+             "the first wait before a resume; doubled per attempt up to 2 s, with jitter",
+             positive_seconds, DEFAULT_RESUME_BACKOFF_S,
+             doc="the first wait before a resume, doubled per attempt up to 2 s, times a "
+             "jitter of 0.5 to 1"),
+        Flag("--chunk-interval-ms", "ask the producer to pause this long between chunks",
+             Count("milliseconds", 0), 0),
+        Flag("--view",
+             "the live view: the text as it arrives, a status line, then the verdict in words "
+             "(unset: on when stdout is a terminal). With it, the result document goes only to "
+             "--result; without it, to stdout (or --result)",
+             action="toggle", shown="on when stdout is a terminal",
+             doc="the live view: the provisional text and a status line while it streams, then "
+             "the verdict in words; with it the result document goes only to `--result FILE`"),
+        Flag("--question", "ask your own question (gemini source): the question",
+             doc="ask your own question (gemini source), with `--context`; replaces `--case`"),
+        Flag("--context",
+             "with --question: the passages, a JSON list or JSON Lines of {id, text, url}", Path,
+             doc="with `--question`: the passages, a JSON list or JSON Lines of "
+             "`{id, text, url}`"),
+        Flag("--binding",
+             "send this binding (a JSON file) instead of the recording's: for testing refusals",
+             Path,
+             doc="send this binding (a JSON file) instead of the recording's (to see the "
+             f"producer refuse it); at most {MAX_BINDING_BYTES // 1024} KiB and "
+             f"{MAX_BINDING_DEPTH} levels deep"),
+    )),
+    FlagGroup(
+        title="security",
+        description="TLS and a bearer token (the producer's --tls-* and --auth-tokens). The "
+        "token goes only over TLS, or to a loopback target or a Unix socket, unless --insecure",
+        commands=STREAM,
+        flags=(
+            Flag("--tls",
+                 f"TLS, the producer's certificate checked against the system's trust store "
+                 f"(${GRPC_ROOTS_ENV}, else ${OPENSSL_ROOTS_ENV}, else the system's CA bundle)",
+                 action="switch",
+                 doc="TLS, the producer's certificate checked against the system's trust store "
+                 f"(`{GRPC_ROOTS_ENV}`, else `{OPENSSL_ROOTS_ENV}`, else the system's CA "
+                 "bundle: see [Security](security.md)); plaintext without it or `--tls-ca`"),
+            Flag("--tls-ca", "TLS trusting this CA alone (the producer's), with or without --tls",
+                 Path,
+                 doc="TLS trusting this one CA (the one that signed the producer's "
+                 "certificate), with or without `--tls`"),
+            Flag("--tls-cert", "mutual TLS: this consumer's certificate", Path,
+                 doc="mutual TLS: this consumer's certificate (with `--tls` or `--tls-ca`)"),
+            Flag("--tls-key", "mutual TLS: its key", Path,
+                 doc="mutual TLS: the key of `--tls-cert`"),
+            Flag("--tls-server-name",
+                 "the name the producer's certificate must carry (default: the target's host)",
+                 shown="the target's host",
+                 doc="the name the producer's certificate must carry, with `--tls` or "
+                 "`--tls-ca`"),
+            Flag("--auth-token-file",
+                 f"a file holding the bearer token alone (or set {TOKEN_ENV}); sent as gRPC "
+                 "call credentials, over TLS or to a loopback target or a Unix socket",
+                 Path,
+                 doc=f"the bearer token, alone in a file (or `{TOKEN_ENV}`); sent as gRPC call "
+                 "credentials, over TLS or to a loopback target or a Unix socket only (see "
+                 "Security); never logged"),
+            Flag("--insecure",
+                 "let the token go in clear, as metadata, over a plaintext channel to a target "
+                 "that is not a loopback address or a Unix socket (said at every start)",
+                 action="switch",
+                 doc="let the token go in clear, as metadata, over a plaintext channel to a "
+                 "target that is not a loopback address or a Unix socket (without it: exit 2 "
+                 "before any connection); said on stderr and in the trace at every start"),
+        ),
+    ),
+    FlagGroup(commands=("demo",), flags=(
+        Flag("--recording", "the recording the producer serves", Path, DEFAULT_RECORDING_PATH,
+             shown="`fixtures/recording.json`"),
+        Flag("--log-level", "level of both kept traces (debug: every chunk, for the timelines)",
+             choices=LEVELS, default="debug",
+             doc="the level of both kept traces (`debug`: every chunk, for the timelines)"),
+    )),
+    FlagGroup(commands=("join-traces",), flags=(
+        Flag("paths", "trace files, or directories of *.jsonl files", Path, nargs="+",
+             shown="—", doc="trace files, or directories of `*.jsonl` files"),
+        Flag("--stream-id", "only this stream's records", shown="every stream"),
+        Flag("--event", "only records of this event", shown="every event"),
+    )),
+    FlagGroup(commands=("trace",), flags=(
+        Flag("paths",
+             "PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files", Path,
+             nargs="+", metavar="TRACE", shown="—",
+             doc="`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
+             "files"),
+        Flag("--stream", "the stream to show: its id, or the beginning of one (a short id)",
+             aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream",
+             doc="the stream to show: its id, or the beginning of one (a short id); without "
+             "it, the streams found"),
+        Flag("--out",
+             "with --stream: also write its timeline here, one self-contained HTML page (an "
+             "SVG); without: a directory, for every stream's page and an index (timelines.html)",
+             Path, metavar="FILE.html|DIR",
+             doc="with `--stream`: also write its timeline here (`FILE.html`), one "
+             "self-contained HTML page (an SVG); without: a directory, for every stream's page "
+             "and an index (`timelines.html`)"),
+        Flag("--all",
+             "one row per record (default: runs of per-chunk and per-pause records, one row)",
+             action="switch", dest="every"),
+        Flag("--max-marks",
+             "marks a row of the picture draws one by one; past it, one bin per pixel column",
+             Count("marks"), DEFAULT_MAX_MARKS, metavar="N"),
+    )),
+))
+# fmt: on
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
@@ -400,157 +520,6 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     return finish_stream(result, args, out, view)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from error
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return value
-
-
-def _keepalive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value < MIN_KEEPALIVE_S:
-        raise argparse.ArgumentTypeError(
-            f"must be >= {MIN_KEEPALIVE_S:g} (gRPC pings no faster): {text}"
-        )
-    return value
-
-
-def add_network_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target",
-        default="127.0.0.1:50051",
-        help="the producer HOST:PORT, or several in gRPC's target syntax "
-        "(ipv4:HOST:PORT,HOST:PORT or dns:///NAME:PORT), balanced round_robin",
-    )
-    parser.add_argument(
-        "--queue-size", type=_positive, default=DEFAULT_QUEUE_SIZE, help="bounded chunk queue"
-    )
-    parser.add_argument(
-        "--process-delay-ms", type=_non_negative, default=0, help="simulated work per chunk"
-    )
-    parser.add_argument(
-        "--mode",
-        choices=("stream", "buffered"),
-        default="stream",
-        help="stream: decode as chunks arrive; buffered: read the whole body first",
-    )
-    parser.add_argument(
-        "--window-bytes",
-        type=_positive,
-        default=DEFAULT_WINDOW_BYTES,
-        help="what a paused stream may hold in the consumer's transport: half announced as "
-        "the HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off), half "
-        "for the one update gRPC returns after the last read",
-    )
-    parser.add_argument(
-        "--deadline-s", type=_seconds, default=DEFAULT_DEADLINE_S, help="overall deadline"
-    )
-    parser.add_argument(
-        "--idle-timeout-s",
-        type=_seconds,
-        default=DEFAULT_IDLE_TIMEOUT_S,
-        help="longest wait for one chunk",
-    )
-    parser.add_argument(
-        "--keepalive-s",
-        type=_keepalive_seconds,
-        default=DEFAULT_KEEPALIVE_S,
-        help=f"gRPC keepalive: ping the producer after this much silence (>= {MIN_KEEPALIVE_S:g}; "
-        "not below the producer's --min-ping-interval-s)",
-    )
-    parser.add_argument(
-        "--keepalive-timeout-s",
-        type=_seconds,
-        default=DEFAULT_KEEPALIVE_TIMEOUT_S,
-        help="a ping unanswered this long closes the connection (UNAVAILABLE, resumed): a "
-        "producer cut off is found within about --keepalive-s plus this",
-    )
-    parser.add_argument(
-        "--resume-attempts",
-        type=_non_negative,
-        default=DEFAULT_RESUME_ATTEMPTS,
-        help="resumes after a transport failure mid-stream (0: none)",
-    )
-    parser.add_argument(
-        "--resume-backoff-s",
-        type=_seconds,
-        default=DEFAULT_RESUME_BACKOFF_S,
-        help="the first wait before a resume; doubled per attempt up to 2 s, with jitter",
-    )
-    parser.add_argument(
-        "--chunk-interval-ms",
-        type=_non_negative,
-        default=0,
-        help="ask the producer to pause this long between chunks",
-    )
-    parser.add_argument(
-        "--view",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the live view: the text as it arrives, a status line, then the verdict in words "
-        "(unset: on when stdout is a terminal). With it, the result document goes only to "
-        "--result; without it, to stdout (or --result)",
-    )
-    parser.add_argument(
-        "--question", default=None, help="ask your own question (gemini source): the question"
-    )
-    parser.add_argument(
-        "--context",
-        type=Path,
-        default=None,
-        help="with --question: the passages, a JSON list or JSON Lines of {id, text, url}",
-    )
-    parser.add_argument(
-        "--binding",
-        type=Path,
-        default=None,
-        help="send this binding (a JSON file) instead of the recording's: for testing refusals",
-    )
-    security = parser.add_argument_group(
-        "security",
-        "TLS and a bearer token (the producer's --tls-* and --auth-tokens). The token goes "
-        "only over TLS, or to a loopback target or a Unix socket, unless --insecure",
-    )
-    security.add_argument(
-        "--tls",
-        action="store_true",
-        help=f"TLS, the producer's certificate checked against the system's trust store "
-        f"(${GRPC_ROOTS_ENV}, else ${OPENSSL_ROOTS_ENV}, else the system's CA bundle)",
-    )
-    security.add_argument(
-        "--tls-ca",
-        type=Path,
-        default=None,
-        help="TLS trusting this CA alone (the producer's), with or without --tls",
-    )
-    security.add_argument(
-        "--tls-cert", type=Path, default=None, help="mutual TLS: this consumer's certificate"
-    )
-    security.add_argument("--tls-key", type=Path, default=None, help="mutual TLS: its key")
-    security.add_argument(
-        "--tls-server-name",
-        default=None,
-        help="the name the producer's certificate must carry (default: the target's host)",
-    )
-    security.add_argument(
-        "--auth-token-file",
-        type=Path,
-        default=None,
-        help=f"a file holding the bearer token alone (or set {TOKEN_ENV}); sent as gRPC call "
-        "credentials, over TLS or to a loopback target or a Unix socket",
-    )
-    security.add_argument(
-        "--insecure",
-        action="store_true",
-        help="let the token go in clear, as metadata, over a plaintext channel to a target "
-        "that is not a loopback address or a Unix socket (said at every start)",
-    )
-
-
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     recording = load_recording_or_explain(args.recording)
     fault = fault_from(args)  # a usage error before a refusal, as before
@@ -578,6 +547,27 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     return exit_code(result)
 
 
+#: Each command: its one-line help, and the description its own --help opens with.
+COMMANDS: Final = {
+    "replay": ("frame a recorded case and consume it in this process", None),
+    "stream": ("open a stream from a producer over gRPC and consume it", None),
+    "demo": (
+        "start a producer, stream the cases and the fault catalogue through it, print a "
+        "table, stop the producer",
+        "Both traces are kept as JSON lines in the directory printed at the end: "
+        "producer.jsonl and consumer.jsonl (this process), with each stream's timeline "
+        "(timeline-ID.html, linked from timelines.html).",
+    ),
+    "join-traces": ("merge JSON-lines traces (both sides) in time order, one stream or all", None),
+    "trace": (
+        "one stream's timeline across both traces: a table, and a picture with --out",
+        "Joins the producer's and the consumer's JSON-lines traces (their --trace-file, or "
+        "stderr as JSON) by stream id into one time-ordered timeline. Without --stream: the "
+        "streams found. Per-chunk marks need both sides at --log-level debug.",
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m consumer",
@@ -589,91 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
     # Commands without the logging flags (demo, join-traces, trace) hold records as long.
     parser.set_defaults(trace_flush_ms=round(DEFAULT_FLUSH_DELAY_S * 1000))
     commands = parser.add_subparsers(dest="command", required=True)
-    replay_parser = commands.add_parser(
-        "replay", help="frame a recorded case and consume it in this process", **HELP_FORMAT
-    )
-    add_stream_flags(replay_parser)
-    stream_parser = commands.add_parser(
-        "stream", help="open a stream from a producer over gRPC and consume it", **HELP_FORMAT
-    )
-    add_stream_flags(stream_parser, case_required=False)
-    add_network_flags(stream_parser)
-    demo_parser = commands.add_parser(
-        "demo",
-        help="start a producer, stream the cases and the fault catalogue through it, "
-        "print a table, stop the producer",
-        description="Both traces are kept as JSON lines in the directory printed at the end: "
-        "producer.jsonl and consumer.jsonl (this process), with each stream's timeline "
-        "(timeline-ID.html, linked from timelines.html).",
-        **HELP_FORMAT,
-    )
-    demo_parser.add_argument(
-        "--recording",
-        type=Path,
-        default=DEFAULT_RECORDING_PATH,
-        help="the recording the producer serves",
-    )
-    demo_parser.add_argument(
-        "--log-level",
-        choices=LEVELS,
-        default="debug",
-        help="level of both kept traces (debug: every chunk, for the timelines)",
-    )
-    join_parser = commands.add_parser(
-        "join-traces",
-        help="merge JSON-lines traces (both sides) in time order, one stream or all",
-        **HELP_FORMAT,
-    )
-    join_parser.add_argument(
-        "paths", type=Path, nargs="+", help="trace files, or directories of *.jsonl files"
-    )
-    join_parser.add_argument("--stream-id", default=None, help="only this stream's records")
-    join_parser.add_argument("--event", default=None, help="only records of this event")
-    trace_parser = commands.add_parser(
-        "trace",
-        help="one stream's timeline across both traces: a table, and a picture with --out",
-        description="Joins the producer's and the consumer's JSON-lines traces (their "
-        "--trace-file, or stderr as JSON) by stream id into one time-ordered timeline. "
-        "Without --stream: the streams found. Per-chunk marks need both sides at "
-        "--log-level debug.",
-        **HELP_FORMAT,
-    )
-    trace_parser.add_argument(
-        "paths",
-        type=Path,
-        nargs="+",
-        metavar="TRACE",
-        help="PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files",
-    )
-    trace_parser.add_argument(
-        "--stream",
-        "--stream-id",
-        dest="stream_id",
-        metavar="ID",
-        default=None,
-        help="the stream to show: its id, or the beginning of one (a short id)",
-    )
-    trace_parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="FILE.html|DIR",
-        default=None,
-        help="with --stream: also write its timeline here, one self-contained HTML page (an "
-        "SVG); without: a directory, for every stream's page and an index (timelines.html)",
-    )
-    trace_parser.add_argument(
-        "--all",
-        dest="every",
-        action="store_true",
-        help="one row per record (default: runs of per-chunk and per-pause records, one row)",
-    )
-    trace_parser.add_argument(
-        "--max-marks",
-        type=_positive,
-        metavar="N",
-        default=DEFAULT_MAX_MARKS,
-        help="marks a row of the picture draws one by one; past it, one bin per pixel column",
-    )
+    for command, (summary, description) in COMMANDS.items():
+        command_parser = commands.add_parser(
+            command, help=summary, description=description, **HELP_FORMAT
+        )
+        FLAGS.add_to(command_parser, command)
     return parser
 
 

@@ -65,6 +65,20 @@ from producer.settings import (
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from producer.store_urls import Store, StoreError, StoreKind, parse_store, redacted
+from runtime.flags import (
+    ENV_PREFIX,
+    Count,
+    Flag,
+    FlagGroup,
+    FlagTable,
+    Number,
+    OrNone,
+    non_negative_number,
+    port_number,
+    positive_seconds,
+    seconds_at_least,
+    seconds_or_zero,
+)
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
@@ -80,318 +94,311 @@ from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_exp
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.recording import RECORDING_SHA256, Recording
 
-ENV_PREFIX: Final = "REPLYWIRE_"
 SHUTDOWN_GRACE_S: Final = 5.0
-MAX_PORT: Final = 65535
-TRUE_WORDS: Final = frozenset({"1", "true", "yes", "on"})
 
+#: The budget's and the rates' US dollars.
+BUDGET_USD: Final = Number(0.0, inclusive=False, unit="US dollars")
+RATE_USD: Final = Number(0.0, unit="US dollars")
 
-def env(name: str, default: str) -> str:
-    return os.environ.get(ENV_PREFIX + name, default)
-
-
-def port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from error
-    if not 0 <= value <= MAX_PORT:
-        raise argparse.ArgumentTypeError(f"a port is 0..{MAX_PORT} (0 picks a free one): {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from error
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text}")
-    return value
-
-
-def stream_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
-
-
-def optional_count(text: str) -> int | None:
-    return stream_count(text) if text else None
-
-
-def optional_port(text: str) -> int | None:
-    return port_number(text) if text else None
-
-
-def shown_default(value: str) -> str:
-    """A store flag's ``(default: ...)`` for ``--help``, without a password the environment
-    put in it. ``%(default).0s`` formats the real default as nothing: argparse, seeing it,
-    adds no ``(default: ...)`` of its own."""
-    shown = redacted(value).replace("%", "%%")  # argparse formats help with %
-    return f"(default: {shown})%(default).0s"
+#: Every flag of ``python -m producer``, each also ``REPLYWIRE_<FLAG>`` in the environment.
+# fmt: off
+FLAGS: Final = FlagTable(
+    env_prefix=ENV_PREFIX,
+    groups=(
+        FlagGroup((
+            Flag("--host", "address to listen on", default="127.0.0.1"),
+            Flag("--port", "0 picks a free port", port_number, 50051,
+                 doc="port, 0 to 65535; `0` picks a free one, which is logged and printed as "
+                 "`listening on HOST:PORT`. A port that is taken is one line on stderr and "
+                 "exit 2 (the producer sets `grpc.so_reuseport` to 0, so a second producer "
+                 "never shares a port)"),
+            Flag("--source", "where replies come from", choices=("recording", "gemini"),
+                 default="recording",
+                 doc="where replies come from: `recording` or `gemini` (see [Live "
+                 "Gemini](gemini.md))"),
+            Flag("--recording", "the hashed recording the replies and bindings come from",
+                 Path, DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`",
+                 doc="the hashed recording the replies and bindings come from: it must have "
+                 "the pinned SHA-256 and pass the consistency checks, or the producer refuses "
+                 "to start (exit 2, one line on stderr)"),
+            Flag("--recording-sha256",
+                 "the pinned SHA-256 of --recording (a converted capture pins its own)",
+                 default=RECORDING_SHA256, shown="the fixture's",
+                 doc="the pinned hash of `--recording` (a converted capture pins its own)"),
+            Flag("--allow-faults", "serve controlled fault requests", action="switch",
+                 doc="serve fault requests; without it they are refused `PERMISSION_DENIED` / "
+                 "`faults_not_allowed`"),
+            Flag("--max-connection-age-s",
+                 "drain connections older than this; no stream outlives twice this",
+                 positive_seconds, DEFAULT_MAX_CONNECTION_AGE_S,
+                 doc="connections older than this are drained (GOAWAY) and closed after the "
+                 "same again: no stream outlives twice this, even one blocked by a consumer "
+                 "that stopped reading without cancelling; a stream cut so ends "
+                 "`connection_aged_out`"),
+            Flag("--max-streams",
+                 "streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
+                 Count("streams"), DEFAULT_MAX_STREAMS,
+                 doc="streams served at once, over all connections (at least 1); one more is "
+                 "refused `RESOURCE_EXHAUSTED` / `stream_limit` (see "
+                 "[Limits](operations.md#limits))"),
+            Flag("--max-streams-per-identity",
+                 "with --auth-tokens: streams one caller may hold at once (default: a quarter "
+                 "of --max-streams); one more is refused RESOURCE_EXHAUSTED / "
+                 "identity_stream_limit. Without tokens every caller is one identity and only "
+                 "--max-streams applies",
+                 OrNone(Count("streams")), shown="a quarter of `--max-streams`",
+                 doc="with `--auth-tokens`: streams one caller may hold at once (at least 1); "
+                 "one more is refused `RESOURCE_EXHAUSTED` / `identity_stream_limit` while "
+                 "other callers are still served. Without tokens every caller is the one "
+                 "identity `anonymous` and only `--max-streams` applies (see "
+                 "[Security](security.md#a-reply-belongs-to-its-caller))"),
+            Flag("--max-health-watches",
+                 "health Watch streams (unauthenticated) served at once; one more is refused "
+                 "RESOURCE_EXHAUSTED / health_watch_limit",
+                 Count("health watches"), DEFAULT_MAX_HEALTH_WATCHES,
+                 doc="health `Watch` streams (which need no token) served at once (at least "
+                 "1); one more is refused `RESOURCE_EXHAUSTED` / `health_watch_limit` (see "
+                 "Operations)"),
+            Flag("--max-pending",
+                 "new streams gRPC holds until the servicer takes them (a burst); past it gRPC "
+                 "drops one (the consumer says producer_overloaded)",
+                 Count("streams"), DEFAULT_MAX_PENDING,
+                 doc="new streams gRPC holds until the servicer takes them (a burst; at least "
+                 "1); past it gRPC drops one with a bare `CANCELLED`, which the consumer "
+                 "reports `refused` / `producer_overloaded` (see [Limits](operations.md#limits))"),
+            Flag("--min-ping-interval-s",
+                 "the most frequent keepalive pings a consumer may send (its --keepalive-s); "
+                 "a peer that pings faster is sent GOAWAY too_many_pings",
+                 seconds_at_least(0.001, "one millisecond"), MIN_PING_INTERVAL_S,
+                 doc="the most frequent keepalive pings a consumer may send (its "
+                 "`--keepalive-s`; gRPC's own client sends at most one a second); a peer that "
+                 "pings faster is sent GOAWAY `too_many_pings` after 2 strikes (at least "
+                 "0.001)"),
+            Flag("--shutdown-grace-s",
+                 "on SIGINT/SIGTERM, how long open streams may finish; the rest end "
+                 "UNAVAILABLE (a second signal ends the grace at once)",
+                 seconds_or_zero, SHUTDOWN_GRACE_S,
+                 doc="on SIGINT / SIGTERM, how long open streams may still finish; the rest "
+                 "end `UNAVAILABLE` / `producer_shutdown` (a second signal ends the grace at "
+                 "once)"),
+            Flag("--metrics-port",
+                 "serve Prometheus metrics on this port (0 picks a free one; off by default)",
+                 OrNone(port_number),
+                 doc="serve Prometheus metrics on `http://HOST:PORT/metrics` (`https://` when "
+                 "the producer has `--tls-cert` and `--tls-key`; `0` picks a free port, logged "
+                 "as `metrics_listening`); a port that is taken is one line on stderr and "
+                 "exit 2"),
+            Flag("--metrics-host",
+                 "address the metrics endpoint listens on; not a loopback one: needs "
+                 "--tls-cert and --tls-key (then HTTPS), or --insecure",
+                 default="127.0.0.1",
+                 doc="address the metrics endpoint listens on; a non-loopback one follows the "
+                 "gRPC port's rule: refused (one line, exit 2) unless the producer has TLS, or "
+                 "`--insecure`, which is then said at every start (see "
+                 "[Security](security.md#the-metrics-endpoint))"),
+            Flag("--trace-file",
+                 "append the JSON trace to this file (whole lines, in batches: "
+                 "--trace-flush-ms); stderr keeps only one-line messages",
+                 Path,
+                 doc="append the JSON trace to this file instead of stderr, which then keeps "
+                 "only one-line messages; whole lines, written in batches (`--trace-flush-ms`)"),
+            Flag("--log-format",
+                 "trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
+                 choices=("auto", "json", "console"), default="auto",
+                 doc="`json`, `console`, or `auto` (console on a TTY)"),
+            Flag("--log-level", "debug adds one record per chunk sent", choices=LEVELS,
+                 default="info",
+                 doc="`debug`, `info`, `warning`, `error` or `critical`; `debug` adds one "
+                 "record per chunk sent"),
+            Flag("--trace-flush-ms", TRACE_FLUSH_HELP, flush_delay_ms,
+                 round(DEFAULT_FLUSH_DELAY_S * 1000),
+                 doc="trace records are held at most this long and written together (0 to "
+                 "1000; `0`: at the end of each event-loop pass); a clean stop writes what is "
+                 "held, a `SIGKILL` loses it. The consumer takes the same flag"),
+            Flag("--ready-file",
+                 "once listening, write HOST:PORT to this file (atomically): a script waits "
+                 "for it",
+                 Path,
+                 doc="once listening, write `HOST:PORT` to this file (atomically; a stale one "
+                 "is removed at start): a script waits for it"),
+            Flag("--detach-grace-s",
+                 "how long a reply is still generated after its consumer disconnected",
+                 seconds_or_zero, DEFAULT_DETACH_GRACE_S,
+                 doc="how long a reply is still generated after its consumer disconnected, so "
+                 "a resume finds it (see [Resume](consumer.md#resume))"),
+            Flag("--reply-log-max-frames",
+                 "frames logged per reply (over it the reply ends reply_log_limit)",
+                 Count("frames"), DEFAULT_MAX_FRAMES,
+                 doc="frames logged per reply; over it the reply ends `reply_log_limit` (its "
+                 "generation stops at once: a live provider call is closed and settled)"),
+            Flag("--reply-log-max-bytes",
+                 "wire bytes logged per reply (over it the reply ends reply_log_limit)",
+                 Count("bytes"), DEFAULT_MAX_BYTES,
+                 doc="wire bytes logged per reply; over it the reply ends `reply_log_limit` "
+                 "(its generation stops at once: a live provider call is closed and settled)"),
+            Flag("--reply-log-max-replies",
+                 "replies kept for resumes (the oldest ended one goes first)",
+                 Count("replies"), DEFAULT_MAX_REPLIES,
+                 doc="replies kept for resumes (the oldest ended one goes first; with none "
+                 "ended a new stream is refused `stream_limit`)"),
+            Flag("--reply-log-ttl-s", "how long an ended reply is kept for resumes",
+                 seconds_or_zero, DEFAULT_REPLY_TTL_S),
+            Flag("--reply-log",
+                 "where replies are logged for resumes: memory (this process), or "
+                 "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas",
+                 default="memory", redact=redacted,
+                 doc="where replies are logged: `memory` (this process) or "
+                 "`redis://HOST:PORT/DB` (`rediss://` for TLS, `unix:///PATH?db=N` for a "
+                 "socket; the scheme in any case), one Redis Streams log shared by replicas "
+                 "(see [Replicas](consumer.md#replicas)); any other `scheme://` or word is a "
+                 "usage error (one line, "
+                 "exit 2), and a Redis that does not answer at start is one line on stderr and "
+                 "exit 2. A URL's password is never shown (see [Security](security.md))"),
+            Flag("--reply-log-lease-s",
+                 "a shared log: how long a silent generator keeps its lease (then "
+                 "generator_lost)",
+                 positive_seconds, DEFAULT_LEASE_S,
+                 doc="a shared log: a generating replica's lease (refreshed every third of "
+                 "it); a reply whose lease lapses before its end ends `generator_lost` for its "
+                 "readers"),
+        )),
+        FlagGroup(
+            title="security",
+            description="a producer on a non-loopback address needs TLS and tokens, or "
+            "--insecure",
+            flags=(
+                Flag("--tls-cert", "TLS: this server's certificate", Path,
+                     doc="serve TLS with this certificate (and `--tls-key`; see "
+                     "[Security](security.md#tls))"),
+                Flag("--tls-key", "TLS: its key", Path,
+                     doc="the key of `--tls-cert`"),
+                Flag("--tls-client-ca",
+                     "mutual TLS: require a client certificate signed by this CA", Path),
+                Flag("--auth-tokens",
+                     "a file of 'NAME TOKEN' lines: every request must carry one of the "
+                     "tokens as 'authorization: Bearer TOKEN'; NAME is the caller in the trace "
+                     "and the ledger",
+                     Path,
+                     doc="a file of `NAME TOKEN` lines; every request must carry one token as "
+                     "`authorization: Bearer TOKEN`; `NAME` is the caller in the trace and the "
+                     "ledger"),
+                Flag("--insecure",
+                     "listen on a non-loopback address without TLS and tokens, and serve "
+                     "metrics on one without TLS (said at every start)",
+                     action="switch",
+                     doc="allow a non-loopback `--host` without TLS and tokens, and a "
+                     "non-loopback `--metrics-host` without TLS (each said at every start, on "
+                     "stderr and in the trace)"),
+            ),
+        ),
+        FlagGroup(
+            title="gemini source (needs GEMINI_API_KEY)",
+            flags=(
+                Flag("--model", "the model in the URL", default=DEFAULT_MODEL),
+                Flag("--gemini-base-url",
+                     "where the API is (e.g. the fake server: python -m harness.fake_gemini)",
+                     default=DEFAULT_BASE_URL,
+                     doc="where the API is (tests point it at a local server); must be "
+                     "`https://`, plain `http://` only to a loopback address (127.0.0.0/8, "
+                     "`::1`, `localhost`), else the producer does not start (exit 2)"),
+                Flag("--max-output-tokens",
+                     "sent as maxOutputTokens; the worst case the ledger reserves",
+                     Count("tokens"), DEFAULT_MAX_OUTPUT_TOKENS,
+                     doc="sent as `maxOutputTokens`, and the worst case the ledger reserves"),
+                Flag("--ledger",
+                     "budget ledger shared by every producer that spends on this key: a file "
+                     "path, or redis://HOST:PORT/DB (rediss://, unix://) for producers on "
+                     "several hosts; any other scheme:// is refused",
+                     default="runs/gemini-ledger.json", redact=redacted,
+                     doc="the budget ledger, a file path or `redis://HOST:PORT/DB`; share it "
+                     "between producers that spend on one key (a file on one host; Redis for "
+                     "producers on several: `redis://`, `rediss://` or `unix://`, the scheme in "
+                     "any case). Any other `scheme://` (say `valkey://`) is a usage error, one "
+                     "line and exit 2, never a file named after the URL. A URL's password is "
+                     "never shown"),
+                Flag("--ledger-prefix", "the Redis ledger's key prefix", default=DEFAULT_PREFIX,
+                     doc="the Redis ledger's key prefix (several ledgers can share one Redis)"),
+                Flag("--ledger-ttl-s",
+                     "a settled or released call stays in the Redis ledger this long (the "
+                     "sums stay)",
+                     Count("seconds", minimum=0), DEFAULT_LEDGER_TTL_S,
+                     shown=f"`{DEFAULT_LEDGER_TTL_S}` (7 days)",
+                     doc="how long a settled or released call stays in the Redis ledger (its "
+                     "cost stays in the sums; `0`: for ever)"),
+                Flag("--ledger-lease-s",
+                     "this producer's claim on its reservations lasts this long unrefreshed "
+                     "(refreshed every third of it); once it lapses another producer "
+                     "reconciles them",
+                     seconds_or_zero, DEFAULT_LEDGER_LEASE_S,
+                     doc="this producer's lease on its reservations, refreshed every third of "
+                     "it while it holds any; once it lapses, another producer reconciles them "
+                     "(more than 0)"),
+                Flag("--ledger-timeout-s",
+                     "the longest one ledger operation waits (a Redis round trip, the file's "
+                     "lock); at most a third of --ledger-lease-s",
+                     seconds_or_zero, LEDGER_TIMEOUT_S,
+                     doc="the longest one ledger operation waits (a Redis round trip, the file "
+                     "ledger's lock); more than 0 and at most a third of `--ledger-lease-s`"),
+                Flag("--ledger-reconcile-s",
+                     "how often (and once at start) reservations of a producer whose lease "
+                     "lapsed are reconciled: released if never sent, kept (failed) if they may "
+                     "have been",
+                     seconds_or_zero, DEFAULT_RECONCILE_S,
+                     doc="how often (and once at start) a producer reconciles the reservations "
+                     "of producers whose lease lapsed: released if never sent, kept (failed) "
+                     "if they may have been"),
+                Flag("--ledger-retry-s",
+                     "a settle the ledger did not take is tried again after this, doubling",
+                     seconds_or_zero, DEFAULT_RETRY_S,
+                     doc="a settle the ledger did not take is tried again after this, "
+                     "doubling up to `--ledger-retry-cap-s`, less a random share of each wait "
+                     "(`--ledger-retry-jitter`)"),
+                Flag("--ledger-retry-cap-s", "the longest wait between two tries of a settle",
+                     seconds_or_zero, DEFAULT_RETRY_CAP_S,
+                     doc="the longest wait between two tries of a settle (at least "
+                     "`--ledger-retry-s`)"),
+                Flag("--ledger-retry-jitter", "the share (0-1) of each wait taken off at random",
+                     non_negative_number, DEFAULT_RETRY_JITTER,
+                     doc="the share (0–1) of each wait between two tries taken off at random"),
+                Flag("--ledger-final-try-s",
+                     "at shutdown, how long settles still pending may try; what cannot land is "
+                     "left reserved for the next producer to reconcile",
+                     seconds_or_zero, DEFAULT_FINAL_TRY_S,
+                     doc="at shutdown, how long settles still pending may try; what cannot "
+                     "land is left to the next producer's reconciliation"),
+                Flag("--budget-usd",
+                     "a reservation that would take the ledger past this is refused",
+                     BUDGET_USD, "0.10"),
+                Flag("--budget-per-identity-usd",
+                     "each caller identity's own limit, within --budget-usd (default: "
+                     "--budget-usd)",
+                     OrNone(BUDGET_USD), shown="`--budget-usd`",
+                     doc="each caller identity's own limit: a reservation that would take the "
+                     "caller's committed amount past this is refused too"),
+                Flag("--input-usd-per-mtok", "input rate the ledger charges", RATE_USD, "0.25",
+                     doc="the input rate the ledger charges, US dollars per million tokens"),
+                Flag("--output-usd-per-mtok", "output rate the ledger charges", RATE_USD,
+                     "1.50",
+                     doc="the output rate the ledger charges, US dollars per million tokens"),
+                Flag("--record", "capture every live call into this new directory", Path,
+                     doc="capture every live call into this directory, which must not exist "
+                     "yet (or be empty)"),
+            ),
+        ),
+    ),
+)
+# fmt: on
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m producer",
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
-        "Each flag may also be set as REPLYWIRE_<FLAG> (e.g. REPLYWIRE_PORT=0).",
+        f"Each flag may also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT=0).",
         formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--host", default=env("HOST", "127.0.0.1"), help="address to listen on")
-    parser.add_argument(
-        "--port", type=port_number, default=env("PORT", "50051"), help="0 picks a free port"
-    )
-    parser.add_argument(
-        "--source",
-        choices=("recording", "gemini"),
-        default=env("SOURCE", "recording"),
-        help="where replies come from",
-    )
-    parser.add_argument(
-        "--recording",
-        type=Path,
-        default=Path(env("RECORDING", str(DEFAULT_RECORDING_PATH))),
-        help="the hashed recording the replies and bindings come from",
-    )
-    parser.add_argument(
-        "--recording-sha256",
-        default=env("RECORDING_SHA256", RECORDING_SHA256),
-        help="the pinned SHA-256 of --recording (a converted capture pins its own)",
-    )
-    gemini = parser.add_argument_group("gemini source (needs GEMINI_API_KEY)")
-    gemini.add_argument("--model", default=env("MODEL", DEFAULT_MODEL), help="the model in the URL")
-    gemini.add_argument(
-        "--gemini-base-url",
-        default=env("GEMINI_BASE_URL", DEFAULT_BASE_URL),
-        help="where the API is (e.g. the fake server: python -m harness.fake_gemini)",
-    )
-    gemini.add_argument(
-        "--max-output-tokens",
-        type=int,
-        default=env("MAX_OUTPUT_TOKENS", str(DEFAULT_MAX_OUTPUT_TOKENS)),
-        help="sent as maxOutputTokens; the worst case the ledger reserves",
-    )
-    gemini.add_argument(
-        "--ledger", default=(ledger := env("LEDGER", "runs/gemini-ledger.json")),
-        help="budget ledger shared by every producer that spends on this key: a file path,"
-        " or redis://HOST:PORT/DB (rediss://, unix://) for producers on several hosts;"
-        " any other scheme:// is refused " + shown_default(ledger),
-    )  # fmt: skip
-    gemini.add_argument(
-        "--ledger-prefix", default=env("LEDGER_PREFIX", DEFAULT_PREFIX),
-        help="the Redis ledger's key prefix",
-    )  # fmt: skip
-    gemini.add_argument(
-        "--ledger-ttl-s", type=int, default=env("LEDGER_TTL_S", str(DEFAULT_LEDGER_TTL_S)),
-        help="a settled or released call stays in the Redis ledger this long (the sums stay)",
-    )  # fmt: skip
-    for flag, name, default, meaning in (
-        ("--ledger-lease-s", "LEDGER_LEASE_S", DEFAULT_LEDGER_LEASE_S,
-         "this producer's claim on its reservations lasts this long unrefreshed (refreshed "
-         "every third of it); once it lapses another producer reconciles them"),
-        ("--ledger-timeout-s", "LEDGER_TIMEOUT_S", LEDGER_TIMEOUT_S,
-         "the longest one ledger operation waits (a Redis round trip, the file's lock); "
-         "at most a third of --ledger-lease-s"),
-        ("--ledger-reconcile-s", "LEDGER_RECONCILE_S", DEFAULT_RECONCILE_S,
-         "how often (and once at start) reservations of a producer whose lease lapsed are "
-         "reconciled: released if never sent, kept (failed) if they may have been"),
-        ("--ledger-retry-s", "LEDGER_RETRY_S", DEFAULT_RETRY_S,
-         "a settle the ledger did not take is tried again after this, doubling"),
-        ("--ledger-retry-cap-s", "LEDGER_RETRY_CAP_S", DEFAULT_RETRY_CAP_S,
-         "the longest wait between two tries of a settle"),
-        ("--ledger-retry-jitter", "LEDGER_RETRY_JITTER", DEFAULT_RETRY_JITTER,
-         "the share (0-1) of each wait taken off at random"),
-        ("--ledger-final-try-s", "LEDGER_FINAL_TRY_S", DEFAULT_FINAL_TRY_S,
-         "at shutdown, how long settles still pending may try; what cannot land is left "
-         "reserved for the next producer to reconcile"),
-    ):  # fmt: skip
-        gemini.add_argument(flag, type=positive_seconds, default=env(name, str(default)),
-                            help=meaning)  # fmt: skip
-    gemini.add_argument(
-        "--budget-usd",
-        type=float,
-        default=env("BUDGET_USD", "0.10"),
-        help="a reservation that would take the ledger past this is refused",
-    )
-    gemini.add_argument(
-        "--budget-per-identity-usd",
-        type=float,
-        default=env("BUDGET_PER_IDENTITY_USD", "") or None,
-        help="each caller identity's own limit, within --budget-usd (default: --budget-usd)",
-    )
-    gemini.add_argument(
-        "--input-usd-per-mtok",
-        type=float,
-        default=env("INPUT_USD_PER_MTOK", "0.25"),
-        help="input rate the ledger charges",
-    )
-    gemini.add_argument(
-        "--output-usd-per-mtok",
-        type=float,
-        default=env("OUTPUT_USD_PER_MTOK", "1.50"),
-        help="output rate the ledger charges",
-    )
-    gemini.add_argument(
-        "--record", type=Path, default=None, help="capture every live call into this new directory"
-    )
-    parser.add_argument(
-        "--allow-faults",
-        action="store_true",
-        default=env("ALLOW_FAULTS", "").lower() in TRUE_WORDS,
-        help="serve controlled fault requests",
-    )
-    parser.add_argument(
-        "--max-connection-age-s",
-        type=float,
-        default=env("MAX_CONNECTION_AGE_S", str(DEFAULT_MAX_CONNECTION_AGE_S)),
-        help="drain connections older than this; no stream outlives twice this",
-    )
-    parser.add_argument(
-        "--min-ping-interval-s",
-        type=float,
-        default=env("MIN_PING_INTERVAL_S", str(MIN_PING_INTERVAL_S)),
-        help="the most frequent keepalive pings a consumer may send (its --keepalive-s); "
-        "a peer that pings faster is sent GOAWAY too_many_pings",
-    )
-    parser.add_argument(
-        "--max-streams",
-        type=stream_count,
-        default=env("MAX_STREAMS", str(DEFAULT_MAX_STREAMS)),
-        help="streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
-    )
-    parser.add_argument(
-        "--max-streams-per-identity",
-        type=optional_count,
-        default=env("MAX_STREAMS_PER_IDENTITY", ""),
-        help="with --auth-tokens: streams one caller may hold at once (default: a quarter of "
-        "--max-streams); one more is refused RESOURCE_EXHAUSTED / identity_stream_limit. "
-        "Without tokens every caller is one identity and only --max-streams applies",
-    )
-    parser.add_argument(
-        "--max-health-watches",
-        type=stream_count,
-        default=env("MAX_HEALTH_WATCHES", str(DEFAULT_MAX_HEALTH_WATCHES)),
-        help="health Watch streams (unauthenticated) served at once; one more is refused "
-        "RESOURCE_EXHAUSTED / health_watch_limit",
-    )
-    parser.add_argument(
-        "--max-pending",
-        type=stream_count,
-        default=env("MAX_PENDING", str(DEFAULT_MAX_PENDING)),
-        help="new streams gRPC holds until the servicer takes them (a burst); past it gRPC "
-        "drops one (the consumer says producer_overloaded)",
-    )
-    for flag, name, default, kind, meaning in (
-        ("--reply-log-max-frames", "REPLY_LOG_MAX_FRAMES", DEFAULT_MAX_FRAMES, stream_count,
-         "frames logged per reply (over it the reply ends internal_error)"),
-        ("--reply-log-max-bytes", "REPLY_LOG_MAX_BYTES", DEFAULT_MAX_BYTES, stream_count,
-         "wire bytes logged per reply (over it the reply ends internal_error)"),
-        ("--reply-log-max-replies", "REPLY_LOG_MAX_REPLIES", DEFAULT_MAX_REPLIES, stream_count,
-         "replies kept for resumes (the oldest ended one goes first)"),
-        ("--reply-log-ttl-s", "REPLY_LOG_TTL_S", DEFAULT_REPLY_TTL_S, positive_seconds,
-         "how long an ended reply is kept for resumes"),
-        ("--detach-grace-s", "DETACH_GRACE_S", DEFAULT_DETACH_GRACE_S, positive_seconds,
-         "how long a reply is still generated after its consumer disconnected"),
-        ("--reply-log-lease-s", "REPLY_LOG_LEASE_S", DEFAULT_LEASE_S, positive_seconds,
-         "a shared log: how long a silent generator keeps its lease (then generator_lost)"),
-    ):  # fmt: skip
-        parser.add_argument(flag, type=kind, default=env(name, str(default)), help=meaning)
-    parser.add_argument(
-        "--reply-log",
-        default=(reply_log := env("REPLY_LOG", "memory")),
-        help="where replies are logged for resumes: memory (this process), or "
-        "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas " + shown_default(reply_log),
-    )
-    parser.add_argument(
-        "--shutdown-grace-s",
-        type=positive_seconds,
-        default=env("SHUTDOWN_GRACE_S", str(SHUTDOWN_GRACE_S)),
-        help="on SIGINT/SIGTERM, how long open streams may finish; the rest end UNAVAILABLE "
-        "(a second signal ends the grace at once)",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=optional_port,
-        default=env("METRICS_PORT", ""),
-        help="serve Prometheus metrics on this port (0 picks a free one; off by default)",
-    )
-    parser.add_argument(
-        "--metrics-host",
-        default=env("METRICS_HOST", "127.0.0.1"),
-        help="address the metrics endpoint listens on; not a loopback one: needs "
-        "--tls-cert and --tls-key (then HTTPS), or --insecure",
-    )
-    parser.add_argument(
-        "--trace-file",
-        type=Path,
-        default=env_path("TRACE_FILE"),
-        help="append the JSON trace to this file (whole lines, in batches: --trace-flush-ms); "
-        "stderr keeps only one-line messages",
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=("auto", "json", "console"),
-        default=env("LOG_FORMAT", "auto"),
-        help="trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=LEVELS,
-        default=env("LOG_LEVEL", "info"),
-        help="debug adds one record per chunk sent",
-    )
-    parser.add_argument(
-        "--trace-flush-ms",
-        type=flush_delay_ms,
-        default=env("TRACE_FLUSH_MS", str(round(DEFAULT_FLUSH_DELAY_S * 1000))),
-        help=TRACE_FLUSH_HELP,
-    )
-    parser.add_argument(
-        "--ready-file",
-        type=Path,
-        default=env_path("READY_FILE"),
-        help="once listening, write HOST:PORT to this file (atomically): a script waits for it",
-    )
-    security = parser.add_argument_group(
-        "security",
-        "a producer on a non-loopback address needs TLS and tokens, or --insecure",
-    )
-    security.add_argument(
-        "--tls-cert", type=Path, default=env_path("TLS_CERT"), help="TLS: this server's certificate"
-    )
-    security.add_argument("--tls-key", type=Path, default=env_path("TLS_KEY"), help="TLS: its key")
-    security.add_argument(
-        "--tls-client-ca",
-        type=Path,
-        default=env_path("TLS_CLIENT_CA"),
-        help="mutual TLS: require a client certificate signed by this CA",
-    )
-    security.add_argument(
-        "--auth-tokens",
-        type=Path,
-        default=env_path("AUTH_TOKENS"),
-        help="a file of 'NAME TOKEN' lines: every request must carry one of the tokens as "
-        "'authorization: Bearer TOKEN'; NAME is the caller in the trace and the ledger",
-    )
-    security.add_argument(
-        "--insecure",
-        action="store_true",
-        default=env("INSECURE", "").lower() in TRUE_WORDS,
-        help="listen on a non-loopback address without TLS and tokens, and serve metrics "
-        "on one without TLS (said at every start)",
-    )
+    FLAGS.add_to(parser)
     return parser
-
-
-def env_path(name: str) -> Path | None:
-    value = env(name, "")
-    return Path(value) if value else None
 
 
 def exposure_from(args: argparse.Namespace) -> Exposure:
@@ -504,10 +511,7 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     if not api_key:
         raise ConfigurationError("the gemini source needs GEMINI_API_KEY in the environment")
     register_secret(api_key)
-    per_identity = args.budget_per_identity_usd
-    budgets = (args.budget_usd, args.budget_usd if per_identity is None else per_identity)
-    if args.max_output_tokens < 1 or not all(budget > 0 for budget in budgets):
-        raise ConfigurationError("--max-output-tokens and the budgets must be positive")
+    per_identity = args.budget_per_identity_usd  # the flags' validators: both > 0
     try:
         policy = LedgerPolicy(
             lease_s=args.ledger_lease_s,
@@ -676,12 +680,6 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.max_connection_age_s > 0:
-        parser.error("--max-connection-age-s must be > 0")
-    if not 0.001 <= args.min_ping_interval_s < float("inf"):
-        parser.error("--min-ping-interval-s must be at least 0.001 (one millisecond)")
-    if not args.reply_log_lease_s > 0:
-        parser.error("--reply-log-lease-s must be > 0")
     try:
         # Before anything is logged: a store URL's password is registered as a secret, and
         # an unknown scheme stops the producer before it opens anything.

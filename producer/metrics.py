@@ -4,19 +4,21 @@ One :class:`ProducerMetrics` per producer: the servicer updates it where its
 counters change, and ``--metrics-port`` serves it over HTTP. A registry per
 producer keeps several producers in one process (the tests) apart.
 
-Names (all prefixed ``replywire_``):
+Names (all prefixed ``replywire_``; a counter's name says what it counts, and no counter
+has a ``_created`` series: prometheus_client's ``Counter`` adds one per label set, a
+timestamp gauge that counts nothing, so the counters here are :class:`Tally`):
 
-- ``replywire_streams_total{outcome,reason}``: streams by final state and reason
-  code (``reason=""`` for ``completed``; a reason that is not a registered code is
-  counted as ``internal_error``, so the label stays in the registry and bounded)
+- ``replywire_streams_ended_total{outcome,reason}``: streams ended, by final state and
+  reason code (``reason=""`` for ``completed``; a reason that is not a registered code
+  is counted as ``internal_error``, so the label stays in the registry and bounded)
 - ``replywire_streams_open``: streams open now
 - ``replywire_bytes_written_total``, ``replywire_chunks_written_total``: chunk
   bytes and chunks written to consumers
 - ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
-- ``replywire_generations_total{outcome}``: replies whose generation (``producer.generation``)
-  ended, by outcome (``completed`` or a registered reason code)
+- ``replywire_generations_ended_total{outcome}``: replies whose generation
+  (``producer.generation``) ended, by outcome (``completed`` or a registered reason code)
 
 The endpoint (``serve``): plain HTTP, or HTTPS with the producer's own certificate
 (``MetricsTls``; with a client CA a scraper must present a certificate it signed). The
@@ -42,7 +44,7 @@ from socketserver import ThreadingMixIn
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -63,47 +65,43 @@ class ProducerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.streams = Counter(
-            "replywire_streams",
+        self.streams_ended = Tally(
+            "replywire_streams_ended",
             "Streams ended, by final state (outcome) and reason code",
-            ["outcome", "reason"],
-            registry=r,
+            ("outcome", "reason"),
         )
-        self._ended: dict[tuple[str, str], Counter] = {}
+        r.register(self.streams_ended)
         self.streams_open = Gauge("replywire_streams_open", "Streams open now", registry=r)
         self.written = WrittenChunks()
         r.register(self.written)
-        self.ledger_spend = Counter(
-            "replywire_ledger_spend_usd", "US dollars the Gemini ledger settled", registry=r
+        self.ledger_spend = Tally(
+            "replywire_ledger_spend_usd", "US dollars the Gemini ledger settled"
         )
-        self.generations = Counter(
-            "replywire_generations",
+        r.register(self.ledger_spend)
+        self.generations_ended = Tally(
+            "replywire_generations_ended",
             "Replies whose generation ended, by outcome (completed or a reason code)",
-            ["outcome"],
-            registry=r,
+            ("outcome",),
         )
+        r.register(self.generations_ended)
 
     def stream_ended(self, outcome: str, reason: str) -> None:
-        # labels() looks the child up under a lock each time: keep them (outcomes and
-        # reason codes are closed sets, so this stays small: a label is never free text).
+        # Outcomes and reason codes are closed sets: a label is never free text.
         if reason and reason not in CODES:
             reason = Reason.INTERNAL_ERROR.value
-        child = self._ended.get((outcome, reason))
-        if child is None:
-            child = self._ended[outcome, reason] = self.streams.labels(outcome, reason)
-        child.inc()
+        self.streams_ended.inc(outcome, reason)
 
     def generation_ended(self, outcome: str) -> None:
         if outcome != "completed" and outcome not in CODES:
             outcome = Reason.INTERNAL_ERROR.value
-        self.generations.labels(outcome).inc()
+        self.generations_ended.inc(outcome)
 
     def chunk_written(self, size: int, waited_s: float) -> None:
         self.written.add(size, waited_s)
 
     def ledger_settled(self, cost_usd: float) -> None:
         if cost_usd > 0:
-            self.ledger_spend.inc(cost_usd)
+            self.ledger_spend.inc(amount=cost_usd)
 
     def serve(self, host: str, port: int, tls: MetricsTls | None = None) -> MetricsEndpoint:
         """Serve ``/metrics`` on ``host:port`` (0 picks a free port): HTTP, or HTTPS with
@@ -172,6 +170,37 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
 class MetricsServer6(MetricsServer):
     address_family = socket.AF_INET6
+
+
+class Tally(Collector):
+    """A counter, by the values of ``labels``, rendered when scraped: prometheus_client's
+    ``Counter`` without its ``_created`` series (``disable_created_metrics()`` would do that
+    for every registry in the process; this is this producer's registry alone). A counter
+    without labels is 0 from the start, as a ``Counter``'s is. Safe from any thread (the
+    ledger settles from its own)."""
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, ...], float] = {} if labels else {(): 0.0}
+
+    def inc(self, *values: str, amount: float = 1.0) -> None:
+        assert len(values) == len(self.labels), (self.name, values)
+        with self._lock:
+            self._values[values] = self._values.get(values, 0.0) + amount
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            values = list(self._values.items())
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for labels, value in values:
+            family.add_metric(labels, value)
+        yield family
 
 
 class WrittenChunks(Collector):

@@ -396,9 +396,9 @@ def test_the_streams_metric_labels_only_codes() -> None:
     labels = {
         (sample.labels["outcome"], sample.labels["reason"]): sample.value
         for family in metrics.registry.collect()
-        if family.name == "replywire_streams"
+        if family.name == "replywire_streams_ended"
         for sample in family.samples
-        if sample.name == "replywire_streams_total"
+        if sample.name == "replywire_streams_ended_total"
     }
     assert labels == {
         ("refused", "faults_not_allowed"): 1,

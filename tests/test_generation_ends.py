@@ -121,7 +121,7 @@ def test_a_live_reply_over_the_memory_logs_frame_bound_ends_reply_log_limit(
         generations = {
             labels: value
             for (name, labels), value in scrape(metrics_port(running)).items()
-            if name == "replywire_generations_total"
+            if name == "replywire_generations_ended_total"
         }
     assert generations == {(("outcome", "reply_log_limit"),): 1.0}
     assert (run.result["status"], run.result["reason"]) == ("error", "reply_log_limit")

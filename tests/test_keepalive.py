@@ -187,4 +187,4 @@ def test_a_min_ping_interval_past_the_edge_stops_the_producer(value: str) -> Non
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "--min-ping-interval-s must be at least 0.001" in done.stderr
+    assert "argument --min-ping-interval-s: must be at least 0.001" in done.stderr

@@ -12,6 +12,7 @@ import asyncio
 import io
 import json
 import logging
+import shutil
 import signal
 import socket
 import subprocess
@@ -430,9 +431,12 @@ def metrics_port(p: Producer) -> int:
     return int(next(r["port"] for r in p.trace() if r["event"] == "metrics_listening"))
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def exposition(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -440,22 +444,42 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return samples(exposition(port))
+
+
+def check_exposition(text: str) -> None:
+    """Names that say what they count: no ``_created`` series (a timestamp gauge beside each
+    counter), and what ``promtool check metrics`` accepts, where Prometheus is installed."""
+    names = {name for name, _ in samples(text)}
+    assert not {name for name in names if name.endswith("_created")}
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        done = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_metrics_count_a_complete_and_a_refused_stream_exactly(tmp_path: Path) -> None:
     with producer(tmp_path, "--metrics-port", "0") as p:
         port = metrics_port(p)
         complete = run_consumer(p.target, "--case", "replace-file")
         refused = run_consumer(p.target, "--case", "replace-file", "--fault", "omit")
-        values = scrape(port)
+        text = exposition(port)
         stopped = stopped_record(p)
+    check_exposition(text)
+    values = samples(text)
     assert (complete.result["status"], refused.result["reason"]) == (
         "complete",
         "faults_not_allowed",
     )
     stats = complete.result["stats"]
-    assert values["replywire_streams_total", (("outcome", "completed"), ("reason", ""))] == 1
+    assert values["replywire_streams_ended_total", (("outcome", "completed"), ("reason", ""))] == 1
     refused_key = (("outcome", "refused"), ("reason", "faults_not_allowed"))
-    assert values["replywire_streams_total", refused_key] == 1
-    assert sum(v for (name, _), v in values.items() if name == "replywire_streams_total") == 2
+    assert values["replywire_streams_ended_total", refused_key] == 1
+    assert sum(v for (name, _), v in values.items() if name == "replywire_streams_ended_total") == 2
     assert values["replywire_streams_open", ()] == 0
     assert values["replywire_chunks_written_total", ()] == stats["transport_fragments"]
     assert values["replywire_bytes_written_total", ()] == stats["bytes_received"]
@@ -503,6 +527,35 @@ def test_each_producer_has_its_own_registry_and_the_ledger_hook() -> None:
     record_ledger_spend(2.0)
     assert first.registry.get_sample_value("replywire_ledger_spend_usd_total") == 0.75
     assert second.registry.get_sample_value("replywire_ledger_spend_usd_total") == 0
+
+
+def test_every_metric_is_named_for_what_it_counts_with_no_created_series() -> None:
+    """Each counter and the histogram with samples in them (labelled ones included): the
+    renames of docs/operations.md, and nothing prometheus_client would add beside them."""
+    from prometheus_client import generate_latest  # noqa: PLC0415 - this test only
+
+    metrics = ProducerMetrics()
+    metrics.stream_ended("completed", "")
+    metrics.stream_ended("refused", "faults_not_allowed")
+    metrics.generation_ended("reply_log_limit")
+    metrics.ledger_settled(0.25)
+    metrics.chunk_written(3, 0.002)
+    text = generate_latest(metrics.registry).decode()
+    check_exposition(text)
+    assert {name for name, _ in samples(text)} == {
+        "replywire_streams_ended_total",
+        "replywire_streams_open",
+        "replywire_bytes_written_total",
+        "replywire_chunks_written_total",
+        "replywire_chunk_write_wait_seconds_bucket",
+        "replywire_chunk_write_wait_seconds_count",
+        "replywire_chunk_write_wait_seconds_sum",
+        "replywire_ledger_spend_usd_total",
+        "replywire_generations_ended_total",
+    }
+    values = samples(text)
+    assert values["replywire_generations_ended_total", (("outcome", "reply_log_limit"),)] == 1
+    assert values["replywire_ledger_spend_usd_total", ()] == 0.25
 
 
 # --- 4. connection aged out ------------------------------------------------------------------

@@ -24,8 +24,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from consumer.cli import FLAGS as CONSUMER_FLAGS
 from consumer.reader_states import SPEC as READER_SPEC
+from producer.cli import FLAGS as PRODUCER_FLAGS
 from producer.states import SPEC as PRODUCER_SPEC
+from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
 from shared.errors import EXIT_CODES, REASONS
 from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
@@ -91,6 +94,77 @@ def fault_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def flag_names(flag: Flag) -> list[str]:
+    """How a flag is named in its table's first cell: its option strings (``--no-NAME`` too
+    for a toggle), or a positional argument's metavar."""
+    if flag.positional:
+        return [(flag.metavar or flag.name) + (" …" if flag.nargs in ("+", "*") else "")]
+    names = list(flag.names)
+    if flag.action == "toggle":
+        names += [f"--no-{name[2:]}" for name in flag.names]
+    return names
+
+
+def flag_default(flag: Flag) -> str:
+    """The table's default: what ``shown`` says, else the table's own value (never the
+    environment's: the docs are the same wherever they are made, and hold no secret)."""
+    if flag.shown:
+        return flag.shown
+    if flag.action == "switch" or flag.default is None:
+        return "off"
+    value = flag.default
+    return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+
+def flag_environment(table: FlagTable, flag: Flag) -> str:
+    name = table.env_name(flag)
+    if name is None:
+        return "—"
+    return f"`{name}=1`" if flag.action == "switch" else f"`{name}`"
+
+
+def group_heading(group: FlagGroup) -> str:
+    """A row naming the commands and the group's title, before its flags (none for the
+    untitled group of a one-command process)."""
+    name = ", ".join(f"`{command}`" for command in group.commands)
+    if group.title is not None:
+        name = f"{name}: {group.title}" if name else group.title
+    if not name:
+        return ""
+    about = f" — {group.description}" if group.description else ""
+    return f"| **{_cell(name)}**{_cell(about)} | | | |"
+
+
+def flag_table(table: FlagTable) -> str:
+    """A process's flags as one markdown table: flag, environment, default, meaning."""
+    lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for group in table.groups:
+        heading = group_heading(group)
+        if heading:
+            lines.append(heading)
+        for flag in group.flags:
+            names = ", ".join(f"`{name}`" for name in flag_names(flag))
+            lines.append(
+                f"| {_cell(names)} | {flag_environment(table, flag)} "
+                f"| {_cell(flag_default(flag))} | {_cell(flag.meaning)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def producer_flags() -> str:
+    """``python -m producer``'s flags (producer/cli.py)."""
+    return flag_table(PRODUCER_FLAGS)
+
+
+def consumer_flags() -> str:
+    """``python -m consumer``'s flags, by command (consumer/cli.py)."""
+    return flag_table(CONSUMER_FLAGS)
+
+
 #: The values a demo run varies in, as the README shows them.
 DEMO_PID, DEMO_PORT, DEMO_DIR = "48213", "41927", "/tmp/replywire-demo-ucbfiika"
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +210,8 @@ SECTIONS = {
     "reader-diagram": reader_diagram,
     "fault-table": fault_table,
     "reason-table": reason_table,
+    "producer-flags": producer_flags,
+    "consumer-flags": consumer_flags,
 }
 
 
