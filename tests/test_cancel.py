@@ -21,6 +21,7 @@ from producer.settings import Exposure, ServerSettings
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
+from tests.helpers import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,
     consumer_process,
@@ -28,7 +29,6 @@ from tests.processes import (
     read_trace,
     wait_for,
 )
-from tests.test_gemini import API_KEY, gemini_producer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -66,7 +66,7 @@ from shared.requests import ReplyRequest, check_request
 from shared.result import StreamResult
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.test_gemini import SCRIPTS as LIVE_GEMINI_OUTCOMES
+from tests.helpers import SCRIPTS as LIVE_GEMINI_OUTCOMES
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RECORDING: Final = load_recording()

@@ -26,8 +26,8 @@ from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording
 from shared.requests import ReplyRequest
+from tests.helpers import finals, stopped_record
 from tests.processes import producer
-from tests.test_operations import finals, stopped_record
 
 CASE = "utf8-write"
 

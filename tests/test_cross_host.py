@@ -34,6 +34,7 @@ from producer.gemini.redis_ledger import RedisLedger, RedisOptions
 from producer.states import FINAL_STATES
 from shared.recording import Recording
 from tests.certs import make_pki
+from tests.helpers import API_KEY, CASE, essence, worst_case
 from tests.netns import Host, hosts
 from tests.processes import (
     ROOT,
@@ -46,8 +47,6 @@ from tests.processes import (
     wait_for,
 )
 from tests.redis_server import RedisServer, redis_server
-from tests.test_gemini_budget import API_KEY, worst_case
-from tests.test_resume import CASE, essence
 
 pytestmark = [pytest.mark.cross_host, pytest.mark.timeout(120)]
 

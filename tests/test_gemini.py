@@ -21,6 +21,7 @@ from harness.children import stop_process
 from producer.gemini.ledger import BudgetLedger
 from shared.recording import Recording
 from shared.result import lab_view
+from tests.helpers import API_KEY, SCRIPTS, gemini_producer
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,
@@ -36,7 +37,6 @@ from tests.processes import (
 
 pytestmark = pytest.mark.timeout(180)
 
-API_KEY = "AIzaSy-test-key-0123456789-never-logged"
 HERE = Path(__file__).resolve().parent
 GEMINI_RUN = json.loads((HERE / "published/gemini-run.json").read_text(encoding="utf-8"))
 PUBLISHED = {case["case_id"]: case for case in GEMINI_RUN["cases"]}
@@ -46,20 +46,6 @@ PUBLISHED = {case["case_id"]: case for case in GEMINI_RUN["cases"]}
 def fake() -> Iterator[FakeGeminiProcess]:
     with fake_gemini(API_KEY) as server:
         yield server
-
-
-def gemini_producer(
-    tmp_path: Path, fake: FakeGeminiProcess, *args: str, model: str | None = None
-) -> Any:
-    extra = ["--model", model] if model else []
-    return producer(
-        tmp_path,
-        "--source", "gemini", "--gemini-base-url", fake.base_url,
-        "--ledger", str(tmp_path / "ledger.json"), "--budget-usd", "1.0",
-        "--log-level", "debug", *extra, *args,
-        name=f"producer-{model or 'default'}",
-        env={"GEMINI_API_KEY": API_KEY},
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -126,20 +112,6 @@ def test_summary_statuses_and_frames(live_run: tuple[Producer, Path]) -> None:
 
 
 # --- failures -----------------------------------------------------------------------------
-
-SCRIPTS = {
-    "fake-early-eof": ("incomplete", "missing_terminal", 3),
-    "fake-max-tokens": ("error", "provider_finish_MAX_TOKENS", 5),
-    "fake-safety": ("error", "provider_finish_SAFETY", 5),
-    "fake-midstream-error": ("error", "provider_error_UNAVAILABLE", 5),
-    "fake-midstream-error-raw": ("error", "provider_invalid_event", 5),
-    "fake-rate-limited": ("refused", "provider_rate_limited", 7),
-    "fake-server-error": ("error", "provider_unavailable", 5),
-    "fake-malformed-sse": ("error", "provider_invalid_event", 5),
-    "fake-invalid-json": ("error", "provider_invalid_event", 5),
-    "fake-connection-reset": ("error", "provider_connection_lost", 5),
-    "fake-after-finish": ("error", "transport_io_error", 5),
-}
 
 
 SETTLED = {"fake-max-tokens", "fake-safety", "fake-after-finish"}

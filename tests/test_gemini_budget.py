@@ -24,13 +24,13 @@ import pytest
 
 from harness.fake_gemini import BAD_USAGE
 from producer.gemini.capture import RunCapture
-from producer.gemini.ledger import Rates, estimate_prompt_tokens
-from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
+from producer.gemini.protocol import request_body
 from producer.gemini.redis_ledger import RedisLedger, RedisOptions
 from producer.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
 from shared.recording import Recording
+from tests.helpers import worst_case
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,
@@ -63,13 +63,6 @@ def gemini_producer(tmp_path: Path, fake: FakeGeminiProcess, model: str, *args: 
         name=f"producer-{model}",
         env={"GEMINI_API_KEY": API_KEY},
     )  # fmt: skip
-
-
-def worst_case(recording: Recording, case_id: str = CASE) -> float:
-    body = request_body(
-        recording.case(case_id).binding, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
-    )
-    return Rates().cost(estimate_prompt_tokens(body), DEFAULT_MAX_OUTPUT_TOKENS)
 
 
 def entries(tmp_path: Path) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.children import stop_process
+from tests.helpers import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,
     consumer_process,
@@ -19,7 +20,6 @@ from tests.processes import (
     wait_for,
 )
 from tests.reset_proxy import ResetProxy
-from tests.test_gemini import API_KEY, gemini_producer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -36,6 +36,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import API_KEY, metrics_port, scrape
 from tests.processes import (
     FakeGeminiProcess,
     Producer,
@@ -46,8 +47,6 @@ from tests.processes import (
     wait_for,
 )
 from tests.redis_server import RedisServer, redis_server
-from tests.test_gemini import API_KEY
-from tests.test_operations import metrics_port, scrape
 
 pytestmark = pytest.mark.timeout(240)
 

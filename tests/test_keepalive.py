@@ -34,8 +34,8 @@ from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests import http2
+from tests.helpers import CASE
 from tests.processes import ROOT
-from tests.test_resume import CASE
 
 PING = 0x6
 #: RFC 9113 §7: the error code of a GOAWAY for a peer that "is exhibiting a behavior

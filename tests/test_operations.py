@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +29,6 @@ import structlog
 import structlog.testing
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from producer.cli import build_parser
 from producer.connections import ConnectionAges
@@ -45,20 +43,16 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
 from tests import http2
+from tests.helpers import (
+    exposition,
+    finals,
+    metrics_port,
+    samples,
+    stopped_record,
+)
 from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-FINAL_VALUES = {state.value for state in FINAL_STATES}
-FINAL_COUNTERS = (
-    "streams_completed",
-    "streams_refused",
-    "streams_aborted",
-    "streams_cancelled",
-    "streams_failed",
-    "streams_shutdown",
-    "streams_aged_out",
-)
 
 
 def slow_request(
@@ -74,26 +68,6 @@ def slow_request(
         chunk_interval_ms=interval_ms,
         stream_id=stream_id,
     )
-
-
-def finals(p: Producer) -> dict[str, dict[str, Any]]:
-    """Each stream's final record, by stream id."""
-    return {
-        r["stream_id"]: r
-        for r in p.trace()
-        if r["event"] == "state_changed" and r["to_state"] in FINAL_VALUES
-    }
-
-
-def stopped_record(p: Producer) -> dict[str, Any]:
-    """Stop the producer; its last record, whose counters add up."""
-    p.process.send_signal(signal.SIGTERM)
-    p.process.wait(timeout=30)
-    assert p.process.returncode == 0
-    stopped = p.trace()[-1]
-    assert stopped["event"] == "producer_stopped"
-    assert stopped["streams_opened"] == sum(stopped[name] for name in FINAL_COUNTERS)
-    return stopped
 
 
 @asynccontextmanager
@@ -424,28 +398,6 @@ def test_reflection_lists_the_services(tmp_path: Path) -> None:
 
 
 # --- 3. metrics ------------------------------------------------------------------------------
-
-
-def metrics_port(p: Producer) -> int:
-    wait_for(lambda: p.logged("metrics_listening"))
-    return int(next(r["port"] for r in p.trace() if r["event"] == "metrics_listening"))
-
-
-def exposition(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return str(response.read().decode())
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return samples(exposition(port))
 
 
 def check_exposition(text: str) -> None:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import parse_table
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
-from tests.test_timeline import parse_table
 from tools import view_samples
 from tools.docs import doc_files
 

@@ -43,6 +43,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import CASE, essence
 from tests.processes import (
     ROOT,
     Producer,
@@ -54,7 +55,6 @@ from tests.processes import (
 )
 from tests.redis_server import free_port, redis_server
 from tests.reset_proxy import ResetProxy
-from tests.test_resume import CASE, essence
 
 LEASE_S = "1"
 FINAL_STATES = frozenset(

@@ -28,6 +28,7 @@ import pytest
 from harness.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from tests.helpers import API_KEY
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,
@@ -41,7 +42,6 @@ from tests.processes import (
     wait_for,
 )
 from tests.redis_server import RedisServer, redis_server
-from tests.test_gemini import API_KEY
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -25,6 +25,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import CASE, essence
 from tests.processes import (
     consumer_process,
     producer,
@@ -33,24 +34,11 @@ from tests.processes import (
 )
 from tests.reset_proxy import ResetProxy
 
-CASE = "replace-file"
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with producer(tmp_path_factory.mktemp("resume"), "--allow-faults") as p:
         yield p
-
-
-def essence(result: dict[str, Any]) -> tuple[Any, ...]:
-    """What must equal an unbroken run's."""
-    return (
-        result["status"],
-        result["accepted_answer"],
-        result["citations"],
-        result["provisional_content"],
-        result["stats"]["application_frames"],
-    )
 
 
 def stream_once(

@@ -20,9 +20,9 @@ import redis
 
 from producer.gemini.ledgers import open_ledger
 from producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
+from tests.helpers import API_KEY
 from tests.processes import fake_gemini, producer, run_consumer
 from tests.redis_server import redis_server
-from tests.test_gemini import API_KEY
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -35,6 +35,7 @@ from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared.consumer_core import Input
+from tests.helpers import parse_table
 from tests.processes import producer, read_trace
 from traces.page import render_html
 from traces.result_events import render_result_events, result_events
@@ -106,23 +107,6 @@ def trace_command(*args: str) -> tuple[int, str]:
 
 
 # --- the table ------------------------------------------------------------------------
-
-
-def parse_table(text: str) -> list[dict[str, str]]:
-    """The rows of the table printed after the summary line, cut at the header's rule."""
-    lines = text.splitlines()
-    rule_at = next(i for i, line in enumerate(lines) if line.startswith("---"))
-    header, rule = lines[rule_at - 1], lines[rule_at]
-    bounds = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
-    names = [header[start:end].strip() or header[start:].split()[0] for start, end in bounds]
-    rows = []
-    for line in lines[rule_at + 1 :]:
-        if not line.strip():
-            break
-        cells = [line[start:end].strip() for start, end in bounds[:-1]]
-        cells.append(line[bounds[-1][0] :].strip())
-        rows.append(dict(zip(names, cells, strict=True)))
-    return rows
 
 
 def counted(event_cell: str) -> tuple[str, int]:

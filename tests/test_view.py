@@ -38,8 +38,8 @@ from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest
 from shared.result import Stats, StreamResult
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import parse_table
 from tests.processes import ROOT, producer
-from tests.test_timeline import parse_table
 from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)
