@@ -1,10 +1,26 @@
-"""Test set-up: structlog reset around every test; shared fixtures."""
+"""Test set-up: the tiers' markers (applied by path), structlog reset around every test,
+shared fixtures.
+
+The tiers are folders: ``tests/unit`` (no sockets, no processes, no files outside a
+temporary directory), ``tests/integration`` (real sockets and real gRPC in the test's own
+process: in-process servers, and a private Redis server as a store), ``tests/system``
+(several processes: producers, consumers, the fake Gemini server, ``make``, a browser,
+hosts in network namespaces). Each test gets its folder's marker, so ``-m unit`` or
+``-m "not system"`` selects by tier.
+
+``make check`` and ``make test`` run the tests on pytest-xdist workers, but those marked
+``serial``, which run in one process of their own, alone: ``make protos`` (it rewrites
+shared/pb/), the cross-host tests (their network namespaces have fixed names and
+addresses: two at once would collide; they are marked ``serial`` here, by their
+``cross_host`` marker), and a module whose last test reads what its others left.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -17,6 +33,29 @@ from shared.recording import Recording
 # in a shell. Tests run commands as a user would.
 for _name in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):
     os.environ.pop(_name, None)
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "system")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier a test file belongs to: the folder under tests/ it is in."""
+    parts = path.resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+# tryfirst: before -m selects by the markers added here.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test module belongs in tests/{{{','.join(TIERS)}}}/"
+            )
+        item.add_marker(getattr(pytest.mark, tier))
+        if item.get_closest_marker("cross_host"):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)
