@@ -58,7 +58,7 @@ check: setup
 	$(PY) -m pytest $(PARALLEL) -m "not serial" tests/unit tests/integration
 
 # Everything. First the tests marked serial, alone (make protos rewrites shared/pb/, which
-# any process started meanwhile would import; the cross-host tests), then the rest in parallel. Coverage covers
+# any process started meanwhile would import), then the rest in parallel. Coverage covers
 # both passes (--cov-append) and the producer and consumer processes the tests start
 # (coverage's subprocess patch); the table lists the files not fully covered.
 test: setup lint

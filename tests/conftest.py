@@ -10,9 +10,8 @@ hosts in network namespaces). Each test gets its folder's marker, so ``-m unit``
 
 ``make check`` and ``make test`` run the tests on pytest-xdist workers, but those marked
 ``serial``, which run in one process of their own, alone: ``make protos`` (it rewrites
-shared/pb/), the cross-host tests (their network namespaces have fixed names and
-addresses: two at once would collide; they are marked ``serial`` here, by their
-``cross_host`` marker), and a module whose last test reads what its others left.
+shared/pb/) and a module whose last test reads what its others left. The cross-host
+tests run on the workers too: tests/netns.py makes one set of test hosts at a time.
 """
 
 from __future__ import annotations
@@ -54,8 +53,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: a test module belongs in tests/{{{','.join(TIERS)}}}/"
             )
         item.add_marker(getattr(pytest.mark, tier))
-        if item.get_closest_marker("cross_host"):
-            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)

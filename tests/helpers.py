@@ -8,6 +8,7 @@ tests/processes.py; a private Redis server by tests/redis_server.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -15,6 +16,7 @@ import signal
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,17 @@ def worst_case(recording: Recording, case_id: str = CASE) -> float:
         recording.case(case_id).binding, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
     )
     return Rates().cost(estimate_prompt_tokens(body), DEFAULT_MAX_OUTPUT_TOKENS)
+
+
+async def until(
+    predicate: Callable[[], bool], *, timeout: float = 15.0, interval: float = 0.02
+) -> None:
+    """tests.processes.wait_for inside an event loop: poll without blocking it, bounded."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() >= deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
 
 
 def essence(result: dict[str, Any]) -> tuple[Any, ...]:
@@ -285,7 +298,7 @@ TOKEN_A = "token-for-alice-0123456789abcdef"
 TOKEN_B = "token-for-bob-fedcba9876543210xx"
 
 
-def _nested(depth: int) -> str:
+def nested_brackets(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.netns import hosts, require_netns
+from tests.netns import exclusive, hosts, require_netns
 from tests.processes import ROOT, wait_for
 
 pytestmark = [pytest.mark.cross_host, pytest.mark.timeout(60)]
@@ -61,24 +60,34 @@ def test_hosts_reach_each_other_until_one_is_cut_off() -> None:
 
 
 def test_teardown_deletes_exactly_its_namespaces_even_after_a_failure() -> None:
-    before = namespaces()
-    made: set[str] = set()
-    with pytest.raises(RuntimeError, match="a failing test"), hosts("a", "b") as lan:
-        made = {host.netns for host in lan.values()} | {lan["a"].lan_netns}
-        assert made <= namespaces()
-        raise RuntimeError("a failing test")
-    assert len(made) == 3
-    assert namespaces() == before  # others' namespaces (a parallel run) are left alone
+    require_netns()
+    with exclusive():  # no other test makes or deletes hosts between the two lists
+        before = namespaces()
+        made: set[str] = set()
+        with pytest.raises(RuntimeError, match="a failing test"), hosts("a", "b") as lan:
+            made = {host.netns for host in lan.values()} | {lan["a"].lan_netns}
+            assert made <= namespaces()
+            raise RuntimeError("a failing test")
+        assert len(made) == 3
+        assert namespaces() == before  # others' namespaces (a parallel run) are left alone
 
 
-def test_without_ip_the_tests_skip_with_the_reason_but_fail_under_ci(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no `ip`
-    monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="no `ip` command"):
-        require_netns()
-    assert "skipping the cross-host tests: no `ip` command" in capsys.readouterr().out
-    monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match="CI must run the cross-host tests"):
-        require_netns()
+def test_test_hosts_are_made_one_set_at_a_time() -> None:
+    """Another process that wants to make hosts waits while this one holds the lock, and
+    gets it once this one lets go (or another test's hosts are gone: bounded)."""
+    probe = (
+        "import sys; from tests.netns import exclusive\n"
+        "try:\n    with exclusive(timeout_s=float(sys.argv[1])): print('got it')\n"
+        "except TimeoutError: print('waited')\n"
+    )
+
+    def other(timeout_s: float) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(timeout_s)], cwd=ROOT, capture_output=True,
+            text=True, timeout=timeout_s + 30, check=True,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    with exclusive(), exclusive():  # reentrant in one process
+        assert other(0.3) == "waited"
+    assert other(120) == "got it"

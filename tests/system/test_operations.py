@@ -45,6 +45,7 @@ from tests.helpers import (
     metrics_port,
     samples,
     stopped_record,
+    until,
 )
 from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
 
@@ -102,12 +103,11 @@ def test_the_stream_over_the_limit_is_refused_and_a_freed_slot_serves_again(
             ]
             for call in held:  # each is streaming: its first chunk has arrived
                 assert await call.read() is not grpc.aio.EOF  # type: ignore[attr-defined]
-            fourth = pb_grpc.ReplyStreamStub(c4).Open(slow_request(recording, "fourth"))
+            fourth = pb_grpc.ReplyStreamStub(c4).Open(slow_request(recording, "fourth"), timeout=60)
             assert await read_to_end(fourth) == ("RESOURCE_EXHAUSTED", "stream_limit", 0)
 
             held[0].cancel()
-            while "held-0" not in finals(p):
-                await asyncio.sleep(0.02)
+            await until(lambda: "held-0" in finals(p))
             again = pb_grpc.ReplyStreamStub(c4).Open(
                 slow_request(recording, "again", chunk_bytes=1000, interval_ms=0), timeout=60
             )
@@ -469,9 +469,12 @@ def test_a_peer_cannot_write_into_the_trace(tmp_path: Path, verbosity: str) -> N
                     http2.PREFACE
                     + http2.settings()
                     + http2.goaway(error_code, (INJECTED + "\n").encode())
+                    + http2.ping()
                 )
-                while http2.read_some(peer):  # until the producer closes the connection
-                    pass
+                # The PING's ACK: the producer has read (and logged) the GOAWAY before it.
+                # (It keeps a connection the peer said GOAWAY on open: waiting for it to close
+                # ran out a 10 s read timeout each time.)
+                assert http2.read_until_ping_ack(peer)
         assert run_consumer(p.target, "--case", "replace-file").returncode == 0
         p.process.send_signal(signal.SIGTERM)
         p.process.wait(timeout=30)

