@@ -9,10 +9,13 @@ tests/processes.py; a private Redis server by tests/redis_server.py.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
+import os
 import re
 import signal
+import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 import structlog.testing
 from grpc_health.v1 import health_pb2
@@ -97,6 +101,35 @@ async def until(
         if asyncio.get_running_loop().time() >= deadline:
             raise TimeoutError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[], Any]
+) -> Any:
+    """``compute()`` (a JSON value) once for the whole run: under pytest-xdist the first
+    worker to ask computes it and writes it down, in the folder all the run's workers share;
+    the others wait for it (bounded) and read it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return compute()
+    shared = tmp_path_factory.getbasetemp().parent
+    done = shared / f"{name}.json"
+    with (shared / f"{name}.lock").open("a") as lock:
+        deadline = time.monotonic() + ONCE_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{name}: another worker still at it") from None
+                time.sleep(0.05)
+        if not done.exists():
+            done.write_text(json.dumps(compute()), encoding="utf-8")
+        return json.loads(done.read_text(encoding="utf-8"))
+
+
+#: How long a worker waits for another to compute what once_per_run shares.
+ONCE_TIMEOUT_S = 300.0
 
 
 def essence(result: dict[str, Any]) -> tuple[Any, ...]:

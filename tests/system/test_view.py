@@ -39,6 +39,7 @@ from shared.result import StreamResult
 from shared.wire.chunking import ChunkPlan
 from tests.helpers import (
     masked,
+    once_per_run,
     rejected_rows,
     timeline_shape,
 )
@@ -318,11 +319,17 @@ def readme_section(name: str) -> str:
     return README.split(f"<!-- generated:{name} -->\n", 1)[1].split(f"<!-- /generated:{name}", 1)[0]
 
 
-def test_the_readme_view_samples_are_real_runs() -> None:
+@pytest.fixture(scope="session")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The tour's samples run again (some 25 s of real runs): once, for the tests below."""
+    samples: dict[str, str] = once_per_run(tmp_path_factory, "tour-samples", view_samples.samples)
+    return samples
+
+
+def test_the_readme_view_samples_are_real_runs(fresh: dict[str, str]) -> None:
     """The README's tour samples, run again (a real producer, stopped and restarted, the
     consumer command line, make trace): the same, times, ports, stream ids and what
     depends on timing aside. Regenerate: python -m tools.docs --update docs/tour.md --run."""
-    fresh = view_samples.samples()
     assert set(fresh) == set(view_samples.NAMES)
     for name, sample in fresh.items():
         shown = readme_section(name)
@@ -337,3 +344,17 @@ def differences(name: str, shown: str, fresh: str) -> str:
     before, after = ([*trace, *rest] for trace, rest in (masked(shown, name), masked(fresh, name)))
     diff = difflib.unified_diff(before, after, "README", "this run", lineterm="")
     return f"{name}:\n" + "\n".join(diff) + f"\n--- this run, unmasked:\n{fresh}"
+
+
+def test_the_tour_stops_and_restarts_the_producer_for_real(fresh: dict[str, str]) -> None:
+    """What the tour's step 5 says: resumed, the stream is accepted after a new delivery
+    from a new producer process; not restarted, it ends in error with its partial text."""
+    resumed = timeline_shape(fresh["trace-resumed"])
+    assert resumed[1] == "complete"
+    assert ("producer", "state_changed", "streaming -> shutdown") in resumed[2]
+    assert ("consumer", "stream_resuming", "") in resumed[2]
+    assert "2 deliveries" in fresh["trace-resumed"].split("\n")[2]
+    killed = timeline_shape(fresh["trace-killed"])
+    assert killed[1] == "error / transport_io_error"
+    assert "│ text    partial (" in fresh["view-killed"]
+    assert re.search(r"reconnects [1-9]", fresh["view-resumed"])

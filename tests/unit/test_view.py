@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,7 @@ from shared.errors import Reason, Status
 from shared.result import Stats, StreamResult
 from tests.helpers import (
     rejected_rows,
-    timeline_shape,
 )
-from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,18 +100,3 @@ def test_an_unknown_case_is_refused_in_words_and_piped_output_keeps_the_json(
     piped = io.StringIO()
     assert cli.main(["stream", "--case", "replace-fil", "--log-level", "critical"], piped) == 7
     assert json.loads(piped.getvalue())["reason"] == "development_case_required"
-
-
-def test_the_tour_stops_and_restarts_the_producer_for_real() -> None:
-    """What the tour's step 5 says: resumed, the stream is accepted after a new delivery
-    from a new producer process; not restarted, it ends in error with its partial text."""
-    fresh = view_samples.samples()
-    resumed = timeline_shape(fresh["trace-resumed"])
-    assert resumed[1] == "complete"
-    assert ("producer", "state_changed", "streaming -> shutdown") in resumed[2]
-    assert ("consumer", "stream_resuming", "") in resumed[2]
-    assert "2 deliveries" in fresh["trace-resumed"].split("\n")[2]
-    killed = timeline_shape(fresh["trace-killed"])
-    assert killed[1] == "error / transport_io_error"
-    assert "│ text    partial (" in fresh["view-killed"]
-    assert re.search(r"reconnects [1-9]", fresh["view-resumed"])
