@@ -6,7 +6,8 @@ temporary directory), ``tests/integration`` (real sockets and real gRPC in the t
 process: in-process servers, and a private Redis server as a store), ``tests/system``
 (several processes: producers, consumers, the fake Gemini server, ``make``, a browser,
 hosts in network namespaces). Each test gets its folder's marker, so ``-m unit`` or
-``-m "not system"`` selects by tier.
+``-m "not system"`` selects by tier, and a unit or integration test that reaches past its
+tier fails with the reason (``_tests_keep_to_their_tier``; tests/unit/test_tiers.py).
 
 ``make check`` and ``make test`` run the tests on pytest-xdist workers, but those marked
 ``serial``, which run in one process of their own, alone: ``make protos`` (it rewrites
@@ -17,10 +18,16 @@ tests run on the workers too: tests/netns.py makes one set of test hosts at a ti
 from __future__ import annotations
 
 import logging
+import multiprocessing.util
 import os
-from collections.abc import Iterator
+import socket
+import subprocess
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 import structlog
 
@@ -32,6 +39,7 @@ from shared.recording import Recording
 # in a shell. Tests run commands as a user would.
 for _name in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):
     os.environ.pop(_name, None)
+
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "system")
@@ -53,6 +61,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: a test module belongs in tests/{{{','.join(TIERS)}}}/"
             )
         item.add_marker(getattr(pytest.mark, tier))
+
+
+class TierViolation(AssertionError):
+    """A test reached for what its tier does not allow: it belongs in another tier."""
+
+
+#: The only programs an integration test may start: the private Redis server it stores in.
+STORE_PROGRAMS = frozenset({"redis-server", "valkey-server"})
+
+
+@pytest.fixture(autouse=True)
+def _tests_keep_to_their_tier(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tiers are kept by the code, not by convention. A unit test that opens a network
+    socket (a socketpair, such as an event loop's own, is not one), starts a process or
+    opens a gRPC server or channel fails, with the reason; an integration test that starts
+    a process other than its Redis server, too."""
+    tier = next((t for t in TIERS if request.node.get_closest_marker(t)), None)
+    if tier in ("unit", "integration"):
+        _refuse_processes(monkeypatch, tier, allowed=STORE_PROGRAMS if tier != "unit" else ())
+    if tier == "unit":
+        _refuse_network(monkeypatch, tier)
+
+
+def _refusal(tier: str, what: str) -> Callable[..., None]:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise TierViolation(f"a test in tests/{tier} must not {what}")
+
+    return refused
+
+
+def _refuse_processes(monkeypatch: pytest.MonkeyPatch, tier: str, allowed: Collection[str]) -> None:
+    start = subprocess.Popen.__init__
+
+    def only_allowed(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        program = Path(str(args if isinstance(args, str | os.PathLike) else args[0])).name
+        if program not in allowed:
+            raise TierViolation(f"a test in tests/{tier} must not start {program}")
+        start(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", only_allowed)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _refusal(tier, "start a process"))
+    # multiprocessing's spawn and forkserver start their processes without Popen or fork.
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", _refusal(tier, "start a process"))
+
+
+def _refuse_network(monkeypatch: pytest.MonkeyPatch, tier: str) -> None:
+    for name in ("bind", "connect", "connect_ex", "listen"):
+        monkeypatch.setattr(socket.socket, name, _refusal(tier, f"{name} a socket"))
+    for module in (grpc, grpc.aio):
+        for name in ("server", "insecure_channel", "secure_channel"):
+            monkeypatch.setattr(module, name, _refusal(tier, f"open a gRPC {name.split('_')[0]}"))
 
 
 @pytest.fixture(autouse=True)

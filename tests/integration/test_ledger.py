@@ -7,11 +7,10 @@ Every test that takes ``make_ledger`` runs against both backends: the JSON file 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -250,43 +249,6 @@ def test_concurrent_identities_each_get_their_share_and_no_more(make_ledger: Mak
     assert ledger.totals()["committed_usd"] <= budget
     for n in range(4):
         assert ledger.totals(f"caller-{n}")["committed_usd"] <= share
-
-
-def reserve_from_threads(spec: str, prefix: str | None, budget: float, first: int) -> int:
-    """One process's share: 20 reservations from 4 threads, each with its own ledger object."""
-
-    def reserve(index: int) -> bool:
-        try:
-            open_ledger(spec, options=options(prefix), budget_usd=budget).reserve(
-                f"call-{index}", body=BODY, max_output_tokens=1000
-            )
-        except RequestRefused as refused:
-            assert refused.reason is Reason.BUDGET_EXHAUSTED
-            return False
-        return True
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return sum(pool.map(reserve, range(first, first + 20)))
-
-
-@pytest.mark.parametrize("backend", ["file", "redis"])
-def test_reservations_from_two_processes_never_exceed_the_budget(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    """40 reservations from 8 threads in 2 processes, room for 5: exactly 5 are granted."""
-    if backend == "file":
-        spec, prefix = str(tmp_path / "ledger.json"), None
-    else:
-        spec, prefix = request.getfixturevalue("redis").url, f"processes-{next(_prefixes)}:"
-    budget = worst() * 5.5
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        shares = [pool.submit(reserve_from_threads, spec, prefix, budget, n) for n in (0, 20)]
-        granted = [share.result() for share in shares]
-    assert sum(granted) == 5
-    totals = open_ledger(spec, options=options(prefix), budget_usd=budget).totals()
-    assert totals["entries"] == 5
-    assert totals["committed_usd"] <= budget
 
 
 def test_settled_and_released_calls_expire_and_the_sums_do_not(redis: RedisServer) -> None:
