@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,16 @@ def test_test_hosts_are_made_one_set_at_a_time() -> None:
     with exclusive(), exclusive():  # reentrant in one process
         assert other(0.3) == "waited"
     assert other(120) == "got it"
+
+
+def test_without_ip_the_tests_skip_with_the_reason_but_fail_under_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no `ip`
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no `ip` command"):
+        require_netns()
+    assert "skipping the cross-host tests: no `ip` command" in capsys.readouterr().out
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run the cross-host tests"):
+        require_netns()
