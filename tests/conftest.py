@@ -22,6 +22,7 @@ import multiprocessing.util
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,23 @@ def _refuse_network(monkeypatch: pytest.MonkeyPatch, tier: str) -> None:
     for module in (grpc, grpc.aio):
         for name in ("server", "insecure_channel", "secure_channel"):
             monkeypatch.setattr(module, name, _refusal(tier, f"open a gRPC {name.split('_')[0]}"))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside pytest-cov's own wrapper
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test marked ``no_cover`` runs untraced. pytest-cov stops its measurement for it,
+    but on an xdist worker more than one measurement is stacked (the worker's own, and the
+    one coverage's subprocess patch starts in every Python process the run starts), and
+    stopping the top one resumes the next: the test was traced all the same, three times
+    slower. The trace function is taken off this thread for the call, and put back."""
+    tracer = sys.gettrace()
+    if tracer is None or item.get_closest_marker("no_cover") is None:
+        return (yield)
+    sys.settrace(None)
+    try:
+        return (yield)
+    finally:
+        sys.settrace(tracer)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,11 @@ from shared.frames import FrameKind, content_frames, terminal_frame
 from shared.recording import Recording
 from shared.wire import WireFormat, codec_for
 
+# Not traced by coverage: tens of thousands of frames and chunks per test run the same
+# lines again and again, five times slower under the tracer (make test); the wire, machine
+# and SSE tests measure those lines.
+pytestmark = pytest.mark.no_cover
+
 CASE_ID: Final = "utf8-write"
 HEAD: Final = '{"status": "not_in_docs", "answer": "'
 TAIL: Final = '", "source_ids": []}'

@@ -48,6 +48,11 @@ from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from shared.wire.lp import frame_with_header
 
+# Not traced by coverage: hundreds of generated examples per test run the same lines again
+# and again, twice as slow under the tracer (make test); the wire, machine and SSE
+# tests measure those lines.
+pytestmark = pytest.mark.no_cover
+
 QUIET: Final = structlog.wrap_logger(
     structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
 )
