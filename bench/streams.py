@@ -23,6 +23,9 @@ into a file, as its CLI does (but in its own trace-cost rounds). The servers run
 pinned to one CPU, this process (every client) to another (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.streams
+
+Why one file: the sides are alternated in the same rounds with the same channel options,
+and the round machinery, the sides and their rows are one measurement.
 """
 
 from __future__ import annotations

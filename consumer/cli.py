@@ -2,6 +2,10 @@
 
 Exit codes (every consumer command): 0 complete, 3 incomplete, 4 cancelled,
 5 error, 6 invalid, 7 refused, 2 usage or configuration error.
+
+Why one file: it is the consumer's flag table (from which argparse, the help and the docs'
+table are made) and the commands' thin entries; each command's work lives elsewhere
+(``consumer.session``, ``traces``, ``harness``).
 """
 
 from __future__ import annotations

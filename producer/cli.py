@@ -3,6 +3,9 @@
 Every flag has an environment variable (``REPLYWIRE_<FLAG>``); a flag on the
 command line wins. Exit codes: 0 after a clean shutdown, 2 for a usage or
 configuration error (including a recording that fails its checks).
+
+Why one file: it is the producer's flag table (from which argparse, the ``REPLYWIRE_``
+defaults, the help and the docs' table are made) and the wiring of what the flags build.
 """
 
 from __future__ import annotations

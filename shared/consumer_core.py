@@ -33,6 +33,10 @@ as the reason and the text, scrubbed and bounded, as the result's ``detail``.
 All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
 ``Machine.fire()`` is the only code that changes state, and it logs every change
 as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
+
+Why one file: the order of the checks is the protocol (the lab's order); the machine's table,
+the frame checks and the content assembly are one decision, and split apart that order would
+be read from two places.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ turn it into ``grpc.StatusCode[name]``.
 
 Codes marked "lab" are the ones of the lab's ``stream_core`` and mean exactly
 what they mean there.
+
+Why one file: the registry is one table (code, status, exit, gRPC code, meaning) that the
+docs' reason table is generated from and every edge reads; the helpers that keep a reason a
+code (``registered``, ``scrubbed_detail``) belong with it.
 """
 
 from __future__ import annotations

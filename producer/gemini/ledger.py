@@ -47,6 +47,9 @@ locked or written) must not leave an entry ``reserved`` for good, so:
 ``Ledger`` is the interface the Gemini source uses; ``BudgetLedger`` (this file)
 and ``redis_ledger.RedisLedger`` (``--ledger redis://HOST:PORT/DB``) implement
 it with the same rules; ``ledgers.open_ledger`` picks one from the ``--ledger`` value.
+
+Why one file: the ``Ledger`` interface, the rules both ledgers share (usage checks, owner
+leases) and the file ledger that is their reference implementation.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ safe is in the scripts: a reserve is idempotent per call (a lost answer is asked
 again, never turned into a second reservation), a move out of ``reserved`` happens
 once (a retried one finds its own earlier move: ``AlreadyLeft``), and a reserve given
 up on is ``abandon``-ed (released, or a tombstone that a late copy of it finds).
+
+Why one file: the Lua scripts and the Python that calls and reads them change together;
+apart, a script's answer and its caller's match could drift.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ at once, so the provider stops generating (and billing) for it.
 
 The provider's base URL must be ``https://`` (plain ``http://`` only to a
 loopback address, e.g. the tests' fake server): the API key travels in a header.
+
+Why one file: a paid call's whole life (reserve, mark sending, send, stream, close, settle,
+capture) is in one place, so that every path that starts a call can be seen to settle it.
 """
 
 from __future__ import annotations
