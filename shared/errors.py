@@ -64,6 +64,8 @@ class Reason(StrEnum):
     # --- producer request checks (ours) ----------------------------------
     INVALID_REQUEST = "invalid_request"
     FAULTS_NOT_ALLOWED = "faults_not_allowed"
+    BINDING_NOT_CANONICAL = "binding_not_canonical"
+    FAULT_PARAMETER_OUT_OF_RANGE = "fault_parameter_out_of_range"
     # --- the producer's own endings (ours) --------------------------------
     PRODUCER_SHUTDOWN = "producer_shutdown"
     INTERNAL_ERROR = "internal_error"
@@ -337,6 +339,18 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.FAULTS_NOT_ALLOWED: _info(
         _R, "PERMISSION_DENIED", "a fault was asked of a producer that does not allow faults"
+    ),
+    Reason.BINDING_NOT_CANONICAL: _info(
+        _R,
+        "INVALID_ARGUMENT",
+        "the request's binding bytes are not the canonical JSON of a value (sorted keys, "
+        "compact, UTF-8)",
+    ),
+    Reason.FAULT_PARAMETER_OUT_OF_RANGE: _info(
+        _R,
+        "INVALID_ARGUMENT",
+        "a fault's frame or byte count does not fit the reply, or the fault takes no such "
+        "parameter",
     ),
     Reason.PRODUCER_SHUTDOWN: _info(
         _E, "UNAVAILABLE", "the producer stopped before the stream ended (after its grace)"

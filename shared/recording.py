@@ -160,10 +160,13 @@ class Recording:
         return self._cases[case_id]
 
     def bind_request(self, case_id: object, supplied: object) -> BoundCase:
-        """A request for ``case_id`` carrying ``supplied``: both name the same recorded case."""
+        """A request for ``case_id`` carrying ``supplied``: the case first (the allowlist:
+        ``development_case_required``), then the binding, which must equal that case's
+        (``request_binding_mismatch``, whatever it names: a ``case_id`` in it that is not
+        the request's, on the allowlist or not, is a binding that differs)."""
         case = self.case(case_id)
-        if self.checked_binding(supplied) is not case:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "binding is for another case")
+        if not isinstance(supplied, dict) or digest(supplied) != case.binding_sha256:
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "not the case's binding")
         return case
 
     def raw_entry(self, case_id: str) -> Mapping[str, Any]:

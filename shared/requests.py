@@ -13,7 +13,7 @@ from typing import Any, Final
 import structlog
 
 from shared.consumer_core import Limits, ReplyConsumer
-from shared.digest import bounded_json, canonical_digest, canonical_json, digest
+from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
@@ -78,7 +78,9 @@ def check_envelope(request: pb.OpenRequest) -> None:
 
 
 def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequest:
-    """Shape checks (``invalid_request``), then the fault permission (``faults_not_allowed``)."""
+    """Shape checks (``invalid_request``), the binding's bytes (``binding_not_canonical``),
+    then the fault permission (``faults_not_allowed``). What needs the reply (the case, the
+    binding's value, the fault's parameters against the reply) is the source's, after."""
     if request.wire_format not in _WIRES:
         raise RequestRefused(Reason.INVALID_REQUEST, f"wire format {request.wire_format}")
     if request.whole_body and request.chunk_sizes:
@@ -100,8 +102,9 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
             byte_count=request.fault.byte_count or None,
             stall_ms=request.fault.stall_ms or None,
         )
-        if not allow_faults:
-            raise RequestRefused(Reason.FAULTS_NOT_ALLOWED, kind.value)
+    binding_sha256(request.binding_json)
+    if fault is not None and not allow_faults:
+        raise RequestRefused(Reason.FAULTS_NOT_ALLOWED, fault.kind.value)
     return CheckedRequest(
         case_id=request.case_id,
         wire=_WIRES[request.wire_format],
@@ -122,23 +125,47 @@ def _plan(whole_body: bool, sizes: tuple[int, ...]) -> ChunkPlan:
     return FRAME_PLAN
 
 
-def parse_binding(binding_json: bytes) -> object:
-    """The request's binding: bounded strict JSON (size, then depth), or refused."""
+def _parsed_binding(binding_json: bytes) -> object:
+    """The binding's value, when its bytes are exactly its canonical JSON (``canonical_json``:
+    keys sorted, no whitespace, UTF-8, nothing escaped that need not be); refused
+    ``binding_not_canonical`` otherwise (not UTF-8, not strict JSON, any other spelling of a
+    value), ``invalid_request`` past the depth bound (as past the size bound)."""
+    if len(binding_json) > MAX_BINDING_BYTES:
+        raise RequestRefused(Reason.INVALID_REQUEST, f"binding over {MAX_BINDING_BYTES} bytes")
     try:
-        return bounded_json(
-            binding_json.decode("utf-8"), max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH
-        )
-    except ValueError as error:  # UnicodeDecodeError is a ValueError
+        value = strict_json(binding_json.decode("utf-8"))
+    except RecursionError as error:
         raise RequestRefused(
-            Reason.REQUEST_BINDING_MISMATCH, "binding is not bounded strict JSON"
+            Reason.INVALID_REQUEST, f"binding nested deeper than {MAX_BINDING_DEPTH}"
         ) from error
+    except ValueError as error:  # UnicodeDecodeError is a ValueError
+        raise RequestRefused(Reason.BINDING_NOT_CANONICAL, "binding is not strict JSON") from error
+    if not within_depth(value, MAX_BINDING_DEPTH):
+        raise RequestRefused(
+            Reason.INVALID_REQUEST, f"binding nested deeper than {MAX_BINDING_DEPTH}"
+        )
+    try:
+        canonical = canonical_json(value)
+    except ValueError as error:  # a lone surrogate escaped in a string has no UTF-8
+        raise RequestRefused(Reason.BINDING_NOT_CANONICAL, "binding has no UTF-8 form") from error
+    if canonical != binding_json:
+        raise RequestRefused(Reason.BINDING_NOT_CANONICAL, "binding bytes are not canonical")
+    return value
+
+
+def parse_binding(binding_json: bytes) -> object:
+    """The request's binding: its canonical bytes parsed, or refused (``_parsed_binding``)."""
+    return _parsed_binding(binding_json)
 
 
 @functools.lru_cache(maxsize=64)
 def binding_sha256(binding_json: bytes) -> str:
-    """``digest(parse_binding(binding_json))``, remembered for the last few bindings: every
-    stream of a case carries the same bytes (a refusal raises, and is not remembered)."""
-    return digest(parse_binding(binding_json))
+    """The SHA-256 of the binding's bytes, once they are known canonical (refused if not):
+    the digest every frame carries, the same as the consumer's over the bytes it sent.
+    Remembered for the last few bindings: every stream of a case carries the same bytes
+    (a refusal raises, and is not remembered)."""
+    _parsed_binding(binding_json)
+    return canonical_digest(binding_json)
 
 
 WIRE_CODES: Final = {

@@ -335,6 +335,8 @@ class GeminiSource:
     def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
+        if not is_question(checked.case_id):
+            self.recording.case(checked.case_id)  # the allowlist, before the binding
         supplied = parse_binding(request.binding_json)
         if is_question(checked.case_id):
             binding = check_question_binding(supplied)

@@ -96,9 +96,12 @@ class RecordingSource:
 
     def bound_case(self, case_id: str, binding_json: bytes) -> BoundCase:
         """The recorded case this binding names: the recording's own bytes are accepted as
-        they are; other bytes are parsed and checked (``request_binding_mismatch``, ...)."""
+        they are; otherwise the case is checked (``development_case_required``), then the
+        bytes are parsed (``binding_not_canonical``) and compared
+        (``request_binding_mismatch``)."""
         if binding_json == self._canonical.get(case_id):
             return self.recording.case(case_id)
+        self.recording.case(case_id)
         return self.recording.bind_request(case_id, parse_binding(binding_json))
 
     def _transmission(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable
 
@@ -94,11 +95,70 @@ def test_malformed_faults_are_invalid_argument(recording: Recording, bad_fault: 
     assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_request")
 
 
+def _spelled(recording: Recording, spelling: str) -> bytes:
+    """The replace-file binding's value, spelled another way than its canonical bytes."""
+    binding = dict(recording.case("replace-file").binding)
+    canonical = canonical_json(binding)
+    if spelling == "pretty-printed":
+        return json.dumps(binding, indent=2, sort_keys=True, ensure_ascii=False).encode()
+    if spelling == "keys unsorted":
+        return json.dumps(
+            dict(reversed(list(binding.items()))), separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    if spelling == "an escaped character":
+        return canonical.replace(b'"case_id"', b'"case\\u005fid"', 1)
+    if spelling == "an escaped solidus":
+        return canonical.replace(b"https://", b"https:\\/\\/", 1)
+    if spelling == "trailing newline":
+        return canonical + b"\n"
+    assert spelling == "a BOM"
+    return b"\xef\xbb\xbf" + canonical
+
+
+SPELLINGS = [
+    "pretty-printed",
+    "keys unsorted",
+    "an escaped character",
+    "an escaped solidus",
+    "trailing newline",
+    "a BOM",
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_a_binding_that_is_not_canonical_json_is_refused_before_any_frame(
+    recording: Recording, spelling: str
+) -> None:
+    """The same value, other bytes: the frames would carry the digest of bytes the client
+    never sent, so the request is refused instead (INVALID_ARGUMENT)."""
+    request = good_request(recording, binding_json=_spelled(recording, spelling))
+    code, details, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, details, chunks) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "binding_not_canonical",
+        0,
+    )
+
+
 @pytest.mark.parametrize(
     "binding_json",
-    [b"", b"not json", b"\xff\xfe", b'{"case_id": "replace-file", "case_id": "x"}', b"[]", b"{}"],
+    [b"", b"not json", b"\xff\xfe", b'{"case_id":"replace-file","case_id":"x"}', b'"\\ud800"'],
+    ids=["empty", "not JSON", "not UTF-8", "duplicate keys", "a lone surrogate"],
 )
-def test_bindings_that_are_not_the_recordings_are_refused(
+def test_bytes_that_are_no_json_value_are_not_canonical(
+    recording: Recording, binding_json: bytes
+) -> None:
+    request = good_request(recording, binding_json=binding_json)
+    code, details, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, details, chunks) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "binding_not_canonical",
+        0,
+    )
+
+
+@pytest.mark.parametrize("binding_json", [b"[]", b"{}", b"null"])
+def test_canonical_bindings_that_are_not_the_recordings_are_refused(
     recording: Recording, binding_json: bytes
 ) -> None:
     request = good_request(recording, binding_json=binding_json)
@@ -114,12 +174,72 @@ def test_a_binding_for_another_case_is_refused(recording: Recording) -> None:
     assert (code, details) == (grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch")
 
 
-def test_binding_json_need_not_be_canonical(recording: Recording) -> None:
-    spaced = json.dumps(recording.case("replace-file").binding, indent=2).encode()
-    code, _, chunks = asyncio.run(
-        open_stream(recording, good_request(recording, binding_json=spaced))
+@pytest.mark.parametrize("named", ["replace-file ", "held-out-case", "utf8-write"])
+def test_a_binding_naming_another_case_is_a_binding_mismatch(
+    recording: Recording, named: str
+) -> None:
+    """The documented order: the request's case against the allowlist, then the binding. A
+    request for replace-file whose binding names any other case (on the allowlist or not)
+    passes the first and fails the second."""
+    binding = dict(recording.case("replace-file").binding)
+    binding["case_id"] = named
+    request = good_request(recording, binding_json=canonical_json(binding))
+    code, details, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, details, chunks) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "request_binding_mismatch",
+        0,
     )
-    assert (code, chunks) == (grpc.StatusCode.OK, 10)
+
+
+def test_the_allowlist_comes_before_the_binding(recording: Recording) -> None:
+    request = good_request(recording, case_id="held-out-case", binding_json=b"{}")
+    code, details, _ = asyncio.run(open_stream(recording, request))
+    assert (code, details) == (grpc.StatusCode.FAILED_PRECONDITION, "development_case_required")
+
+
+def test_the_canonical_binding_streams_frames_bound_to_the_bytes_sent(
+    recording: Recording,
+) -> None:
+    """Every frame carries the SHA-256 of exactly the bytes the client sent."""
+    request = good_request(recording)
+    sent = hashlib.sha256(request.binding_json).hexdigest()
+
+    async def frames() -> list[pb.Frame]:
+        server, port, _ = await start_server(
+            recording, ServerSettings(host="127.0.0.1", port=0, allow_faults=False)
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                data = b"".join(
+                    [
+                        chunk.data
+                        async for chunk in pb_grpc.ReplyStreamStub(channel).Open(
+                            request, timeout=20
+                        )
+                    ]
+                )
+        finally:
+            await server.stop(0)
+        parsed = []
+        while data:
+            length = int.from_bytes(data[1:5], "big")
+            parsed.append(pb.Frame.FromString(data[5 : 5 + length]))
+            data = data[5 + length :]
+        return parsed
+
+    received = asyncio.run(frames())
+    assert len(received) == 10
+    assert {frame.binding_sha256 for frame in received} == {sent}
+
+
+def test_a_binding_that_is_not_canonical_is_refused_before_the_fault_permission(
+    recording: Recording,
+) -> None:
+    request = good_request(recording, binding_json=b"{ }")
+    request.fault.CopyFrom(fault(pb.OMIT))
+    code, details, _ = asyncio.run(open_stream(recording, request, allow_faults=False))
+    assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "binding_not_canonical")
 
 
 def test_fault_permission_is_checked_before_the_binding(recording: Recording) -> None:

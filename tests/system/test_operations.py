@@ -32,6 +32,7 @@ from producer.cli import build_parser
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from runtime.logs import FOREIGN_LOG_EVENT
+from shared.digest import canonical_json
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
@@ -60,7 +61,7 @@ def slow_request(
     binding = recording.case("utf8-write").binding
     return pb.OpenRequest(
         case_id="utf8-write",
-        binding_json=json.dumps(binding, sort_keys=True, separators=(",", ":")).encode(),
+        binding_json=canonical_json(binding),
         chunk_sizes=[chunk_bytes],
         chunk_interval_ms=interval_ms,
         stream_id=stream_id,

@@ -29,6 +29,7 @@ from harness.demo import demo_runs, stream_all
 from producer.cli import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from runtime.logs import configure_logging
+from shared.digest import canonical_json
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
@@ -158,7 +159,7 @@ def _open_slow_stream(
         binding = recording.case("utf8-write").binding
         request = pb.OpenRequest(
             case_id="utf8-write",
-            binding_json=json.dumps(binding, sort_keys=True, separators=(",", ":")).encode(),
+            binding_json=canonical_json(binding),
             chunk_sizes=[chunk_bytes],
             chunk_interval_ms=50,
             stream_id=stream_id,

@@ -420,7 +420,7 @@ def test_a_deep_binding_over_grpc_is_a_refusal_not_a_failure(
     deep = ('{"a":' + nested_brackets(976) + "}").encode()
     request = pb.OpenRequest(case_id="replace-file", binding_json=deep, stream_id="deep-binding")
     outcome = asyncio.run(_open_raw(plain_producer.target, request.SerializeToString()))
-    assert outcome == ("FAILED_PRECONDITION", "request_binding_mismatch")
+    assert outcome == ("INVALID_ARGUMENT", "invalid_request")
     wait_for(lambda: bool(plain_producer.states("deep-binding")))
     assert plain_producer.states("deep-binding")[-1] == ("received", "refused")
 

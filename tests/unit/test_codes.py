@@ -208,6 +208,9 @@ def refusal_requests() -> Iterator[tuple[str, pb.OpenRequest, bool]]:
     malformed = request.open_request()
     malformed.wire_format = 99  # type: ignore[assignment]  # a value no wire has
     yield "malformed", malformed, True
+    spaced = request.open_request()
+    spaced.binding_json += b" "
+    yield "binding not canonical", spaced, True
 
 
 def test_the_producers_refusals_are_codes_the_consumer_reports() -> None:
@@ -220,7 +223,7 @@ def test_the_producers_refusals_are_codes_the_consumer_reports() -> None:
             result = judged(session_for(request), chunks, end)
         assert (result.status, result.reason) == (Status.REFUSED, end.details), what
         seen |= assert_registered(reasons_in(result, records), what)
-    assert len(seen) == 4
+    assert len(seen) == 5
     FOUND.setdefault("refusals", set()).update(seen)
 
 
