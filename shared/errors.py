@@ -415,7 +415,10 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.FRAME_AFTER_TERMINAL: _info(_I, "DATA_LOSS", "a frame arrived after the terminal"),
     Reason.INVALID_FRAME_JSON: _info(_I, "DATA_LOSS", "an NDJSON frame is not strict JSON"),
     Reason.INVALID_FRAME_SCHEMA: _info(
-        _I, "DATA_LOSS", "a frame has the wrong shape (also: an ndjson done without its digest)"
+        _I,
+        "DATA_LOSS",
+        "a frame has the wrong shape (also: a done whose content_sha256 is not 64 lowercase "
+        "hex characters, absent or empty included, or whose content_frames is negative)",
     ),
     Reason.INVALID_SEQUENCE: _info(
         _I, "DATA_LOSS", "a sequence number is not the next one (gap, reorder, replay)"

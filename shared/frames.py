@@ -13,12 +13,13 @@ content), so a wrongly typed field produces the same reason code in both wires.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from shared.errors import Reason, RequestRefused
+from shared.errors import ProtocolFailure, Reason, RequestRefused
 
 #: The lab derives 13-character content deltas from a saved reply.
 DELTA_CHARS = 13
@@ -45,6 +46,22 @@ class DoneDigest:
 
     content_sha256: str
     content_frames: int
+
+
+#: done's ``content_sha256``: exactly 64 lowercase hexadecimal characters.
+_CONTENT_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def checked_done_digest(content_sha256: object, content_frames: object) -> DoneDigest:
+    """done's claim as a wire gave it, or ``invalid_frame_schema``: ``content_sha256`` is
+    exactly 64 lowercase hex characters (an empty or absent one is refused here, not
+    compared), ``content_frames`` a non-negative integer. Part of the frame's shape, as
+    its keys are: checked when the frame is parsed, before its sequence and binding."""
+    if type(content_sha256) is not str or not _CONTENT_SHA256.fullmatch(content_sha256):
+        raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "done's content_sha256 is not hex")
+    if type(content_frames) is not int or content_frames < 0:
+        raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "done's content_frames")
+    return DoneDigest(content_sha256=content_sha256, content_frames=content_frames)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import DoneDigest, Frame, FrameKind, decoded_frame
+from shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest, decoded_frame
 from shared.pb import replywire_pb2 as pb
 from shared.wire.base import NEED_DATA, NeedData, WireFormat
 
@@ -196,7 +196,8 @@ def parse_frame(payload: bytes) -> Frame:
         done = message.done
         if done.content_frames >= _TEN_BYTE_VARINT:
             done = _parse_precisely(payload).done
-        digest = DoneDigest(content_sha256=done.content_sha256, content_frames=done.content_frames)
+        # proto3 cannot tell an absent digest from an empty one: both are refused.
+        digest = checked_done_digest(done.content_sha256, done.content_frames)
         return decoded_frame(message.sequence, kind, message.binding_sha256, done_digest=digest)
     stop = message.error if kind is FrameKind.ERROR else message.cancel
     return decoded_frame(message.sequence, kind, message.binding_sha256, reason=stop.reason)

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason
-from shared.frames import DoneDigest, Frame, FrameKind, decoded_frame
+from shared.frames import Frame, FrameKind, checked_done_digest, decoded_frame
 from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
 from shared.wire.buffer import ReceiveBuffer
 
@@ -89,7 +89,8 @@ def parse_frame(payload: bytes, *, digest: bool = False) -> Frame:
     """Shape checks of the lab's ``process``; sequence, binding and content are the consumer's.
 
     With ``digest``, done must carry exactly the lab's keys plus ``content_sha256``
-    (a string) and ``content_frames`` (an integer), else ``invalid_frame_schema``;
+    (64 lowercase hex characters) and ``content_frames`` (a non-negative integer), else
+    ``invalid_frame_schema``;
     whether they match the content is the consumer's check, as in the
     length-prefixed wire.
     """
@@ -114,10 +115,7 @@ def parse_frame(payload: bytes, *, digest: bool = False) -> Frame:
         )
     done_digest = None
     if digest:
-        claimed_sha256, claimed_frames = obj["content_sha256"], obj["content_frames"]
-        if not isinstance(claimed_sha256, str) or type(claimed_frames) is not int:
-            raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, "done digest of the wrong type")
-        done_digest = DoneDigest(content_sha256=claimed_sha256, content_frames=claimed_frames)
+        done_digest = checked_done_digest(obj["content_sha256"], obj["content_frames"])
     return decoded_frame(
         obj["sequence"], frame_kind, obj["binding_sha256"], done_digest=done_digest
     )

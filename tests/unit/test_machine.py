@@ -433,35 +433,74 @@ def test_a_failure_is_not_overwritten_by_a_later_transport_error(case: BoundCase
 
 
 @pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
-@pytest.mark.parametrize(
-    "digest",
-    [
-        DoneDigest(content_sha256="0" * 64, content_frames=9),
-        DoneDigest(content_sha256="", content_frames=0),
-    ],
-)
-def test_content_digest_mismatch(case: BoundCase, wire: WireFormat, digest: DoneDigest) -> None:
+@pytest.mark.parametrize("wrong", ["sha256", "frames"])
+def test_content_digest_mismatch(case: BoundCase, wire: WireFormat, wrong: str) -> None:
+    """A claim of the right form that is not the content applied."""
     frames = derive_frames(case.binding_sha256, case.content)
+    claim = frames[-1].done_digest
+    assert claim is not None
+    if wrong == "sha256":
+        digest = replace(claim, content_sha256="0" * 64)
+    else:
+        digest = replace(claim, content_frames=claim.content_frames + 1)
     frames[-1] = replace(frames[-1], done_digest=digest)
     assert_refused(run(case, frames, wire), "invalid", "content_digest_mismatch")
 
 
-@pytest.mark.parametrize(
-    ("wire", "reason"),
-    [
-        # Encoded as an empty Done message (proto3 cannot tell it from an empty claim).
-        (WireFormat.LENGTH_PREFIXED, "content_digest_mismatch"),
-        # Encoded as the lab's done: the keys are missing.
-        (WireFormat.NDJSON, "invalid_frame_schema"),
-    ],
-    ids=str,
-)
-def test_a_done_without_its_digest_is_refused(
-    case: BoundCase, wire: WireFormat, reason: str
+MALFORMED_CLAIMS = {
+    "empty": ("", None),
+    "upper case": ("A" * 64, None),
+    "63 characters": ("0" * 63, None),
+    "65 characters": ("0" * 65, None),
+    "not hex": ("g" * 64, None),
+    "a trailing newline": ("0" * 64 + "\n", None),
+    "negative frames": (None, -1),
+}
+
+
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
+@pytest.mark.parametrize("claim", list(MALFORMED_CLAIMS))
+def test_a_done_whose_claim_is_not_of_its_form_is_a_schema_failure(
+    case: BoundCase, wire: WireFormat, claim: str
 ) -> None:
+    """content_sha256 is exactly 64 lowercase hex characters, content_frames a non-negative
+    integer: anything else is the frame's shape (invalid_frame_schema), never compared."""
+    sha256, count = MALFORMED_CLAIMS[claim]
+    if count is not None and wire is WireFormat.LENGTH_PREFIXED:
+        pytest.skip("content_frames is a uint64 on the length-prefixed wire")
+    frames = derive_frames(case.binding_sha256, case.content)
+    digest = frames[-1].done_digest
+    assert digest is not None
+    if sha256 is not None:
+        digest = replace(digest, content_sha256=sha256)
+    if count is not None:
+        digest = replace(digest, content_frames=count)
+    frames[-1] = replace(frames[-1], done_digest=digest)
+    assert_refused(run(case, frames, wire), "invalid", "invalid_frame_schema")
+
+
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
+def test_a_done_claim_of_the_wrong_form_is_refused_before_its_sequence(
+    case: BoundCase, wire: WireFormat
+) -> None:
+    """Its form is the frame's shape: checked before the sequence and the binding."""
+    frames = derive_frames(case.binding_sha256, case.content)
+    frames[-1] = replace(
+        frames[-1],
+        sequence=len(frames) + 5,
+        binding_sha256="f" * 64,
+        done_digest=DoneDigest(content_sha256="", content_frames=0),
+    )
+    assert_refused(run(case, frames, wire), "invalid", "invalid_frame_schema")
+
+
+@pytest.mark.parametrize("wire", DEFAULT_WIRES, ids=str)
+def test_a_done_without_its_digest_is_refused(case: BoundCase, wire: WireFormat) -> None:
+    """lp: an empty Done message (proto3 cannot tell it from an empty claim); ndjson: the
+    lab's done, its keys missing. Both are the frame's shape."""
     frames = derive_frames(case.binding_sha256, case.content)
     frames[-1] = replace(frames[-1], done_digest=None)
-    assert_refused(run(case, frames, wire), "invalid", reason)
+    assert_refused(run(case, frames, wire), "invalid", "invalid_frame_schema")
 
 
 class DigestDroppingCodec:

@@ -580,6 +580,7 @@ def _tampered(claim: DoneDigest) -> st.SearchStrategy[DoneDigest]:
             replace(claim, content_frames=claim.content_frames + 1),
             replace(claim, content_sha256="0" * 64),
             replace(claim, content_sha256=claim.content_sha256.upper()),
+            replace(claim, content_sha256=""),
         ]
     )
 
@@ -719,6 +720,13 @@ def test_the_lab_wire_differs_only_in_the_digest_it_does_not_carry(script: Scrip
         assert lp["provisional_content"] == lab["provisional_content"]
         # done is counted before its digest is checked, so the frame counts agree.
         assert lp["stats"]["application_frames"] == lab["stats"]["application_frames"]
+    elif lp["reason"] == Reason.INVALID_FRAME_SCHEMA.value and lab["reason"] != lp["reason"]:
+        # A claim not of its form (upper case, empty) is done's shape: refused when it is
+        # parsed, before it counts; the lab's done has no claim to be malformed.
+        assert script.tampered_digest
+        assert lab["local_terminal"] == FrameKind.DONE.value
+        assert lp["provisional_content"] == lab["provisional_content"]
+        assert lp["stats"]["application_frames"] + 1 == lab["stats"]["application_frames"]
     else:
         assert (lp["status"], lp["reason"]) == (lab["status"], lab["reason"])
         assert without_integrity(comparable(lp)) == without_integrity(comparable(lab))
