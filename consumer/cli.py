@@ -136,10 +136,12 @@ FLAGS: Final = FlagTable((
              "`--allow-faults`)"),
         Flag("--fault-frame", f"frame K a fault targets (unset: {DEFAULT_TARGET_FRAME})",
              Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`",
-             doc="the frame a fault targets (with `--fault`)"),
+             doc="the content frame `--fault` omit, repeat, corrupt, foreign-binding or stall "
+             "targets: 1 to the reply's last (past it: refused `fault_parameter_out_of_range`)"),
         Flag("--fault-bytes", f"bytes truncate-tail drops (unset: {DEFAULT_TRUNCATE_BYTES})",
              Count("bytes"), shown=f"`{DEFAULT_TRUNCATE_BYTES}`",
-             doc="the bytes `--fault truncate-tail` drops"),
+             doc="the bytes `--fault truncate-tail` drops: 1 to the done frame's length - 1, so "
+             "the stream ends inside done (more: refused `fault_parameter_out_of_range`)"),
         Flag("--stall-ms", f"how long --fault stall sends nothing (unset: {DEFAULT_STALL_MS})",
              Count("milliseconds"), shown=f"`{DEFAULT_STALL_MS}`",
              doc="how long `--fault stall` sends nothing"),

@@ -112,14 +112,30 @@ FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.ERROR: "half the content, then an error terminal (controlled_local_error)",
     FaultKind.EOF_BEFORE_TERMINAL: "every content frame, no terminal, clean end of stream",
     FaultKind.TRANSPORT_ABORT: "the first two frames as one chunk, then a transport error",
-    FaultKind.TRUNCATE_TAIL: "the final N wire bytes dropped (default 3), clean end of stream",
-    FaultKind.OMIT: "frame 3 (or the last content frame) never sent",
-    FaultKind.REPEAT: "frame 3 (or the last content frame) sent twice",
-    FaultKind.CORRUPT: "frame 3 (or the last content frame) sent with a broken payload",
-    FaultKind.FOREIGN_BINDING: "frame 3 (or the last content frame) carries another binding hash",
-    FaultKind.STALL: "after frame K (default 3) nothing is sent for N ms (default 60000), "
-    "the stream kept open",
+    FaultKind.TRUNCATE_TAIL: "the final N wire bytes dropped (default 3; N from 1 to the done "
+    "frame's length - 1), clean end of stream",
+    FaultKind.OMIT: "frame K (default 3, or the last content frame) never sent",
+    FaultKind.REPEAT: "frame K (default 3, or the last content frame) sent twice",
+    FaultKind.CORRUPT: "frame K (default 3, or the last content frame) sent with a broken payload",
+    FaultKind.FOREIGN_BINDING: "frame K (default 3, or the last content frame) carries another "
+    "binding hash",
+    FaultKind.STALL: "after frame K (default 3, or the last content frame) nothing is sent for "
+    "N ms (default 60000), the stream kept open",
     FaultKind.ABORT_AFTER_DONE: "everything including done, then the RPC ends UNAVAILABLE",
+}
+
+#: The parameters each fault takes; any other it is given is refused
+#: (``fault_parameter_out_of_range``). ``target_frame`` is a content frame, 1 to the
+#: reply's last; ``byte_count`` ends the stream inside the done frame, 1 to its length - 1.
+FAULT_PARAMETERS: Final[dict[FaultKind, frozenset[str]]] = {
+    kind: frozenset() for kind in FaultKind
+} | {
+    FaultKind.OMIT: frozenset({"target_frame"}),
+    FaultKind.REPEAT: frozenset({"target_frame"}),
+    FaultKind.CORRUPT: frozenset({"target_frame"}),
+    FaultKind.FOREIGN_BINDING: frozenset({"target_frame"}),
+    FaultKind.STALL: frozenset({"target_frame", "stall_ms"}),
+    FaultKind.TRUNCATE_TAIL: frozenset({"byte_count"}),
 }
 
 
@@ -159,13 +175,77 @@ class Transmission:
     encoded: tuple[bytes, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ParameterRanges:
+    """The values a fault's parameters may take for one reply on one wire (inclusive)."""
+
+    #: The content frames: a target frame is one of them.
+    content_frames: int
+    #: The done frame's bytes on the wire: truncate-tail cuts inside it.
+    done_bytes: int
+
+    @property
+    def target_frame(self) -> tuple[int, int]:
+        return 1, self.content_frames
+
+    @property
+    def byte_count(self) -> tuple[int, int]:
+        return 1, min(self.done_bytes - 1, MAX_TRUNCATE_BYTES)
+
+
+def parameter_ranges(frames: Sequence[Frame], codec: WireCodec) -> ParameterRanges:
+    """The ranges for a reply's fault-free frames (content frames, then done)."""
+    content = sum(1 for frame in frames if frame.kind is FrameKind.CONTENT_DELTA)
+    done_bytes = len(codec.encode_frame(frames[-1])) if frames else 0
+    return ParameterRanges(content, done_bytes)
+
+
+def check_fault_parameters(fault: Fault, ranges: ParameterRanges) -> None:
+    """Each parameter the fault is given is one it takes and fits this reply, or the
+    request is refused (``fault_parameter_out_of_range``) before anything is sent: a
+    fault's documented outcome holds for every parameter it accepts, and only for those.
+
+    ``target_frame`` past the last content frame would omit, repeat, corrupt or re-bind done,
+    or stall after it; ``byte_count`` of the done frame's length or more would end the
+    stream at or before a frame boundary (``missing_terminal``, not ``truncated_frame``)."""
+    takes = FAULT_PARAMETERS[fault.kind]
+    for name, value, (low, high) in (
+        ("target_frame", fault.target_frame, ranges.target_frame),
+        ("byte_count", fault.byte_count, ranges.byte_count),
+        ("stall_ms", fault.stall_ms, (1, MAX_STALL_MS)),
+    ):
+        if value is None:
+            continue
+        if name not in takes:
+            raise RequestRefused(
+                Reason.FAULT_PARAMETER_OUT_OF_RANGE, f"{fault.kind.value} takes no {name}"
+            )
+        if not low <= value <= high:
+            raise RequestRefused(
+                Reason.FAULT_PARAMETER_OUT_OF_RANGE,
+                f"{fault.kind.value}: {name} {value} outside {low}..{high} for this reply",
+            )
+    # The defaults must fit too (they do for any reply with content: see the tests).
+    if "target_frame" in takes and ranges.content_frames == 0:
+        raise RequestRefused(Reason.FAULT_PARAMETER_OUT_OF_RANGE, "the reply has no content frame")
+    default_cut = "byte_count" in takes and fault.byte_count is None
+    if default_cut and ranges.byte_count[1] < DEFAULT_TRUNCATE_BYTES:
+        raise RequestRefused(Reason.FAULT_PARAMETER_OUT_OF_RANGE, "done is too short")
+
+
 def target_index(frames: Sequence[Frame], fault: Fault) -> int:
-    """0-based index of frame K (default 3), or of the last content frame when there are fewer."""
+    """0-based index of frame K, or by default of frame 3 (the last content frame when there
+    are fewer). An explicit K past the last content frame is refused, never moved."""
     content = sum(1 for frame in frames if frame.kind is FrameKind.CONTENT_DELTA)
     if content == 0:
-        raise RequestRefused(Reason.INVALID_REQUEST, "the fault needs a content frame")
-    wanted = fault.target_frame or DEFAULT_TARGET_FRAME
-    return min(wanted, content) - 1
+        raise RequestRefused(Reason.FAULT_PARAMETER_OUT_OF_RANGE, "the fault needs a content frame")
+    if fault.target_frame is None:
+        return min(DEFAULT_TARGET_FRAME, content) - 1
+    if fault.target_frame > content:
+        raise RequestRefused(
+            Reason.FAULT_PARAMETER_OUT_OF_RANGE, f"frame {fault.target_frame} of {content}"
+        )
+    return fault.target_frame - 1
 
 
 def _frame_fault(frames: list[Frame], fault: Fault, foreign_binding_sha256: str) -> list[Frame]:
@@ -200,10 +280,9 @@ def truncate_tail(encoded: list[bytes], count: int) -> list[bytes]:
     return kept
 
 
-def _stall(encoded: list[bytes], chunks: list[bytes], fault: Fault) -> Stall:
-    """Pause after the chunk that completes frame K (default 3, at most the last frame)."""
-    frame = min(fault.target_frame or DEFAULT_TARGET_FRAME, len(encoded))
-    frame_end = sum(len(part) for part in encoded[:frame])
+def _stall(frames: list[Frame], encoded: list[bytes], chunks: list[bytes], fault: Fault) -> Stall:
+    """Pause after the chunk that completes content frame K (default 3, or the last)."""
+    frame_end = sum(len(part) for part in encoded[: target_index(frames, fault) + 1])
     sent = 0
     for index, chunk in enumerate(chunks):
         sent += len(chunk)
@@ -213,9 +292,10 @@ def _stall(encoded: list[bytes], chunks: list[bytes], fault: Fault) -> Stall:
 
 
 def _frames(
-    case: BoundCase, fault: Fault | None, foreign_binding_sha256: str | None
+    case: BoundCase, codec: WireCodec, fault: Fault | None, foreign_binding_sha256: str | None
 ) -> list[Frame]:
-    """The case's frames, ended by the fault's terminal, with any frame-level fault applied."""
+    """The case's frames, ended by the fault's terminal, with any frame-level fault applied
+    once its parameters are checked against the fault-free reply."""
     terminal = FrameKind.DONE
     if fault is not None and fault.kind is FaultKind.CANCEL:
         terminal = FrameKind.CANCEL
@@ -227,6 +307,7 @@ def _frames(
     else:
         frames = derive_frames(case.binding_sha256, case.content, terminal)
     if fault is not None:
+        check_fault_parameters(fault, parameter_ranges(frames, codec))
         if fault.kind is FaultKind.FOREIGN_BINDING and not foreign_binding_sha256:
             raise RequestRefused(Reason.INVALID_REQUEST, "foreign-binding needs another binding")
         frames = _frame_fault(frames, fault, foreign_binding_sha256 or "")
@@ -253,7 +334,7 @@ def transmit(
     foreign_binding_sha256: str | None = None,
 ) -> Transmission:
     codec: WireCodec = codec_for(wire)
-    frames = _frames(case, fault, foreign_binding_sha256)
+    frames = _frames(case, codec, fault, foreign_binding_sha256)
     encoded = _encode(codec, frames, fault)
     if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
         # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.
@@ -265,5 +346,7 @@ def transmit(
         return Transmission(
             tuple(frames), tuple(chunks), Ending.TRANSPORT_ERROR, None, tuple(encoded)
         )
-    stall = _stall(encoded, chunks, fault) if fault and fault.kind is FaultKind.STALL else None
+    stall = (
+        _stall(frames, encoded, chunks, fault) if fault and fault.kind is FaultKind.STALL else None
+    )
     return Transmission(tuple(frames), tuple(chunks), Ending.CLEAN, stall, tuple(encoded))

@@ -13,6 +13,7 @@ import pytest
 from producer.server import start_server
 from producer.settings import ServerSettings
 from shared.digest import canonical_json
+from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
@@ -240,6 +241,60 @@ def test_a_binding_that_is_not_canonical_is_refused_before_the_fault_permission(
     request.fault.CopyFrom(fault(pb.OMIT))
     code, details, _ = asyncio.run(open_stream(recording, request, allow_faults=False))
     assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "binding_not_canonical")
+
+
+def _done_bytes(recording: Recording, wire: WireFormat) -> int:
+    plain = transmit(recording.case("replace-file"), wire=wire, plan=ChunkPlan.parse("frame"))
+    return len(plain.encoded[-1])
+
+
+OUT_OF_RANGE: list[tuple[str, Callable[[Recording], pb.Fault]]] = [
+    ("omit past the last content frame", lambda r: fault(pb.OMIT, target_frame=10)),
+    ("repeat past the last content frame", lambda r: fault(pb.REPEAT, target_frame=10)),
+    ("corrupt past the last content frame", lambda r: fault(pb.CORRUPT, target_frame=10)),
+    ("foreign-binding past it", lambda r: fault(pb.FOREIGN_BINDING, target_frame=10)),
+    ("stall past it", lambda r: fault(pb.STALL, target_frame=10, stall_ms=1)),
+    (
+        "truncate-tail of the whole done frame",
+        lambda r: fault(pb.TRUNCATE_TAIL, byte_count=_done_bytes(r, WireFormat.LENGTH_PREFIXED)),
+    ),
+    ("a frame for cancel", lambda r: fault(pb.CANCEL, target_frame=1)),
+    ("bytes for omit", lambda r: fault(pb.OMIT, byte_count=1)),
+    ("a stall length for transport-abort", lambda r: fault(pb.TRANSPORT_ABORT, stall_ms=1)),
+]
+
+
+@pytest.mark.parametrize(("label", "make"), OUT_OF_RANGE, ids=[label for label, _ in OUT_OF_RANGE])
+def test_fault_parameters_that_do_not_fit_the_reply_are_refused_before_any_frame(
+    recording: Recording, label: str, make: Callable[[Recording], pb.Fault]
+) -> None:
+    request = good_request(recording)  # replace-file: 9 content frames, then done
+    request.fault.CopyFrom(make(recording))
+    code, details, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, details, chunks) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "fault_parameter_out_of_range",
+        0,
+    )
+
+
+def test_fault_parameters_at_the_edge_are_served(recording: Recording) -> None:
+    request = good_request(recording)
+    request.fault.CopyFrom(fault(pb.OMIT, target_frame=9))
+    code, _, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, chunks) == (grpc.StatusCode.OK, 9)
+    request.fault.CopyFrom(
+        fault(pb.TRUNCATE_TAIL, byte_count=_done_bytes(recording, WireFormat.LENGTH_PREFIXED) - 1)
+    )
+    code, _, chunks = asyncio.run(open_stream(recording, request))
+    assert (code, chunks) == (grpc.StatusCode.OK, 10)
+
+
+def test_fault_parameters_are_checked_after_the_binding(recording: Recording) -> None:
+    request = good_request(recording, binding_json=b"{}")
+    request.fault.CopyFrom(fault(pb.OMIT, target_frame=10))
+    code, details, _ = asyncio.run(open_stream(recording, request))
+    assert (code, details) == (grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch")
 
 
 def test_fault_permission_is_checked_before_the_binding(recording: Recording) -> None:

@@ -211,6 +211,10 @@ def refusal_requests() -> Iterator[tuple[str, pb.OpenRequest, bool]]:
     spaced = request.open_request()
     spaced.binding_json += b" "
     yield "binding not canonical", spaced, True
+    past = ReplyRequest.for_case(
+        RECORDING, "replace-file", fault=Fault(kind=FaultKind.OMIT, target_frame=10)
+    )
+    yield "fault frame past the reply", past.open_request(), True
 
 
 def test_the_producers_refusals_are_codes_the_consumer_reports() -> None:
@@ -223,7 +227,7 @@ def test_the_producers_refusals_are_codes_the_consumer_reports() -> None:
             result = judged(session_for(request), chunks, end)
         assert (result.status, result.reason) == (Status.REFUSED, end.details), what
         seen |= assert_registered(reasons_in(result, records), what)
-    assert len(seen) == 5
+    assert len(seen) == 6
     FOUND.setdefault("refusals", set()).update(seen)
 
 

@@ -94,14 +94,17 @@ def test_the_duplicate_policy_repairs_nothing_else(recording: Recording, kind: F
         assert result["reason"] == EXPECTED_OUTCOMES[kind][wire].reason
 
 
-def test_target_frame_defaults_to_three_and_clamps_to_the_last_content_frame(
+def test_target_frame_defaults_to_three_or_the_last_content_frame_and_is_never_moved(
     recording: Recording,
 ) -> None:
     case = recording.case("replace-file")
     frames = derive_frames(case.binding_sha256, case.content)
     assert target_index(frames, Fault(kind=FaultKind.OMIT)) == 2
     assert target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=7)) == 6
-    assert target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=50)) == 8
+    assert target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=9)) == 8
+    with pytest.raises(RequestRefused) as info:
+        target_index(frames, Fault(kind=FaultKind.OMIT, target_frame=50))
+    assert info.value.reason is Reason.FAULT_PARAMETER_OUT_OF_RANGE
     short = derive_frames(case.binding_sha256, "{}")  # one content frame, then done
     assert target_index(short, Fault(kind=FaultKind.REPEAT)) == 0
 
