@@ -33,6 +33,10 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.INVALID_REQUEST: "The producer could not read the request (its wire format, chunking or "
     "fault).",
     R.FAULTS_NOT_ALLOWED: "A fault was asked of a producer that was not started to allow faults.",
+    R.BINDING_NOT_CANONICAL: "The binding's bytes are not its canonical JSON (sorted keys, no "
+    "whitespace, UTF-8), so no frame could be bound to the bytes sent.",
+    R.FAULT_PARAMETER_OUT_OF_RANGE: "The fault's frame or byte count does not fit this reply, "
+    "or the fault takes no such parameter.",
     R.PRODUCER_SHUTDOWN: "The producer shut down before the stream ended.",
     R.INTERNAL_ERROR: "The producer failed unexpectedly; its trace says why.",
     R.INVALID_TOKEN: "The producer did not accept the bearer token (none was sent, or one it "

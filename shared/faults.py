@@ -11,7 +11,9 @@ Nothing here does I/O: the same ``Transmission`` is fed to the consumer in
 one process (``consumer replay``) and sent over gRPC by the producer.
 
 Faults exist to prove the consumer's refusals; each has one documented
-outcome (``EXPECTED_OUTCOMES``) which the tests check in both wires.
+outcome (``EXPECTED_OUTCOMES``) which the tests check in every wire; the two that break
+the transport have a second, over gRPC with the consumer's default resume
+(``RESUMED_OUTCOMES``).
 """
 
 from __future__ import annotations
@@ -106,7 +108,18 @@ EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
 }
 #: With the duplicate policy on, an exact repeat is dropped and the reply completes.
 REPEAT_WITH_DUPLICATE_POLICY: Final = Outcome(Status.COMPLETE, None)
+#: Over gRPC with the consumer's default resume (``--resume-attempts``, 3): a transport fault
+#: hits a stream's first delivery only, so the consumer reconnects once, is delivered the
+#: rest from the producer's reply log and completes. ``EXPECTED_OUTCOMES`` is the outcome
+#: without resume (``--resume-attempts 0``, and in one process).
+RESUMED_OUTCOMES: Final[dict[FaultKind, Outcome]] = {
+    FaultKind.TRANSPORT_ABORT: Outcome(Status.COMPLETE, None),
+    FaultKind.ABORT_AFTER_DONE: Outcome(Status.COMPLETE, None),
+}
+#: The reconnects a resumed transport fault takes.
+RESUMED_RECONNECTS: Final = 1
 
+_FRAME_K: Final = "content frame K (1 to the last; default 3, or the last when fewer)"
 FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.CANCEL: "half the content, then a cancel terminal (controlled_local_cancel)",
     FaultKind.ERROR: "half the content, then an error terminal (controlled_local_error)",
@@ -114,13 +127,12 @@ FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.TRANSPORT_ABORT: "the first two frames as one chunk, then a transport error",
     FaultKind.TRUNCATE_TAIL: "the final N wire bytes dropped (default 3; N from 1 to the done "
     "frame's length - 1), clean end of stream",
-    FaultKind.OMIT: "frame K (default 3, or the last content frame) never sent",
-    FaultKind.REPEAT: "frame K (default 3, or the last content frame) sent twice",
-    FaultKind.CORRUPT: "frame K (default 3, or the last content frame) sent with a broken payload",
-    FaultKind.FOREIGN_BINDING: "frame K (default 3, or the last content frame) carries another "
-    "binding hash",
-    FaultKind.STALL: "after frame K (default 3, or the last content frame) nothing is sent for "
-    "N ms (default 60000), the stream kept open",
+    FaultKind.OMIT: f"{_FRAME_K} never sent",
+    FaultKind.REPEAT: f"{_FRAME_K} sent twice",
+    FaultKind.CORRUPT: f"{_FRAME_K} sent with a broken payload",
+    FaultKind.FOREIGN_BINDING: f"{_FRAME_K} carries another binding hash",
+    FaultKind.STALL: f"after {_FRAME_K} nothing is sent for N ms (default 60000), the stream "
+    "kept open",
     FaultKind.ABORT_AFTER_DONE: "everything including done, then the RPC ends UNAVAILABLE",
 }
 

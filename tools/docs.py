@@ -31,7 +31,12 @@ from producer.states import SPEC as PRODUCER_SPEC
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
 from shared.errors import EXIT_CODES, REASONS
-from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
+from shared.faults import (
+    EXPECTED_OUTCOMES,
+    FAULT_DESCRIPTIONS,
+    RESUMED_OUTCOMES,
+    RESUMED_RECONNECTS,
+)
 from shared.fsm import MachineSpec
 from shared.wire import WireFormat
 from tools import view_samples
@@ -90,6 +95,14 @@ def fault_table() -> str:
             else f"{outcomes[wire].status.value} (in one process; see below)"
             for wire in (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
         ]
+        resumed = RESUMED_OUTCOMES.get(kind)
+        if resumed is not None:
+            assert resumed.reason is None and RESUMED_RECONNECTS == 1, kind
+            cells = [
+                f"{resumed.status.value} after one reconnect (the default resume); {cell} "
+                "with `--resume-attempts 0` (and in one process)"
+                for cell in cells
+            ]
         lines.append(f"| `{kind.value}` | {FAULT_DESCRIPTIONS[kind]} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 

@@ -722,11 +722,12 @@ def test_the_lab_wire_differs_only_in_the_digest_it_does_not_carry(script: Scrip
         assert lp["stats"]["application_frames"] == lab["stats"]["application_frames"]
     elif lp["reason"] == Reason.INVALID_FRAME_SCHEMA.value and lab["reason"] != lp["reason"]:
         # A claim not of its form (upper case, empty) is done's shape: refused when it is
-        # parsed, before it counts; the lab's done has no claim to be malformed.
+        # parsed, before its sequence and binding are checked and before it counts; the
+        # lab's done has no claim to be malformed (it may still fail later, on its sequence).
         assert script.tampered_digest
-        assert lab["local_terminal"] == FrameKind.DONE.value
         assert lp["provisional_content"] == lab["provisional_content"]
-        assert lp["stats"]["application_frames"] + 1 == lab["stats"]["application_frames"]
+        applied = lp["stats"]["application_frames"]
+        assert lab["stats"]["application_frames"] in (applied, applied + 1)
     else:
         assert (lp["status"], lp["reason"]) == (lab["status"], lab["reason"])
         assert without_integrity(comparable(lp)) == without_integrity(comparable(lab))
