@@ -120,6 +120,7 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.REPLY_LOG_UNAVAILABLE: "The producer's reply log could not be read or written.",
     R.REPLY_LOG_LIMIT: "The reply outgrew the producer's reply log bounds.",
     R.HEALTH_WATCH_LIMIT: "The producer already serves as many health watches as it allows.",
+    R.HEALTH_LIST_LIMIT: "The producer has more health services than a health List answers.",
     # The provider's own finish reasons and error statuses, in the registry's words.
     **{
         reason: REASONS[reason].meaning[0].upper() + REASONS[reason].meaning[1:] + "."

@@ -9,6 +9,11 @@ has them) that serves at most ``max_watches`` Watch streams at once: one more is
 anywhere. A refusal is counted (``refused``) and logged as ``health_watch_refused`` with
 the running count, at most one record a second, so a flood of refused watches cannot
 flood the trace; ``producer_stopped`` carries the final count.
+
+``List`` (gRPC's A90, in grpcio-health-checking's proto and so advertised by reflection)
+answers a snapshot of every registered service's status, at most ``MAX_LIST_SERVICES``
+(the bound A90 sets): past it, ``RESOURCE_EXHAUSTED`` with the details
+``health_list_limit`` and no partial list. The producer registers two services.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from typing import Any, Final
 import grpc
 import structlog
 from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2
 
 from shared.errors import Reason
 
 DEFAULT_MAX_HEALTH_WATCHES: Final = 100
+#: The most services ``List`` answers (gRPC's A90: more is ``RESOURCE_EXHAUSTED``).
+MAX_LIST_SERVICES: Final = 100
 #: At most one ``health_watch_refused`` record this often (each carries the running count).
 REFUSAL_RECORD_INTERVAL_S: Final = 1.0
 
@@ -62,6 +70,20 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
             await super().Watch(request, context)
         finally:
             self.watches -= 1
+
+    async def List(  # noqa: N802 - the RPC's name in the .proto
+        self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthListResponse:
+        """Every registered service's status now (a snapshot, no side effect), or
+        ``RESOURCE_EXHAUSTED`` / ``health_list_limit`` past ``MAX_LIST_SERVICES``."""
+        statuses = dict(self._server_status)
+        if len(statuses) > MAX_LIST_SERVICES:
+            reason = Reason.HEALTH_LIST_LIMIT
+            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        response = health_pb2.HealthListResponse()
+        for name, status in statuses.items():
+            response.statuses[name].status = status
+        return response
 
     def _log_refusal(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         now = self._clock()

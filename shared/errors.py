@@ -81,6 +81,7 @@ class Reason(StrEnum):
     REPLY_LOG_UNAVAILABLE = "reply_log_unavailable"
     REPLY_LOG_LIMIT = "reply_log_limit"
     HEALTH_WATCH_LIMIT = "health_watch_limit"
+    HEALTH_LIST_LIMIT = "health_list_limit"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -400,6 +401,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.HEALTH_WATCH_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-health-watches Watch streams"
+    ),
+    Reason.HEALTH_LIST_LIMIT: _info(
+        _R, "RESOURCE_EXHAUSTED", "health List: more than 100 services registered (none listed)"
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"
