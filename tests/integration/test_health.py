@@ -150,3 +150,33 @@ def test_every_method_reflection_advertises_is_implemented(recording: Recording)
     ]
     assert unimplemented == []
     assert answers["/grpc.health.v1.Health/List"] is grpc.StatusCode.OK
+
+
+def test_check_refuses_an_unknown_service_and_watch_streams_service_unknown(
+    recording: Recording,
+) -> None:
+    """gRPC's health protocol: Check answers NOT_FOUND; Watch stays open and says
+    SERVICE_UNKNOWN until the service is registered."""
+
+    async def scenario() -> tuple[grpc.StatusCode, int, int]:
+        async with served(recording) as (channel, servicer):
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                await stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
+                checked = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                checked = error.code()
+            call = stub.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
+            try:
+                first = await call.read()
+                await servicer.health.set("nope", SERVING)
+                second = await call.read()
+            finally:
+                call.cancel()
+            return checked, first.status, second.status
+
+    assert asyncio.run(scenario()) == (
+        grpc.StatusCode.NOT_FOUND,
+        health_pb2.HealthCheckResponse.SERVICE_UNKNOWN,
+        SERVING,
+    )
