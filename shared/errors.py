@@ -336,7 +336,10 @@ REASONS: dict[Reason, ReasonInfo] = {
         _R, "INVALID_ARGUMENT", "a terminal other than done, error or cancel was asked for"
     ),
     Reason.INVALID_REQUEST: _info(
-        _R, "INVALID_ARGUMENT", "the request is malformed (wire format, chunking, fault)"
+        _R,
+        "INVALID_ARGUMENT",
+        "the request is malformed (wire format, chunking, ids, the binding's size or depth, "
+        "the fault's kind or bounds)",
     ),
     Reason.FAULTS_NOT_ALLOWED: _info(
         _R, "PERMISSION_DENIED", "a fault was asked of a producer that does not allow faults"
