@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from runtime.recording_file import load_recording
@@ -138,9 +138,11 @@ def test_every_accepted_parameter_yields_the_documented_outcome_and_every_other_
     try:
         result = replay(RECORDING, request).to_dict()
     except RequestRefused as refused:
+        event("refused")
         assert refused.reason is Reason.FAULT_PARAMETER_OUT_OF_RANGE
         assert not accepted(fault, reply), fault
         return
+    event("accepted")
     assert accepted(fault, reply), fault
     expected = EXPECTED_OUTCOMES[fault.kind][wire]
     if fault.kind is FaultKind.REPEAT and ignore_duplicates:
