@@ -106,15 +106,6 @@ EXPECTED_OUTCOMES: Final[dict[FaultKind, dict[WireFormat, Outcome]]] = {
 }
 #: With the duplicate policy on, an exact repeat is dropped and the reply completes.
 REPEAT_WITH_DUPLICATE_POLICY: Final = Outcome(Status.COMPLETE, None)
-#: Over gRPC a transport fault hits a stream's first delivery only: with the consumer's
-#: default resume (``--resume-attempts`` 3) the reply is delivered again after the last frame
-#: applied and completes after one reconnect; with ``--resume-attempts 0`` the outcome is
-#: ``EXPECTED_OUTCOMES``' (tests/system/test_resume.py, tests/system/test_service.py).
-#: Documentation data: the fault table's column "over gRPC" (tools/docs.py).
-RESUMED_OUTCOMES: Final[dict[FaultKind, Outcome]] = {
-    FaultKind.TRANSPORT_ABORT: Outcome(Status.COMPLETE, None),
-    FaultKind.ABORT_AFTER_DONE: Outcome(Status.COMPLETE, None),
-}
 
 FAULT_DESCRIPTIONS: Final[dict[FaultKind, str]] = {
     FaultKind.CANCEL: "half the content, then a cancel terminal (controlled_local_cancel)",

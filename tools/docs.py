@@ -31,12 +31,7 @@ from producer.states import SPEC as PRODUCER_SPEC
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
 from shared.errors import EXIT_CODES, REASONS
-from shared.faults import (
-    EXPECTED_OUTCOMES,
-    FAULT_DESCRIPTIONS,
-    RESUMED_OUTCOMES,
-    TIMING_FAULTS,
-)
+from shared.faults import EXPECTED_OUTCOMES, FAULT_DESCRIPTIONS
 from shared.fsm import MachineSpec
 from shared.wire import WireFormat
 from tools import view_samples
@@ -83,12 +78,9 @@ def reason_table() -> str:
 
 
 def fault_table() -> str:
-    """Each fault: what the producer does, the consumer core's verdict in one process (no
-    resume) per wire, and the outcome over gRPC with the consumer's default resume."""
     lines = [
-        "| fault | what the producer does | `lp`, in one process "
-        "| `ndjson` (and `ndjson-lab`), in one process | over gRPC, default resume |",
-        "|---|---|---|---|---|",
+        "| fault | what the producer does | length-prefixed | NDJSON (and ndjson-lab) |",
+        "|---|---|---|---|",
     ]
     for kind, outcomes in EXPECTED_OUTCOMES.items():
         assert outcomes[WireFormat.NDJSON_LAB] == outcomes[WireFormat.NDJSON], kind
@@ -98,20 +90,7 @@ def fault_table() -> str:
             else f"{outcomes[wire].status.value} (in one process; see below)"
             for wire in (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
         ]
-        resumed = RESUMED_OUTCOMES.get(kind)
-        if resumed is not None:
-            over_grpc = (
-                f"{resumed.status.value} after one reconnect (`--resume-attempts 0`: "
-                "as in one process)"
-            )
-        elif kind in TIMING_FAULTS:
-            over_grpc = "see below"
-        else:
-            over_grpc = "as in one process"
-        lines.append(
-            f"| `{kind.value}` | {FAULT_DESCRIPTIONS[kind]} | {cells[0]} | {cells[1]} "
-            f"| {over_grpc} |"
-        )
+        lines.append(f"| `{kind.value}` | {FAULT_DESCRIPTIONS[kind]} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
 

