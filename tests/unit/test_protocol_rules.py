@@ -833,3 +833,9 @@ def test_wire_ndjson_bytes_that_cannot_begin_a_sequence_fail_at_once(
     with pytest.raises(ProtocolFailure) as failure:
         consumer.receive_data(b'{"a":"' + bytes.fromhex(head))
     assert failure.value.reason is Reason.INVALID_UTF8
+
+
+def test_precedence_a_frame_is_judged_before_the_next_header_is_read(case: BoundCase) -> None:
+    wrong_sequence = lp.frame_with_header(lp_delta(case, sequence=2))
+    result = feed(case, [wrong_sequence + b"\x09\x00\x00\x00\x00"], LP)
+    assert verdict(result) == ("invalid", "invalid_sequence")
