@@ -215,6 +215,30 @@ def test_canonical_json_sorts_names_by_code_point_which_is_utf8_byte_order(
     assert names == sorted(value, key=lambda name: name.encode("utf-8", "surrogatepass"))
 
 
+#: Code points with a UTF-8 form (no surrogate).
+TEXT_CHARACTERS = st.characters(exclude_categories=["Cs"])
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(TEXT_CHARACTERS),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(TEXT_CHARACTERS, max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES)
+def test_canonical_json_is_a_fixed_point_of_strict_reading(value: Any) -> None:
+    """The canonical bytes read back (strict JSON) to a value whose canonical bytes they are:
+    a producer that checks a binding's bytes against their canonical form accepts them."""
+    canonical = canonical_json(value)
+    assert canonical_json(strict_json(canonical.decode("utf-8"))) == canonical
+
+
 def test_canonical_json_code_point_order_differs_from_jcs_utf16_order() -> None:
     value = {"\U0001f600": 1, "\ue000": 2}
     names = list(strict_json(canonical_json(value).decode("utf-8")))
