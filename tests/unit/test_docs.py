@@ -122,8 +122,13 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+#: An explicit anchor, stable whatever its heading says (docs/protocol.md's sections, which
+#: tests and the conformance vectors cite): ``<a id="binding"></a>``.
+EXPLICIT_ANCHOR = re.compile(r'<a id="([\w-]+)"></a>')
+
+
 def anchors(text: str) -> set[str]:
-    found: set[str] = set()
+    found: set[str] = set(EXPLICIT_ANCHOR.findall(without_code_blocks(text)))
     seen: dict[str, int] = {}
     for heading in re.findall(r"^#{1,6} +(.+?) *#*$", without_code_blocks(text), re.M):
         base = slug(heading)
