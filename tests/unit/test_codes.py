@@ -131,6 +131,15 @@ def refused_over_grpc(error: ReplywireError) -> StreamEnded:
 pytestmark = pytest.mark.serial
 
 FOUND: dict[str, set[str]] = {}
+#: The tests of this file that ran in this process: the guard at the end judges the walk only
+#: when all of them did (pytest-xdist may share the file's tests among its workers).
+RAN: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _ran(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    RAN.add(request.node.nodeid)
 
 
 # --- the fault catalogue, every wire and case: one process and the gRPC edge ----------------
@@ -346,12 +355,20 @@ def test_the_consumer_giving_up_is_a_code(reason: Reason) -> None:
     FOUND.setdefault("call endings", set()).add(reason.value)
 
 
-def test_the_walk_reached_the_reasons_it_exists_for() -> None:
-    """Guards the walk itself: it ran (in this session) and met the codes that come from the
-    peer, not only the consumer's own."""
-    found = set().union(*FOUND.values()) if FOUND else set()
-    if not {"one process", "grpc edge", "gemini", "call endings"} <= set(FOUND):
-        pytest.skip("run with the rest of this file")
+def test_the_walk_reached_the_reasons_it_exists_for(request: pytest.FixtureRequest) -> None:
+    """Guards the walk itself: it ran (in this process, the whole file) and met the codes that
+    come from the peer, not only the consumer's own."""
+    walk = {  # the tests above this one in this file: the walk
+        item.nodeid
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.function.__code__.co_firstlineno < request.function.__code__.co_firstlineno
+    }
+    if not walk <= RAN:
+        pytest.skip("run with the rest of this file, in one process")
+    found = set().union(*FOUND.values())
+    assert {"one process", "grpc edge", "gemini", "call endings"} <= set(FOUND)
     for code in (
         "controlled_local_cancel",
         "controlled_local_error",
