@@ -4,6 +4,7 @@ past each edge; the crafted wires are in ``conformance.crafted``. One file per g
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -91,8 +92,11 @@ def faults_group(recording: Recording) -> Group:
     group = Group("faults")
     kinds = [kind for kind in FaultKind if kind not in TIMING_FAULTS]
 
-    def add(case: BoundCase, wire: str, fault: Fault, name: str, plan: str = "frame") -> None:
+    def add(
+        case: BoundCase, wire: str, make: Callable[[], Fault], name: str, plan: str = "frame"
+    ) -> None:
         try:
+            fault = make()
             sent = transmit(
                 case,
                 wire=WireFormat(wire),
@@ -100,12 +104,12 @@ def faults_group(recording: Recording) -> Group:
                 fault=fault,
                 foreign_binding_sha256=recording.foreign_binding_sha256(case.case_id),
             )
-        except RequestRefused:  # a parameter the catalogue refuses makes no vector
+        except RequestRefused:  # a fault or parameter the catalogue refuses makes no vector
             return
         group.add(
             f"{case.case_id}.{name}" + ("" if plan == "frame" else f".{plan}"),
             f"fault {fault.kind.value} ({name}) on {case.case_id}, chunks: {plan}",
-            _FAULT_RULES[fault.kind],
+            _FAULT_RULES.get(fault.kind, "#frame-rules"),
             wire,
             sent.chunks,
             case=case,
@@ -117,32 +121,34 @@ def faults_group(recording: Recording) -> Group:
         case = recording.case(case_id)
         for wire in WIRES:
             for kind in kinds:
-                add(case, wire, Fault(kind=kind), kind.value)
+                add(case, wire, partial(Fault, kind=kind), kind.value)
     first = recording.case(recording.case_ids[0])
     for wire in WIRES:
         for kind in kinds:
-            add(first, wire, Fault(kind=kind), kind.value, plan="lab")
-        for fault, name in _fault_edges(first, wire):
-            add(first, wire, fault, name)
+            add(first, wire, partial(Fault, kind=kind), kind.value, plan="lab")
+        for make, name in _fault_edges(first, wire):
+            add(first, wire, make, name)
     return group
 
 
-def _fault_edges(case: BoundCase, wire: str) -> list[tuple[Fault, str]]:
+def _fault_edges(case: BoundCase, wire: str) -> list[tuple[Callable[[], Fault], str]]:
     """Each fault's parameters at their edges: the first frames, the last content frame and
     one past it; the bytes of a header, of the done frame, of the whole stream, and past."""
-    edges: list[tuple[Fault, str]] = []
+    edges: list[tuple[Callable[[], Fault], str]] = []
     content_frames = len(craft.deltas(case.content))
     for kind in _TARGETED:
         for frame in sorted({1, 2, content_frames - 1, content_frames, content_frames + 1}):
-            edges.append((Fault(kind=kind, target_frame=frame), f"{kind.value}-frame-{frame}"))
+            edges.append(
+                (partial(Fault, kind=kind, target_frame=frame), f"{kind.value}-frame-{frame}")
+            )
     for frame in (1, content_frames):
         name = f"repeat-frame-{frame}-with-duplicate-policy"
-        edges.append((Fault(kind=FaultKind.REPEAT, target_frame=frame), name))
+        edges.append((partial(Fault, kind=FaultKind.REPEAT, target_frame=frame), name))
     encoded = craft.encode(wire, craft.content_frames(case, case.content))
     last, total = len(encoded[-1]), sum(len(part) for part in encoded)
     counts = {1, 2, DEFAULT_TRUNCATE_BYTES, 4, 5, 6, last - 1, last, last + 1, total - 1, total}
     for count in sorted(counts | {total + 1}):
-        fault = Fault(kind=FaultKind.TRUNCATE_TAIL, byte_count=count)
+        fault = partial(Fault, kind=FaultKind.TRUNCATE_TAIL, byte_count=count)
         edges.append((fault, f"truncate-tail-{count}-bytes"))
     return edges
 
