@@ -12,7 +12,8 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos check test lint fuzz bench demo trace run-producer run-consumer lock clean
+.PHONY: setup protos check test lint fuzz bench demo trace run-producer run-consumer lock clean \
+        conformance vectors
 
 setup: $(STAMP) $(GENERATED)
 
@@ -75,6 +76,31 @@ BENCH_SIZE ?= full
 BENCH_OUT ?= bench
 bench: setup
 	BENCH_SIZE=$(BENCH_SIZE) $(PY) -m bench --out $(BENCH_OUT)
+
+# The conformance kit (docs/conformance.md): every vector against a consumer, in the core mode
+# (CONSUMER: a command speaking the line protocol) and the wire mode (CONSUMER_CLI: a consumer
+# CLI's command template, its {placeholders} filled in per vector, against the producer's
+# --conformance mode). Both default to the Python consumer. Given on the command line, one of
+# them alone runs its own mode only: make conformance CONSUMER="node my-testee.js".
+CONSUMER ?= $(PY) -m conformance.testee
+CONSUMER_CLI ?= $(PY) -m consumer stream --target {target} --case {case_id} \
+    --binding {binding_file} --wire {wire} --stream-id {stream_id} --result {result_file} \
+    --resume-attempts 0 --no-view --log-level warning {limit_flags}
+CONFORMANCE_ARGS ?=
+ifeq ($(origin CONSUMER)/$(origin CONSUMER_CLI),command line/file)
+CONFORMANCE_MODES := --core "$(CONSUMER)"
+else ifeq ($(origin CONSUMER)/$(origin CONSUMER_CLI),file/command line)
+CONFORMANCE_MODES := --wire '$(CONSUMER_CLI)'
+else
+CONFORMANCE_MODES := --core "$(CONSUMER)" --wire '$(CONSUMER_CLI)'
+endif
+conformance: setup
+	$(PY) -m conformance run $(CONFORMANCE_MODES) $(CONFORMANCE_ARGS)
+
+# The vectors again, from the recording, the fault catalogue and the crafted wires, each with
+# the Python core's verdict: after a change of the core, this one command.
+vectors: setup
+	$(PY) -m conformance generate
 
 demo: setup
 	@$(PY) -m consumer demo

@@ -22,6 +22,7 @@ from typing import Final
 import redis
 import structlog
 
+from producer import conformance
 from producer.admission import default_per_identity
 from producer.files import write_atomically
 from producer.gemini.capture import RunCapture
@@ -128,6 +129,15 @@ FLAGS: Final = FlagTable(
                  "the pinned SHA-256 of --recording (a converted capture pins its own)",
                  default=RECORDING_SHA256, shown="the fixture's",
                  doc="the pinned hash of `--recording` (a converted capture pins its own)"),
+            Flag("--conformance",
+                 "serve the conformance vectors of this folder and nothing else (no recording, "
+                 "no provider): docs/conformance.md",
+                 Path,
+                 doc="serve the conformance vectors of this folder (`fixtures/conformance/"
+                 "vectors`) and nothing else: an `Open` with a vector's stream id, case, binding "
+                 "bytes and wire is answered with its exact chunks; any other request is "
+                 "refused with a registered reason; no recording, no provider (see "
+                 "[Conformance](conformance.md#the-wire-mode))"),
             Flag("--allow-faults", "serve controlled fault requests", action="switch",
                  doc="serve fault requests; without it they are refused `PERMISSION_DENIED` / "
                  "`faults_not_allowed`"),
@@ -712,6 +722,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     route_stdlib_logging("grpc")
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
+    if args.conformance is not None:
+        return conformance.run(
+            args.conformance, args.host, args.port, args.ready_file, insecure=args.insecure
+        )
     try:
         recording = load_recording_or_explain(args.recording, expected_sha256=args.recording_sha256)
         return asyncio.run(serve(args, recording))

@@ -136,6 +136,17 @@ RUN_BY = {
         "tests/system/test_timeline.py::test_make_trace (on real traces)"
     ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
+    "make conformance": "tests/system/test_conformance.py::test_make_conformance_runs_both_modes "
+    "(with CONFORMANCE_ARGS=--smoke: the wire mode's whole set takes minutes)",
+    'make conformance CONSUMER=".venv/bin/python -m conformance.testee"': (
+        "tests/system/test_conformance.py::test_make_conformance_with_a_consumer_runs_its_core_mode"
+    ),
+    ".venv/bin/python -m conformance mutants": (
+        "tests/system/test_conformance.py::test_every_mutant_fails_some_vector"
+    ),
+    "make vectors": "tests/unit/test_conformance.py::"
+    "test_the_committed_vectors_are_what_the_generator_writes (the same generator, its files "
+    "compared rather than written)",
 }
 # The tour's `make trace ... STREAM=ID`, one per stream, with the id of the sample's run.
 RUN_BY.update(

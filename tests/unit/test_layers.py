@@ -20,6 +20,12 @@ it sits above them and ``traces/``: it may import them all, and nothing below im
 except ``consumer/cli.py`` again, whose ``demo`` command (``make demo``) it runs. The
 consumer's command line is the one place a process reaches up: the commands people
 type stay ``python -m consumer ...``, while their code lives where it belongs.
+
+``conformance/`` (the conformance kit) sits above both processes too, like ``harness/``,
+but runs them only as commands (a consumer under test, the producer's ``--conformance``
+mode): it imports ``shared/`` and ``runtime/`` alone, and nothing imports it. The vector
+file's one form, which the producer's conformance mode also reads, is ``shared/vectors.py``
+(pure: bytes in).
 """
 
 from __future__ import annotations
@@ -93,11 +99,13 @@ def test_pure_modules_import_no_io(path: Path) -> None:
 @pytest.mark.parametrize(
     ("folder", "forbidden"),
     [
-        ("shared", ("producer", "consumer", "runtime", "traces", "harness")),
-        ("runtime", ("producer", "consumer", "traces", "harness")),
-        ("producer", ("consumer", "traces", "harness")),
-        ("consumer", ("producer", "traces", "harness")),
-        ("traces", ("harness",)),
+        ("shared", ("producer", "consumer", "runtime", "traces", "harness", "conformance")),
+        ("runtime", ("producer", "consumer", "traces", "harness", "conformance")),
+        ("producer", ("consumer", "traces", "harness", "conformance")),
+        ("consumer", ("producer", "traces", "harness", "conformance")),
+        ("traces", ("harness", "conformance")),
+        ("harness", ("conformance",)),
+        ("conformance", ("producer", "consumer", "traces", "harness")),
     ],
 )
 def test_no_layer_imports_sideways_or_up(folder: str, forbidden: tuple[str, ...]) -> None:

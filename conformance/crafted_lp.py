@@ -1,0 +1,321 @@
+"""The length-prefixed wire written byte by byte: the header's flag and declared length, the
+protobuf payload's varints, tags, wire types, repeated and unknown fields, and the done's
+digest, each with the core's verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from conformance import craft
+from conformance.craft import LP
+from conformance.vectors import Group
+from shared.frames import Frame, content_sha256
+from shared.recording import BoundCase
+
+#: Characters of each UTF-8 width, as they appear in the crafted answer.
+WIDE: Final = {2: "\u00e9", 3: "\u20ac", 4: "\U0001f600"}
+#: Byte sequences that are not UTF-8.
+BAD_UTF8: Final = {
+    "lone-continuation": b"\x80",
+    "cut-2-byte": b"\xc3x",
+    "cut-3-byte": b"\xe2\x82x",
+    "cut-4-byte": b"\xf0\x9f\x98x",
+    "overlong": b"\xc0\x80",
+    "surrogate": b"\xed\xa0\x80",
+    "over-max": b"\xf4\x90\x80\x80",
+    "ff": b"\xff",
+}
+
+
+def _frames(case: BoundCase, content: str, size: int = 13) -> list[Frame]:
+    return craft.content_frames(case, content, size)
+
+
+def _stream(wire: str, case: BoundCase, content: str, size: int = 13) -> bytes:
+    return b"".join(craft.encode(wire, _frames(case, content, size)))
+
+
+def lp_group(case: BoundCase) -> Group:
+    """The length-prefixed wire only: every vector's first frame is made by hand."""
+    group = Group("lp")
+    content = case.content
+    texts = craft.deltas(content)
+    frames = _frames(case, content)
+    encoded = craft.encode(LP, frames)
+    wire_bytes = b"".join(encoded)
+    rest = encoded[1:]
+    binding = case.binding_sha256
+    first_text = craft.pb_text(texts[0])
+
+    def first(payload: bytes, **header: Any) -> list[bytes]:
+        return [craft.lp(payload, **header), *rest]
+
+    def add(name: str, description: str, chunks: list[bytes], rule: str = "#wire-lp") -> None:
+        group.add(name, description, rule, LP, chunks, case=case)
+
+    for offset in range(1, 5):
+        add(
+            f"header-split-{offset}",
+            f"the first header cut after {offset} bytes",
+            craft.split_at(wire_bytes, offset),
+        )
+    add("header-flag-1", "flag byte 1", first(craft.pb_frame(1, binding, 3, first_text), flag=1))
+    add(
+        "header-flag-128",
+        "flag byte 0x80",
+        first(craft.pb_frame(1, binding, 3, first_text), flag=128),
+    )
+    add(
+        "length-over-limit-no-body",
+        "a header declaring 8,193 bytes, and no body",
+        [craft.lp(b"", length=8193)],
+    )
+    add(
+        "length-max-no-body",
+        "a header declaring 2^32-1 bytes, and no body",
+        [craft.lp(b"", length=(1 << 32) - 1)],
+    )
+    add(
+        "flag-and-length-bad",
+        "flag 1 and a declared length over the limit",
+        [craft.lp(b"", flag=1, length=8193)],
+        "#precedence",
+    )
+    add("length-zero", "an empty payload (declared length 0)", first(b""))
+    add("no-kind", "sequence and binding, no kind", first(craft.pb_frame(1, binding)))
+    add("no-sequence", "no sequence field (0)", first(craft.pb_frame(None, binding, 3, first_text)))
+    add(
+        "sequence-2-byte-varint",
+        "sequence 1 as a 2-byte varint (not minimal)",
+        [
+            craft.lp(
+                b"\x08\x81\x00"
+                + craft.field_bytes(2, binding.encode())
+                + craft.field_bytes(3, first_text)
+            ),
+            *rest,
+        ],
+    )
+    add(
+        "sequence-10-byte-varint",
+        "sequence 1 as a 10-byte varint",
+        [
+            craft.lp(
+                b"\x08"
+                + craft.padded_varint(1, 10)
+                + craft.field_bytes(2, binding.encode())
+                + craft.field_bytes(3, first_text)
+            ),
+            *rest,
+        ],
+    )
+    add(
+        "sequence-varint-over-64-bits",
+        "a 10-byte sequence varint with bits past 64",
+        first(b"\x08" + b"\x81" + b"\x80" * 8 + b"\x02" + craft.field_bytes(2, binding.encode())),
+    )
+    add(
+        "sequence-11-byte-varint",
+        "an 11-byte sequence varint",
+        first(b"\x08" + craft.padded_varint(1, 11) + craft.field_bytes(2, binding.encode())),
+    )
+    add(
+        "sequence-max-uint64",
+        "sequence 2^64-1",
+        first(craft.pb_frame((1 << 64) - 1, binding, 3, first_text)),
+    )
+    add(
+        "truncated-varint",
+        "a payload ending inside a varint",
+        first(craft.field_bytes(2, binding.encode()) + b"\x08\x81"),
+    )
+    add(
+        "length-padded-varint",
+        "the binding's length as a 2-byte varint (not minimal)",
+        [
+            craft.lp(
+                craft.field_varint(1, 1)
+                + b"\x12\xc0\x00"
+                + binding.encode()
+                + craft.field_bytes(3, first_text)
+            ),
+            *rest,
+        ],
+    )
+    add(
+        "string-overruns",
+        "a string field longer than the payload",
+        first(craft.field_varint(1, 1) + b"\x12\x7f" + binding.encode()),
+    )
+    add(
+        "unknown-field-varint",
+        "an unknown field 7 (varint)",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.field_varint(7, 1)),
+    )
+    add(
+        "unknown-field-group",
+        "an unknown field 7 with wire type 3 (start group)",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.tag(7, 3) + craft.tag(7, 4)),
+    )
+    add(
+        "unknown-field-fixed64",
+        "an unknown field 15 with wire type 1",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.tag(15, 1) + b"\x00" * 8),
+    )
+    add(
+        "unknown-field-in-delta",
+        "an unknown field 2 inside content_delta",
+        first(craft.pb_frame(1, binding, 3, first_text + craft.field_varint(2, 1))),
+    )
+    add(
+        "unknown-field-before-bad-sequence",
+        "an unknown field in a frame with sequence 5",
+        first(craft.pb_frame(5, binding, 3, first_text) + craft.field_varint(9, 1)),
+        "#precedence",
+    )
+    add(
+        "sequence-twice",
+        "the sequence field given twice",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.field_varint(1, 1)),
+    )
+    add(
+        "binding-twice",
+        "the binding field given twice",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.field_bytes(2, binding.encode())),
+    )
+    add(
+        "two-kinds",
+        "content_delta and done in one frame",
+        first(craft.pb_frame(1, binding, 3, first_text) + craft.field_bytes(4, b"")),
+    )
+    add(
+        "text-twice",
+        "content_delta's text given twice",
+        first(craft.pb_frame(1, binding, 3, first_text + first_text)),
+    )
+    add(
+        "repeated-and-unknown",
+        "a repeated sequence, then an unknown field",
+        first(
+            craft.pb_frame(1, binding, 3, first_text)
+            + craft.field_varint(1, 1)
+            + craft.field_varint(7, 1)
+        ),
+        "#precedence",
+    )
+    add(
+        "sequence-as-bytes",
+        "the sequence field with wire type 2",
+        first(craft.field_bytes(1, b"\x01") + craft.field_bytes(2, binding.encode())),
+    )
+    add(
+        "binding-as-varint",
+        "the binding field with wire type 0",
+        first(craft.field_varint(1, 1) + craft.field_varint(2, 1)),
+    )
+    add("field-number-0", "a tag with field number 0", first(b"\x00\x01"))
+    add("wire-type-6", "a tag with wire type 6", first(b"\x0e\x01"))
+    add("wire-type-7", "a tag with wire type 7", first(b"\x0f\x01"))
+    add(
+        "binding-not-utf8",
+        "a binding hash that is not UTF-8",
+        first(craft.pb_frame(1, b"\xff" * 64, 3, first_text)),
+    )
+    last = len(texts) + 1
+    body = encoded[:-1]
+    add(
+        "done-empty",
+        "a done with no digest fields",
+        [*body, craft.lp(craft.pb_frame(last, binding, 4, b""))],
+        "#digests",
+    )
+    add(
+        "done-frames-off-by-one",
+        "a done whose content_frames is one more, its SHA-256 right",
+        [
+            *body,
+            craft.lp(
+                craft.pb_frame(
+                    last, binding, 4, craft.pb_done(content_sha256(content), len(texts) + 1)
+                )
+            ),
+        ],
+        "#digests",
+    )
+    add(
+        "done-sha256-uppercase",
+        "a done whose SHA-256 is in uppercase hex",
+        [
+            *body,
+            craft.lp(
+                craft.pb_frame(
+                    last, binding, 4, craft.pb_done(content_sha256(content).upper(), len(texts))
+                )
+            ),
+        ],
+        "#digests",
+    )
+    add(
+        "done-unknown-field",
+        "a done with an unknown field 3",
+        [
+            *body,
+            craft.lp(
+                craft.pb_frame(
+                    last,
+                    binding,
+                    4,
+                    craft.pb_done(content_sha256(content), len(texts)) + craft.field_varint(3, 1),
+                )
+            ),
+        ],
+    )
+    add(
+        "done-frames-10-byte-varint",
+        "a done whose content_frames is a 10-byte varint",
+        [
+            *body,
+            craft.lp(
+                craft.pb_frame(
+                    last,
+                    binding,
+                    4,
+                    craft.field_bytes(1, content_sha256(content).encode())
+                    + b"\x10"
+                    + craft.padded_varint(len(texts), 10),
+                )
+            ),
+        ],
+    )
+    add(
+        "done-then-partial-header",
+        "done, then 3 bytes of another header",
+        [*encoded, b"\x00\x00\x00"],
+        "#frame-rules",
+    )
+    add(
+        "done-then-bad-flag",
+        "done, then a whole frame with flag 1",
+        [*encoded, craft.lp(craft.pb_frame(last + 1, binding, 3, first_text), flag=1)],
+        "#precedence",
+    )
+    add(
+        "done-then-garbage-frame",
+        "done, then a whole frame that is not a Frame",
+        [*encoded, craft.lp(b"\x0f\x01")],
+        "#precedence",
+    )
+    add(
+        "end-in-header",
+        "the stream ends 2 bytes into a header",
+        [*body, encoded[-1][:2]],
+        "#frame-rules",
+    )
+    add(
+        "end-in-body",
+        "the stream ends inside the done frame's body",
+        [*body, encoded[-1][:-1]],
+        "#frame-rules",
+    )
+    return group

@@ -1,0 +1,300 @@
+"""The conformance kit without processes: the committed vectors are what the generator writes,
+valid under their schema, enough and covering every reason wire content can cause; the
+testee answers each as expected; the producer's conformance mode refuses what is not a
+vector's request; the runner's comparison, template and table."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs pinned
+import pytest
+
+from conformance.generate import rendered
+from conformance.groups import build_groups
+from conformance.mutants import MUTANTS, applied
+from conformance.report import Outcome, Report, compare, from_result_document
+from conformance.testee import answer
+from conformance.vectors import SCHEMA, VECTORS_DIR, load_all
+from conformance.wire_mode import expand, limit_flags
+from producer.conformance import load_folder, refusal
+from producer.rpc import MalformedRequest
+from shared.digest import digest
+from shared.errors import Reason
+from shared.frames import frames_from_deltas
+from shared.pb import replywire_pb2 as pb
+from shared.vectors import FORMAT, Mode, VectorError, load_vectors, parse_vector
+from shared.wire.lp import encode_frame
+
+VECTORS = load_all()
+BY_ID = {vector.id: vector for vector in VECTORS}
+WIRES = ("lp", "ndjson", "ndjson-lab")
+#: Every reason that the bytes of a stream (and how it ends) can cause in the core.
+WIRE_REASONS = {
+    Reason.STREAM_BYTE_LIMIT, Reason.INVALID_UTF8, Reason.FRAME_BYTE_LIMIT,
+    Reason.FRAME_AFTER_TERMINAL, Reason.INVALID_FRAME_JSON, Reason.INVALID_FRAME_SCHEMA,
+    Reason.INVALID_SEQUENCE, Reason.FRAME_REQUEST_MISMATCH, Reason.FRAME_COUNT_LIMIT,
+    Reason.INVALID_CONTENT_DELTA, Reason.CONTENT_LIMIT, Reason.INVALID_TERMINAL_REASON,
+    Reason.TRUNCATED_UTF8, Reason.TRUNCATED_FRAME, Reason.INVALID_FRAME_HEADER,
+    Reason.INVALID_FRAME_PAYLOAD, Reason.UNKNOWN_FRAME_FIELD, Reason.MISSING_FRAME_KIND,
+    Reason.CONTENT_DIGEST_MISMATCH, Reason.CONFLICTING_DUPLICATE,
+    Reason.UNREGISTERED_ERROR_TERMINAL, Reason.UNREGISTERED_CANCEL_TERMINAL,
+    Reason.INVALID_ANSWER_JSON, Reason.INVALID_ANSWER_SCHEMA, Reason.UNKNOWN_CONTEXT_CITATION,
+    Reason.STATUS_CITATION_MISMATCH, Reason.MISSING_TERMINAL, Reason.TRANSPORT_IO_ERROR,
+    Reason.CONTROLLED_LOCAL_CANCEL, Reason.CONTROLLED_LOCAL_ERROR,
+}  # fmt: skip
+#: Those the length-prefixed wire cannot cause (JSON and UTF-8 across the stream are NDJSON's).
+NOT_ON_LP = {Reason.INVALID_FRAME_JSON, Reason.TRUNCATED_UTF8}
+#: Those only the length-prefixed wire can cause (its header and protobuf payload).
+LP_ONLY = {
+    Reason.INVALID_FRAME_HEADER, Reason.INVALID_FRAME_PAYLOAD, Reason.UNKNOWN_FRAME_FIELD,
+    Reason.MISSING_FRAME_KIND,
+}  # fmt: skip
+
+
+def test_the_committed_vectors_are_what_the_generator_writes() -> None:
+    files = rendered(build_groups())
+    committed = {path.name: path.read_bytes() for path in VECTORS_DIR.glob("*.json")}
+    assert set(committed) == set(files), "run: make vectors"
+    changed = [name for name, data in files.items() if committed[name] != data]
+    assert not changed, f"run make vectors: {changed} differ from what the generator writes"
+
+
+@pytest.mark.parametrize("path", sorted(VECTORS_DIR.glob("*.json")), ids=lambda p: p.name)
+def test_every_vector_file_is_valid_under_its_schema(path: Path) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    errors = list(
+        jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_bytes()))
+    )
+    assert not errors, errors[0].message
+
+
+def test_there_are_enough_vectors_with_unique_ids() -> None:
+    assert len(VECTORS) >= 500
+    assert len(BY_ID) == len(VECTORS)
+    assert {vector.stream_id for vector in VECTORS} == set(BY_ID)
+    assert {vector.wire for vector in VECTORS} == set(WIRES)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_every_reason_wire_content_can_cause_is_expected_on_every_wire(wire: str) -> None:
+    found = {vector.expected["reason"] for vector in VECTORS if vector.wire == wire}
+    wanted = WIRE_REASONS - (NOT_ON_LP if wire == "lp" else LP_ONLY)
+    if wire == "ndjson-lab":  # its done carries no digest
+        wanted -= {Reason.CONTENT_DIGEST_MISMATCH}
+    assert {reason.value for reason in wanted} <= found
+    assert None in found  # complete
+
+
+def test_every_rule_has_vectors_and_precedence_on_every_wire() -> None:
+    rules = Counter((vector.rule, vector.wire) for vector in VECTORS)
+    for wire in WIRES:
+        for rule in ("#precedence", "#limits", "#reply-schema", "#frame-rules", "#reasons"):
+            assert rules[rule, wire] > 0, (rule, wire)
+
+
+def test_utf8_is_cut_at_every_byte_of_every_width_on_every_wire() -> None:
+    for wire in WIRES:
+        for width in (2, 3, 4):
+            for offset in range(width + 1):
+                assert f"utf8.split-{width}-byte-at-{offset}.{wire}" in BY_ID
+
+
+def test_limits_run_at_and_past_each_edge() -> None:
+    for wire in WIRES:
+        for limit in ("max_stream_bytes", "max_frame_bytes", "max_content_chars", "max_frames"):
+            at = BY_ID[f"limits.{limit}.plain.at-edge.{wire}"]
+            past = BY_ID[f"limits.{limit}.plain.past-edge.{wire}"]
+            assert at.expected["status"] == "complete"
+            assert past.expected["status"] == "invalid"
+            assert at.limits is not None and past.limits is not None
+            assert past.limits[limit] == at.limits[limit] - 1
+
+
+def test_only_what_grpc_cannot_carry_is_core_only() -> None:
+    for vector in VECTORS:
+        reason_limit = bool(vector.limits and "max_reason_chars" in vector.limits)
+        nothing_then_break = vector.end.value == "transport_error" and not vector.chunks
+        assert (Mode.WIRE not in vector.modes) == (reason_limit or nothing_then_break), vector.id
+
+
+def test_the_testee_answers_every_vector_as_expected() -> None:
+    failed = []
+    for vector in VECTORS:
+        got = answer(json.dumps(vector.to_object()))
+        if not compare(vector, got).passed:
+            failed.append(vector.id)
+    assert not failed
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("not json", "not a JSON line"),
+        ('{"id": "x"}', "wire must be one of lp, ndjson, ndjson-lab"),
+        ('{"id": 1, "wire": "lp"}', "id must be a string"),
+        ('{"id": "x", "wire": "lp", "binding": [], "chunks": [], "end": "eof"}', "binding"),
+        ('{"id": "x", "wire": "lp", "binding": {}, "chunks": ["!"], "end": "eof"}', "base64"),
+        ('{"id": "x", "wire": "lp", "binding": {}, "chunks": [], "end": "later"}', "end"),
+        (
+            '{"id": "x", "wire": "lp", "binding": {}, "chunks": [], "end": "eof",'
+            ' "limits": {"max_frames": 0}}',
+            "max_frames must be a positive integer",
+        ),
+        (
+            '{"id": "x", "wire": "lp", "binding": {}, "chunks": [], "end": "eof",'
+            ' "limits": {"max_lines": 3}}',
+            "limits",
+        ),
+    ],
+)
+def test_the_testee_answers_bad_input_with_an_error(line: str, error: str) -> None:
+    got = answer(line)
+    assert set(got) == {"id", "error"}
+    assert error in got["error"]
+
+
+def test_a_binding_the_core_cannot_use_is_an_error() -> None:
+    binding = {"case_id": "replace-file"}  # no selected_context to resolve citations in
+    content = '{"status": "answered", "answer": "Yes.", "source_ids": ["a"]}'
+    frames = frames_from_deltas(digest(binding), [content])
+    chunks = [base64.b64encode(encode_frame(frame)).decode() for frame in frames]
+    line = {"id": "x", "wire": "lp", "binding": binding, "chunks": chunks, "end": "eof"}
+    got = answer(json.dumps(line))
+    assert got["id"] == "x"
+    assert "the binding cannot be used" in got["error"]
+
+
+def test_every_mutant_is_caught_in_process() -> None:
+    """The same as tests/system/test_conformance.py's, without processes: every mutant's
+    core fails some vector, and the core is itself again afterwards."""
+    for name in MUTANTS:
+        with applied(name):
+            failed = [
+                v.id for v in VECTORS if not compare(v, answer(json.dumps(v.to_object()))).passed
+            ]
+        assert failed, f"mutant {name} passed every vector"
+    vector = BY_ID["frames.swapped-2-3.lp"]
+    assert compare(vector, answer(json.dumps(vector.to_object()))).passed
+
+
+def test_a_vector_round_trips_and_a_bad_one_is_refused() -> None:
+    vector = BY_ID["lp.sequence-10-byte-varint.lp"]
+    assert parse_vector(json.loads(json.dumps(vector.to_object()))) == vector
+    obj = vector.to_object()
+    for key, value in (
+        ("wire", "json"),
+        ("chunks", ["***"]),
+        ("end", "later"),
+        ("limits", {"x": 1}),
+    ):
+        with pytest.raises(VectorError):
+            parse_vector({**obj, key: value})
+    with pytest.raises(VectorError):
+        load_vectors(b'{"format": "other", "vectors": []}')
+    assert load_vectors(json.dumps({"format": FORMAT, "vectors": []}).encode()) == ()
+
+
+def _request(vector_id: str, **changes: object) -> pb.OpenRequest:
+    vector = BY_ID[vector_id]
+    wires = {"lp": pb.LENGTH_PREFIXED, "ndjson": pb.NDJSON, "ndjson-lab": pb.NDJSON_LAB}
+    request = pb.OpenRequest(
+        stream_id=vector.stream_id,
+        case_id=vector.case_id,
+        binding_json=vector.binding_bytes,
+        wire_format=wires[vector.wire],
+    )
+    for key, value in changes.items():
+        setattr(request, key, value)
+    return request
+
+
+def test_the_conformance_producer_serves_only_a_vectors_own_request() -> None:
+    vectors = load_folder(VECTORS_DIR)
+    lp, ndjson = "recording.replace-file.frame.lp", "recording.replace-file.frame.ndjson"
+    assert refusal(_request(lp), vectors[lp]) is None
+    unspecified = _request(lp, wire_format=pb.WIRE_FORMAT_UNSPECIFIED)
+    assert refusal(unspecified, vectors[lp]) is None
+    assert refusal(_request(lp), None) is Reason.INVALID_REQUEST
+    assert refusal(MalformedRequest("x"), vectors[lp]) is Reason.INVALID_REQUEST
+    assert refusal(_request(ndjson, wire_format=pb.LENGTH_PREFIXED), vectors[ndjson]) is (
+        Reason.INVALID_REQUEST
+    )
+    assert refusal(_request(lp, case_id="utf8-write"), vectors[lp]) is (
+        Reason.REQUEST_BINDING_MISMATCH
+    )
+    pretty = json.dumps(vectors[lp].binding, indent=1).encode()
+    assert refusal(_request(lp, binding_json=pretty), vectors[lp]) is (
+        Reason.REQUEST_BINDING_MISMATCH
+    )
+    assert refusal(_request(lp, resume_after=3), vectors[lp]) is Reason.RESUME_UNAVAILABLE
+    faulted = _request(lp)
+    faulted.fault.kind = pb.OMIT
+    assert refusal(faulted, vectors[lp]) is Reason.FAULTS_NOT_ALLOWED
+
+
+def test_the_template_is_filled_word_by_word() -> None:
+    vector = BY_ID["frames.duplicate-1-after-3.lp"]
+    limited = BY_ID["limits.max_frames.plain.past-edge.ndjson"]
+    assert limit_flags(vector) == ["--ignore-duplicates"]
+    assert limit_flags(limited) == ["--max-frames", str(limited.limits["max_frames"])]  # type: ignore[index]
+    values = {"{target}": "127.0.0.1:1", "{result_file}": "/tmp/a b/r.json"}
+    argv = expand(
+        "cli --target {target} --result {result_file} {limit_flags} --x={target}",
+        values,
+        ["--f", "1"],
+    )
+    assert argv == [
+        "cli",
+        "--target",
+        "127.0.0.1:1",
+        "--result",
+        "/tmp/a b/r.json",
+        "--f",
+        "1",
+        "--x=127.0.0.1:1",
+    ]
+
+
+def test_a_result_document_compares_by_its_stats() -> None:
+    vector = BY_ID["recording.replace-file.frame.lp"]
+    expected = vector.expected
+    document = {key: expected[key] for key in ("status", "reason", "detail", "citations")}
+    document["accepted_answer"] = expected["accepted_answer"]
+    document["provisional_content"] = expected["provisional_content"]
+    document["stats"] = {
+        "bytes_received": expected["bytes"],
+        "application_frames": expected["frames"],
+    }
+    assert compare(vector, from_result_document(document)).passed
+    document["stats"] = {"bytes_received": expected["bytes"], "application_frames": True}
+    assert not compare(vector, from_result_document(document)).passed
+
+
+def test_the_table_counts_by_expected_reason_and_lists_failures() -> None:
+    passed = BY_ID["recording.replace-file.frame.lp"]
+    failed = BY_ID["frames.swapped-2-3.lp"]
+    report = Report(
+        "core", [Outcome(passed), Outcome(failed, (("reason", "invalid_sequence", None),))]
+    )
+    out = io.StringIO()
+    report.write(out)
+    lines = out.getvalue().splitlines()
+    assert lines[1].split() == ["reason", "vectors", "passed", "failed"]
+    assert lines[2].split() == ["complete", "1", "1", "0"]
+    assert lines[3].split() == ["invalid_sequence", "1", "0", "1"]
+    assert lines[4].split() == ["total", "2", "1", "1"]
+    assert lines[5] == "FAIL frames.swapped-2-3.lp"
+    assert lines[6] == '  reason: expected "invalid_sequence", got null'
+    assert not report.passed
+
+
+def test_chunks_are_base64_of_the_exact_bytes() -> None:
+    vector = BY_ID["lp.header-flag-1.lp"]
+    assert vector.to_object()["chunks"][0] == base64.b64encode(vector.chunks[0]).decode()
+    assert vector.chunks[0][0] == 1
