@@ -4,26 +4,13 @@
  * context alone, never from anything the model wrote.
  */
 
-import { SPACES } from "./generated";
 import { isObject, type JsonObject, type JsonValue, JsonError, parseJson } from "./json";
 import { ProtocolFailure } from "./reasons";
-import { codePointsOf, isWellFormed } from "./utf8";
+import { hasNonSpace } from "./pytext";
+import { isWellFormed } from "./utf8";
 
 const REPLY_KEYS = ["status", "answer", "source_ids"];
 const REPLY_STATUSES = ["answered", "not_in_docs"];
-
-function isSpace(code: number): boolean {
-  for (let index = 0; index < SPACES.length; index += 2) {
-    if (code >= (SPACES[index] ?? 0) && code <= (SPACES[index + 1] ?? 0)) return true;
-  }
-  return false;
-}
-
-/** Whether Python's `text.strip()` leaves anything (its whitespace is `str.isspace()`'s). */
-export function hasNonSpace(text: string): boolean {
-  for (const code of codePointsOf(text)) if (!isSpace(code)) return true;
-  return false;
-}
 
 /** A binding whose `selected_context` is not rows of objects: the reference raises an
  * unexpected error there (KeyError / TypeError), not a verdict. */
