@@ -89,6 +89,8 @@ function clientConstructor(protoPath: string): ClientConstructor {
       }
     },
   };
+  // grpc-js types a generic client's methods loosely (an index signature); the casts give
+  // this one service's two methods their types, which the .proto fixes.
   const made = grpc.makeGenericClientConstructor(
     { Open: safeOpen, Cancel: cancel } as unknown as grpc.ServiceDefinition,
     "ReplyStream",
