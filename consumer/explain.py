@@ -17,7 +17,7 @@ from shared.result import StreamResult
 
 R = Reason
 
-#: Every reason code, said as a person would (tests/test_view.py checks that none is missing).
+#: Every reason code, said as a person would (tests/unit/test_view.py checks that none is missing).
 SENTENCES: Final[Mapping[Reason, str]] = {
     R.RECORDING_HASH_MISMATCH: "The recording file has changed: its SHA-256 is not the pinned one, "
     "so nothing in it is trusted.",

@@ -15,7 +15,7 @@ elsewhere, exactly as before the result was typed:
 * ``stream_id`` and ``flow`` - when the result came over gRPC.
 
 ``reason`` is a registered code (``shared.errors.REASONS``) or, for ``complete``, null.
-``tests/test_result.py`` pins the exact JSON text of each path.
+``tests/unit/test_result.py`` pins the exact JSON text of each path.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ collides. Namespace names carry the pid and a random token: parallel runs and
 leftovers of a killed run never clash. Teardown deletes exactly the namespaces it made,
 by name, even when the test failed (a namespace goes with its links and bridge).
 
+The machine's list of namespaces is one for every process, so test hosts are made one
+set at a time: :func:`exclusive` holds a machine-wide lock (a file lock under the
+temporary directory) while they exist, and a test that compares that list before and
+after holds it throughout. Under pytest-xdist, a worker that reaches a cross-host test
+while another worker runs one waits for it (bounded); the other workers go on.
+
 A host runs a real process through :meth:`Host.command` (``ip netns exec NAME ...``,
 the prefix tests/processes.py and tests/redis_server.py take). :meth:`Host.cut` pulls
 the host's cable at the switch (``ip link set pN down`` in the lan namespace): its
@@ -20,13 +26,17 @@ is skipped with the reason printed; under CI (``CI`` set) that is a failure inst
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -103,12 +113,54 @@ class Host:
         ip("-n", self.lan_netns, "link", "set", self.port_name, "up")
 
 
+#: The machine-wide lock on making test hosts (one file for every run on this machine).
+LOCK_PATH = Path(tempfile.gettempdir()) / "replywire-test-hosts.lock"
+#: How long a test waits for another's hosts to go: every cross-host test takes far less.
+LOCK_TIMEOUT_S = 600.0
+_held = 0  # how deep this process is in exclusive(): the lock is taken once
+
+
+@contextmanager
+def exclusive(timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """While inside, no other process makes or deletes test hosts (reentrant)."""
+    global _held  # noqa: PLW0603 - one lock per process, whoever nests it
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    with LOCK_PATH.open("a") as file:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{LOCK_PATH} still held after {timeout_s} s") from None
+                time.sleep(0.05)
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
 @contextmanager
 def hosts(*names: str) -> Iterator[dict[str, Host]]:
     """Hosts on one LAN (skipped where they cannot be made), by name; deleted after."""
     require_netns()
     if len(set(names)) != len(names) or not 0 < len(names) <= MAX_HOSTS:
         raise ValueError(f"1 to {MAX_HOSTS} distinct host names: {names}")
+    with exclusive(), _made_hosts(names) as made:
+        yield made
+
+
+@contextmanager
+def _made_hosts(names: Sequence[str]) -> Iterator[dict[str, Host]]:
     run = f"rw{os.getpid()}-{secrets.token_hex(3)}"
     made: list[str] = []
     try:

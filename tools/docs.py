@@ -10,7 +10,7 @@ A generated section is the text between ``<!-- generated:NAME -->`` and
 ``<!-- /generated:NAME -->`` in whichever doc file holds it (``doc_files()``: the README,
 docs/*.md, bench/README.md, fixtures/PROVENANCE.md); a name not registered here is left
 as it is. Sample output comes from a real run with its varying values (pid, port,
-temporary directory) replaced by fixed ones; tests/test_cli.py runs the demo and compares.
+temporary directory) replaced by fixed ones; tests/system/test_cli.py runs the demo and compares.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ SECTIONS = {
 }
 
 
-#: The documentation, as globs from the repository's root (tests/test_docs.py checks that
+#: The documentation, as globs from the repository's root (tests/unit/test_docs.py checks that
 #: no other Markdown file is left out but bench/results.md, which ``make bench`` writes).
 DOC_GLOBS: tuple[str, ...] = ("README.md", "docs/*.md", "bench/README.md", "fixtures/PROVENANCE.md")
 

@@ -18,7 +18,7 @@ is walked by a small scanner of the protobuf wire format that knows the
 (``invalid_utf8``), a field given twice or two kinds at once
 (``invalid_frame_schema``); after a clean scan (a payload in a valid but not
 canonical encoding), no kind set is ``missing_frame_kind``. The scanner is the
-reference: tests/test_wire_lp.py checks that both paths agree.
+reference: tests/unit/test_wire_lp.py checks that both paths agree.
 """
 
 from __future__ import annotations

@@ -1,0 +1,231 @@
+"""`make bench` runs whole at the tiny size, so the benchmarks cannot rot.
+
+Results, never times: every benchmark ran, every side of every comparison has
+its figures and ratio, every stream of the tiny run ended complete, the decoders
+decoded every frame, and results.md holds every table. The figures themselves
+are not asserted: they are measurements (bench/results.md has the full run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.common import process_cpu_s
+from bench.decoders import FRAGMENTS, PLANS
+from bench.streams import (
+    CHUNKINGS,
+    BareClient,
+    Outcome,
+    PerStreamClient,
+    bare_server,
+    replywire_client,
+    request_for,
+    shares_channel,
+)
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from harness.children import stop_process
+from shared.wire.chunking import ChunkPlan
+from tests.processes import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = (
+    "## Sequential streams between two processes",
+    "## Producer CPU per stream",
+    "## Concurrent streams",
+    "## Decoder cost per frame",
+    "## Backpressure memory",
+    "## How far a producer runs ahead",
+    "## Trace cost",
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        ["make", "--no-print-directory", "bench", "BENCH_SIZE=tiny", f"BENCH_OUT={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, "BENCH_SIZE": "tiny"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_make_bench_at_the_tiny_size(tiny_run: tuple[dict[str, Any], str]) -> None:
+    results, markdown = tiny_run
+    assert results["size"] == "tiny"
+    assert set(results["machine"]) == {
+        "python",
+        "platform",
+        "cpus",
+        "cpu_model",
+        "grpcio",
+        "protobuf",
+    }
+    assert all(heading in markdown for heading in TABLES)
+    assert all(command in markdown for command in results["commands"])
+
+
+def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], str]) -> None:
+    streams = tiny_run[0]["streams"]
+    assert list(streams["sequential"]) == list(CHUNKINGS)
+    assert streams["channel_policy"] == "one channel, shared"
+    for row in streams["sequential"].values():
+        assert set(row["sides"]) == {
+            "replywire",
+            "bare client",
+            "bare pair",
+            "checks only",
+            "records only",
+        }
+        assert all(side["failures"] == {} for side in row["sides"].values())
+        assert all(side["streams"] == 2 or side["streams"] == 3 for side in row["sides"].values())
+        assert row["replywire_over_bare_pair"] > 0
+        assert row["replywire_over_bare_client"] > 0
+        assert row["checks_only_over_bare_pair"] > 0
+        assert row["records_only_server_cpu_over_bare_server"] > 0
+    for row in streams["concurrency"].values():
+        assert set(row["sides"]) == {"replywire", "bare pair", "checks only"}
+        assert row["checks_only_over_bare_pair"] > 0
+        for side in row["sides"].values():
+            assert side["failures"] == {}
+            assert side["first_chunk_ms_p50"] is not None
+    assert set(streams["trace_cost"]) == {"frame", "64"}
+    assert set(streams["consumer_trace_cost"]) == {"frame", "4096"}
+    for row in streams["consumer_trace_cost"].values():
+        assert list(row["sides"]) == [
+            "replywire (consumer at info)",
+            "replywire (consumer at warning)",
+        ]
+        assert all(
+            side["failures"] == {} and side["streams"] == 3 for side in row["sides"].values()
+        )
+
+
+def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:
+    row = tiny_run[0]["streams"]["over_limit"]
+    assert (row["streams"], row["max_streams"], row["connections"]) == (10, 3, 10)
+    side = row["replywire"]
+    # Ten streams open at once against a limit of three: some refused, only by name.
+    assert set(side["failures"]) == {"refused:stream_limit"}
+    assert 0 < side["failures"]["refused:stream_limit"] <= 7
+
+
+def test_every_decoder_cell_ran(tiny_run: tuple[dict[str, Any], str]) -> None:
+    decoders = tiny_run[0]["decoders"]
+    cells = decoders["cells"]
+    assert [(c["fragment"], c["frames"]) for c in cells] == [
+        (name, count) for count in PLANS["tiny"].frame_counts for name in FRAGMENTS.values()
+    ]
+    for cell in cells:
+        assert set(cell["us_per_frame"]) == {"lp", "ndjson", "lab"}
+        assert cell["ndjson_over_lab"] > 0
+
+
+def test_a_paused_consumer_stopped_the_producer_before_the_end(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    rows = {row["window_bytes"]: row for row in tiny_run[0]["backpressure"]["rows"]}
+    # A 1 KiB window against an ~18 KB reply: the producer stops long before the end.
+    small = rows[1024]
+    assert small["reply_window_bytes"] > 10 * 1024
+    # Every row's window is smaller than the reply, and the bound holds in each (the
+    # tiny run's pause is short: how far the producer got is not asserted).
+    for window, row in rows.items():
+        assert row["window_bytes"] + 3 * 8 < row["reply_window_bytes"]
+        assert row["announced_window_bytes"] == window // 2
+        assert row["bound_chunks"] == window // 8 + 3
+        assert row["chunks_over_bound"] == 0
+        assert (
+            row["wire_bytes_by_the_end"]
+            <= row["announced_window_bytes"] + (row["window_returned_by_the_end_bytes"])
+        )
+        assert row["stopped_before_the_end"] is True
+        assert row["consumer_ended"] == "incomplete:consumer_cancelled"
+
+
+def test_the_replywire_side_is_one_function_and_the_bare_sides_copy_its_policy() -> None:
+    client = replywire_client(StreamOptions(target="127.0.0.1:1"))
+    assert isinstance(client, ReplyClient)  # one channel per target and options
+    assert shares_channel(client) is True
+    assert shares_channel(PerStreamClient(StreamOptions(target="127.0.0.1:1"))) is False
+    assert shares_channel(object()) is True  # a client without the flag: one shared channel
+
+
+def test_a_process_s_cpu_is_read_to_below_a_clock_tick() -> None:
+    """The producer's CPU per stream comes from the kernel's CPU clock of its process (ns),
+    not /proc's 10 ms ticks: it agrees with the ticks, and it is not a whole number of
+    them."""
+    burner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.3\n"
+            "while time.process_time() < end: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        wait_for(lambda: process_cpu_s(burner.pid) >= 0.3, timeout=30)
+        precise = process_cpu_s(burner.pid)
+        with open(f"/proc/{burner.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        assert abs(precise - ticks) < 0.05
+        assert precise != round(precise, 2)  # not a whole number of 10 ms ticks
+    finally:
+        stop_process(burner)
+
+
+@pytest.mark.timeout(60)
+def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) -> None:
+    """The checks-only client judges each reply with the consumer's core (a reply bound to
+    another request is refused by name); the records-only server writes the producer's four
+    transition records per stream, and nothing else."""
+    trace = tmp_path / "records.jsonl"
+    request = request_for(ChunkPlan.parse("64"))
+    other = dataclasses.replace(request, binding={**request.binding, "case_id": "another"})
+
+    async def streams(target: str) -> list[Outcome]:
+        client = BareClient(target, StreamOptions(target=target), True, checks=True)
+        try:
+            return [await client.once(request), await client.once(other)]
+        finally:
+            await client.close()
+
+    with bare_server(trace) as server:
+        ok, refused = asyncio.run(streams(server.target))
+    assert (ok.ok, ok.code) == (True, "ok")
+    assert (refused.ok, refused.code) == (False, "invalid:frame_request_mismatch")
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    by_stream: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        assert record["event"] == "state_changed"
+        by_stream.setdefault(record["stream_id"], []).append(record)
+    assert len(by_stream) == 2
+    # The refused stream's consumer went away after its first chunk: the server may or may
+    # not have written them all by then; either way the stream has its final state.
+    ended = {"completed", "cancelled_by_consumer"}
+    for stream in by_stream.values():
+        states = [r["to_state"] for r in stream]
+        assert states[:3] == ["received", "verified", "streaming"]
+        assert len(states) == 4 and states[3] in ended
+        assert {r["side"] for r in stream} == {"producer"}
+        assert stream[1]["chunks"] == "64"
+    first = next(iter(by_stream.values()))  # the ok stream ran first
+    assert first[3]["to_state"] == "completed"
+    assert first[3]["chunks_sent"] == first[1]["planned_chunks"] > 1

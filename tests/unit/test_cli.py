@@ -1,0 +1,47 @@
+"""``python -m consumer`` as a user runs it: real subprocesses, exit codes, stdout, stderr."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from consumer import cli as consumer_cli
+from harness.demo import demo_runs
+from runtime.recording_file import load_recording
+from shared.errors import ConfigurationError
+from shared.requests import ReplyRequest
+from shared.wire import DEFAULT_WIRES
+
+
+def test_the_demo_streams_the_default_wires_only() -> None:
+    runs = demo_runs(load_recording())
+    assert len(runs) == 22
+    assert {run.wire for run in runs} == set(DEFAULT_WIRES)
+
+
+def test_a_request_and_its_options_are_checked_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigurationError):
+        ReplyRequest(case_id="replace-file", binding={}, chunk_interval_ms=-1)
+
+    def no_stream(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing runs when the options are bad")
+
+    monkeypatch.setattr(consumer_cli, "stream_once", no_stream)
+    # --window-bytes below 1024 passes argparse but not StreamOptions: a usage error.
+    argv = ["stream", "--case", "replace-file", "--window-bytes", "10", "--log-level", "critical"]
+    assert consumer_cli.main(argv, io.StringIO()) == 2
+
+
+def test_a_value_error_while_streaming_is_not_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("a bug while streaming")
+
+    monkeypatch.setattr(consumer_cli, "stream_once", broken)
+    argv = ["stream", "--case", "replace-file", "--log-level", "critical"]
+    with pytest.raises(ValueError, match="a bug while streaming"):
+        consumer_cli.main(argv, io.StringIO())

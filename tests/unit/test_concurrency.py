@@ -1,0 +1,80 @@
+"""Many streams at once on one producer, across real processes: 3,000 concurrent streams
+all complete; past ``--max-streams`` the servicer refuses ``stream_limit``; past
+``--max-pending`` gRPC drops a request before the servicer sees it (a bare ``CANCELLED``),
+which the consumer reports as ``producer_overloaded``, never as an unexplained error.
+
+No time is asserted: these tests count outcomes (the bench measures the rates)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
+from producer.cli import build_parser
+from producer.server import server_options
+from producer.settings import DEFAULT_MAX_PENDING
+from shared.errors import REASONS, Reason, Status
+from shared.recording import Recording
+from shared.requests import ReplyRequest
+from tests.helpers import UTF8_CASE as CASE
+from tests.helpers import quiet
+
+
+def test_pending_bound_is_one_limit_soft_and_hard() -> None:
+    options = dict(server_options(max_streams=3, max_pending=7))
+    assert options["grpc.server.max_pending_requests"] == 7
+    assert options["grpc.server.max_pending_requests_hard_limit"] == 7
+    default = dict(server_options())
+    assert default["grpc.server.max_pending_requests"] == DEFAULT_MAX_PENDING == 10_000
+
+
+def test_producer_overloaded_is_a_refusal_grpc_answers_cancelled() -> None:
+    info = REASONS[Reason.PRODUCER_OVERLOADED]
+    assert (info.status, info.grpc_code) == (Status.REFUSED, "CANCELLED")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_max_pending_below_one_is_a_usage_error(value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--max-pending", value])
+    assert exit_info.value.code == 2
+
+
+def test_max_pending_default_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_parser().parse_args([]).max_pending == DEFAULT_MAX_PENDING
+    monkeypatch.setenv("REPLYWIRE_MAX_PENDING", "7")
+    assert build_parser().parse_args([]).max_pending == 7
+    assert build_parser().parse_args(["--max-pending", "9"]).max_pending == 9
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected"),
+    [
+        # gRPC dropped it before the servicer (past --max-pending).
+        ("CANCELLED", "CANCELLED", ("refused", "producer_overloaded")),
+        # The producer's HTTP/2 layer refused it unprocessed: the connection's stream bound.
+        (
+            "UNAVAILABLE",
+            "Stream removed (RST_STREAM (Received RST_STREAM with error code 7))",
+            ("refused", "stream_limit"),
+        ),
+        # Anything else before a chunk stays a transport error.
+        ("UNAVAILABLE", "Connection reset by peer", ("error", "transport_io_error")),
+        ("CANCELLED", "Locally cancelled by application!", ("error", "transport_io_error")),
+    ],
+)
+def test_how_the_transport_refused_a_stream_is_named(
+    recording: Recording, code: str, details: str, expected: tuple[str, str]
+) -> None:
+    request = ReplyRequest(case_id=CASE, binding=recording.case(CASE).binding, stream_id="r")
+    options = StreamOptions(target="x")
+    session = StreamSession(
+        request.open_request(), request.consumer(), options, quiet(), ReplyClient(options)
+    )
+    result = session._ended(StreamEnded(grpc.StatusCode[code], details))
+    assert (result.status.value, result.reason) == expected
+    assert result.transport == {"grpc_code": code, "grpc_details": details}

@@ -1,0 +1,134 @@
+"""The layering, read from the source: what each layer may import directly.
+
+``shared/`` and the pure Gemini protocol modules are sans-IO: they import nothing
+that reaches the network, files, processes, threads or the clock (``shared.pb``'s
+generated messages are data; its ``_grpc`` stubs are not, and only the edges
+import them). ``shared/`` imports neither process nor ``runtime/`` (the I/O both
+processes share); ``runtime/`` imports neither process; the two processes do not
+import each other. Only direct imports are checked: a library
+such as structlog may import asyncio itself without making its caller do I/O.
+
+Above both processes, ``traces/`` (both sides' traces as one timeline) imports of the
+processes only their machine specs (``producer.states``, ``consumer.reader_states``): the
+timeline reads the state names from the machines themselves, so it cannot live in
+``shared/`` or in one process. Its timeline and drawing are pure, like ``shared/``.
+Neither process imports it, except ``consumer/cli.py``: the consumer's command line
+hands it the commands that read both sides' traces (``trace``, ``join-traces``).
+
+``harness/`` (the demo, child processes, the fake Gemini server) runs the processes, so
+it sits above them and ``traces/``: it may import them all, and nothing below imports it,
+except ``consumer/cli.py`` again, whose ``demo`` command (``make demo``) it runs. The
+consumer's command line is the one place a process reaches up: the commands people
+type stay ``python -m consumer ...``, while their code lives where it belongs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+#: Modules that reach the network, files, processes, threads or the clock (and gRPC's).
+IO_MODULES: Final = frozenset(
+    {
+        "grpc", "grpc_health", "grpc_reflection", "asyncio", "httpx", "httpcore", "anyio",
+        "socket", "ssl", "select", "selectors", "subprocess", "threading", "multiprocessing",
+        "signal", "os", "io", "pathlib", "tempfile", "shutil", "fcntl", "time", "datetime",
+        "logging", "sys", "runtime", "prometheus_client",
+    }
+)  # fmt: skip
+PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
+PURE_TRACE_MODULES: Final = tuple(
+    f"traces/{name}.py" for name in ("timeline", "table", "result_events", "svg", "page")
+)
+#: What traces/ may import of the processes: their machine specs (data).
+MACHINE_SPECS: Final = ("producer.states", "consumer.reader_states")
+#: The one process module that imports a package above both: (module, package) pairs.
+COMMAND_LINE_HANDS_OVER: Final = frozenset(
+    {("consumer/cli.py", "traces"), ("consumer/cli.py", "harness")}
+)
+
+
+def sources(folder: str) -> list[Path]:
+    return sorted(
+        path
+        for path in (ROOT / folder).rglob("*.py")
+        if "pb" not in path.relative_to(ROOT).parts[:2]
+    )
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports, with ``from a import b`` also as ``a.b``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def names(paths: list[Path]) -> list[str]:
+    return [str(path.relative_to(ROOT)) for path in paths]
+
+
+PURE: Final = sources("shared") + [
+    ROOT / module for module in (*PURE_PROVIDER_MODULES, *PURE_TRACE_MODULES)
+]
+
+
+@pytest.mark.parametrize("path", PURE, ids=names(PURE))
+def test_pure_modules_import_no_io(path: Path) -> None:
+    found = {
+        module
+        for module in imports(path)
+        if module.split(".")[0] in IO_MODULES or module.endswith("_pb2_grpc")
+    }
+    assert not found
+
+
+@pytest.mark.parametrize(
+    ("folder", "forbidden"),
+    [
+        ("shared", ("producer", "consumer", "runtime", "traces", "harness")),
+        ("runtime", ("producer", "consumer", "traces", "harness")),
+        ("producer", ("consumer", "traces", "harness")),
+        ("consumer", ("producer", "traces", "harness")),
+        ("traces", ("harness",)),
+    ],
+)
+def test_no_layer_imports_sideways_or_up(folder: str, forbidden: tuple[str, ...]) -> None:
+    found = {
+        (str(path.relative_to(ROOT)), module)
+        for path in sources(folder)
+        for module in imports(path)
+        if module.split(".")[0] in forbidden
+        and (str(path.relative_to(ROOT)), module.split(".")[0]) not in COMMAND_LINE_HANDS_OVER
+    }
+    assert not found
+
+
+def test_the_traces_import_only_the_machine_specs_of_the_processes() -> None:
+    found = {
+        (str(path.relative_to(ROOT)), module)
+        for path in sources("traces")
+        for module in imports(path)
+        if module.split(".")[0] in ("producer", "consumer")
+        and not any(module == spec or module.startswith(spec + ".") for spec in MACHINE_SPECS)
+    }
+    assert not found
+
+
+@pytest.mark.parametrize("module", PURE_PROVIDER_MODULES)
+def test_the_pure_provider_modules_use_only_each_other(module: str) -> None:
+    allowed = {"producer.gemini.protocol", "producer.gemini.sse"}
+    found = {
+        name
+        for name in imports(ROOT / module)
+        if name.split(".")[0] == "producer"
+        and not any(name == pure or name.startswith(pure + ".") for pure in allowed)
+    }
+    assert not found
