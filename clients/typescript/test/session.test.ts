@@ -177,6 +177,20 @@ test("a refusal before any chunk is refused with the producer's code", async () 
   assert.equal(result.integrity, null);
 });
 
+test("a refusal with a code this consumer does not know is error / transport_io_error, its details kept", async () => {
+  // A newer producer's codes (or any text): not a reason here until src/generated.ts has
+  // them (scripts/make_tables.py), but never a crash, never a guessed status.
+  for (const details of ["binding_not_canonical", "fault_parameter_out_of_range", "no such code\u0007"]) {
+    const result = await stream("lp", [({ call }) => fail(call, grpc.status.INVALID_ARGUMENT, details)]);
+    assert.deepStrictEqual([result.status, result.reason, opens.length], ["error", "transport_io_error", 1], details);
+    assert.deepStrictEqual(plain(result.transport ?? new Map()), {
+      grpc_code: "INVALID_ARGUMENT",
+      grpc_details: details.replace("\u0007", "\\x07"),
+    });
+    assert.equal(result.stats.applicationFrames, 0);
+  }
+});
+
 test("a broken call is resumed after the last frame applied, and completes", async () => {
   const chunks = chunksOf("lp");
   const result = await stream("lp", [
