@@ -409,10 +409,9 @@ def lp_payload_cases() -> Iterator[tuple[str, bytes]]:
         )
     for value in (0, 1, 2**63 - 1, 2**63, 2**64 - 1):
         yield f"sequence-{value}", b"\x08" + varint(value) + b"\x1a\x03" + inner
-        yield (
-            f"done-frames-{value}",
-            b"\x08\x01\x22" + bytes([len(varint(value)) + 1]) + b"\x10" + varint(value),
-        )
+        # With a digest of its form (64 lowercase hex), so only content_frames is at an edge.
+        claim = b"\x0a\x40" + b"0123456789abcdef" * 4 + b"\x10" + varint(value)
+        yield f"done-frames-{value}", b"\x08\x01\x22" + bytes([len(claim)]) + claim
     yield "sequence-2**64", b"\x08" + bytes([0xFF] * 9 + [0x02]) + b"\x1a\x03" + inner
     yield "sequence-11-bytes-value", b"\x08" + bytes([0xFF] * 10 + [0x01])
     yield "binding", b"\x08\x01\x12" + bytes([len(sha)]) + sha + b"\x1a\x03" + inner

@@ -5,6 +5,7 @@
  */
 
 import type { JsonValue } from "./json";
+import { ProtocolFailure } from "./reasons";
 
 export type FrameKind = "content_delta" | "done" | "error" | "cancel";
 
@@ -27,4 +28,24 @@ export interface Frame {
   readonly reason?: JsonValue;
   /** done only, where the wire carries it. */
   readonly doneDigest?: DoneDigest | null;
+}
+
+/** done's `content_sha256`: exactly 64 lowercase hexadecimal characters. */
+const CONTENT_SHA256 = /^[0-9a-f]{64}$/;
+
+/**
+ * done's claim as a wire gave it, or `invalid_frame_schema` (shared.frames.checked_done_digest):
+ * `contentSha256` is exactly 64 lowercase hex characters (an empty or absent one, which
+ * proto3 cannot tell apart, is refused here, not compared) and `contentFrames` a
+ * non-negative integer. Part of the frame's shape, as its keys are: checked when the frame
+ * is parsed, before its sequence and binding.
+ */
+export function checkedDoneDigest(contentSha256: JsonValue, contentFrames: JsonValue): DoneDigest {
+  if (typeof contentSha256 !== "string" || !CONTENT_SHA256.test(contentSha256)) {
+    throw new ProtocolFailure("invalid_frame_schema", "done's content_sha256 is not hex");
+  }
+  if (typeof contentFrames !== "bigint" || contentFrames < 0n) {
+    throw new ProtocolFailure("invalid_frame_schema", "done's content_frames");
+  }
+  return { contentSha256, contentFrames };
 }

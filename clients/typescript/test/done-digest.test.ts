@@ -1,7 +1,9 @@
 /**
  * done's content digest on the digest wires (lp, ndjson): a claim is exactly 64 lowercase
- * hex characters; anything else (empty, absent, upper case, too short or long, not hex) is
- * `invalid_frame_schema`, not a claim that fails to match. A well-formed claim that does
+ * hex characters and a non-negative frame count; anything else (empty, absent, upper case,
+ * too short or long, not hex) is `invalid_frame_schema`, not a claim that fails to match.
+ * The form is part of done's shape: checked when the frame is parsed, so before its
+ * sequence and binding, and the refused done is not counted. A well-formed claim that does
  * not match is still `content_digest_mismatch`; ndjson-lab's done carries no digest.
  *
  * Written by hand, not taken from test/fixtures/: the rule is stated before the Python
@@ -14,6 +16,7 @@ import { ReplyConsumer } from "../src/core";
 import type { JsonObject } from "../src/json";
 import { LENIENT, parseJson } from "../src/json";
 import { ProtocolFailure } from "../src/reasons";
+import type { StreamResult } from "../src/result";
 import { LengthPrefixedDecoder, parseFrame, withHeader } from "../src/wire/lp";
 import type { WireFormat } from "../src/wire/base";
 import { fixture } from "./helpers";
@@ -86,14 +89,18 @@ function ndjsonParts(wire: "ndjson" | "ndjson-lab"): { before: string; done: Rec
   return { before: `${lines.join("\n")}\n`, done };
 }
 
-function verdict(wire: WireFormat, data: Buffer): [string, string | null] {
+function ended(wire: WireFormat, data: Buffer): StreamResult {
   const consumer = new ReplyConsumer(BINDING, { wire });
   try {
     consumer.receiveData(data);
   } catch (error) {
     if (!(error instanceof ProtocolFailure)) throw error;
   }
-  const result = consumer.endOfStream();
+  return consumer.endOfStream();
+}
+
+function verdict(wire: WireFormat, data: Buffer): [string, string | null] {
+  const result = ended(wire, data);
   return [result.status, result.reason];
 }
 
@@ -137,6 +144,22 @@ test("lp: a done digest that is not 64 lowercase hex characters is invalid_frame
   }
 });
 
+test("lp: the form is checked as the frame is parsed: before its sequence and binding, and not counted", () => {
+  const { before, sequence, binding, sha256, frames } = lpParts();
+  assert.throws(() => parseFrame(lpDone(sequence, binding, "", frames).subarray(5)), (error: unknown) => {
+    return error instanceof ProtocolFailure && error.reason === "invalid_frame_schema";
+  });
+  const wrong = [
+    ["a later sequence", lpDone(sequence + 3n, binding, sha256.toUpperCase(), frames)],
+    ["a foreign binding", lpDone(sequence, "0".repeat(64), "", frames)],
+  ] as const;
+  for (const [name, done] of wrong) {
+    assert.deepStrictEqual(verdict("lp", Buffer.concat([before, done])), SCHEMA, name);
+  }
+  const result = ended("lp", Buffer.concat([before, lpDone(sequence, binding, "", frames)]));
+  assert.equal(BigInt(result.stats.applicationFrames), frames);
+});
+
 test("ndjson: the same rule; a well-formed wrong claim is still content_digest_mismatch", () => {
   const { before, done } = ndjsonParts("ndjson");
   const sha256 = String(done.content_sha256);
@@ -148,6 +171,16 @@ test("ndjson: the same rule; a well-formed wrong claim is still content_digest_m
     assert.deepStrictEqual(verdict("ndjson", line({ content_sha256: claim(sha256) })), SCHEMA, name);
   }
   assert.deepStrictEqual(verdict("ndjson", line({ content_sha256: null })), SCHEMA, "null");
+  for (const count of [-1, 1.5, "10", null]) {
+    assert.deepStrictEqual(verdict("ndjson", line({ content_frames: count })), SCHEMA, String(count));
+  }
+  const later = Number(done.sequence) + 3;
+  assert.deepStrictEqual(verdict("ndjson", line({ sequence: later, content_sha256: "" })), SCHEMA, "later");
+  assert.deepStrictEqual(
+    verdict("ndjson", line({ binding_sha256: "0".repeat(64), content_sha256: "" })),
+    SCHEMA,
+    "foreign binding",
+  );
   const { content_sha256: _dropped, ...absent } = done;
   assert.deepStrictEqual(
     verdict("ndjson", Buffer.from(`${before}${JSON.stringify(absent)}\n`, "utf8")),

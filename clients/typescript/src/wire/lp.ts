@@ -25,7 +25,7 @@
  * - after a clean scan: no kind is `missing_frame_kind`.
  */
 
-import type { Frame, FrameKind } from "../frames";
+import { checkedDoneDigest, type Frame, type FrameKind } from "../frames";
 import { ProtocolFailure } from "../reasons";
 import { decodeUtf8 } from "../utf8";
 import type { FrameDecoder, WireCodec } from "./base";
@@ -184,10 +184,8 @@ export function parseFrame(payload: Uint8Array): Frame {
       return { sequence, kind, bindingSha256, text: stringField(nested, 1) };
     }
     if (kind === "done") {
-      const doneDigest = {
-        contentSha256: stringField(nested, 1),
-        contentFrames: varintField(nested, 2),
-      };
+      // proto3 cannot tell an absent digest from an empty one: both are refused.
+      const doneDigest = checkedDoneDigest(stringField(nested, 1), varintField(nested, 2));
       return { sequence, kind, bindingSha256, doneDigest };
     }
     return { sequence, kind, bindingSha256, reason: stringField(nested, 1) };

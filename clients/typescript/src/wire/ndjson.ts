@@ -20,8 +20,8 @@
  * the kind's exactly: `invalid_frame_schema`.
  */
 
-import type { DoneDigest, Frame, FrameKind } from "../frames";
-import { type JsonObject, type JsonValue, isInt, isObject, JsonError, parseJson } from "../json";
+import { checkedDoneDigest, type DoneDigest, type Frame, type FrameKind } from "../frames";
+import { type JsonObject, type JsonValue, isObject, JsonError, parseJson } from "../json";
 import { ProtocolFailure } from "../reasons";
 import { decodeUtf8, Utf8Stream } from "../utf8";
 import type { FrameDecoder, WireCodec, WireFormat } from "./base";
@@ -81,12 +81,7 @@ export class NdjsonParser {
     if (kind !== "done") return { sequence, kind, bindingSha256, reason: object.get("reason") ?? null };
     let doneDigest: DoneDigest | null = null;
     if (this.digest) {
-      const claimedSha256 = object.get("content_sha256");
-      const claimedFrames = object.get("content_frames");
-      if (typeof claimedSha256 !== "string" || !isInt(claimedFrames)) {
-        throw new ProtocolFailure("invalid_frame_schema", "done digest of the wrong type");
-      }
-      doneDigest = { contentSha256: claimedSha256, contentFrames: claimedFrames };
+      doneDigest = checkedDoneDigest(object.get("content_sha256") ?? null, object.get("content_frames") ?? null);
     }
     return { sequence, kind, bindingSha256, doneDigest };
   }
