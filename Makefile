@@ -65,7 +65,7 @@ test: setup lint
 	$(PY) -m pytest -m serial --cov --cov-report=
 	$(PY) -m pytest $(PARALLEL) -m "not serial" --cov --cov-append --cov-report=term
 
-# The TypeScript consumer (clients/typescript/; Node 20 and npm): its pinned packages from the
+# The TypeScript consumer (clients/typescript/; Node 18 or later, and npm): its pinned packages from the
 # committed package-lock.json, the strict build (tsc), its node:test tests (which compile src/
 # and test/ again, into dist-test/). make test runs the same steps, bounded and reported with
 # the other failures, in tests/system/test_typescript.py.
