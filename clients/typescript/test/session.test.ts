@@ -13,6 +13,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { ReplyConsumer } from "../src/core";
 import { sha256Hex } from "../src/digest";
 import { isObject, LENIENT, parseJson, type JsonObject } from "../src/json";
+import { registered, statusOf } from "../src/reasons";
 import { openRequest, type ReplyRequest } from "../src/request";
 import { resultDocument, type StreamResult } from "../src/result";
 import { defaultProtoPath } from "../src/service";
@@ -178,9 +179,9 @@ test("a refusal before any chunk is refused with the producer's code", async () 
 });
 
 test("a refusal with a code this consumer does not know is error / transport_io_error, its details kept", async () => {
-  // A newer producer's codes (or any text): not a reason here until src/generated.ts has
-  // them (scripts/make_tables.py), but never a crash, never a guessed status.
-  for (const details of ["binding_not_canonical", "fault_parameter_out_of_range", "no such code\u0007"]) {
+  // Any text that is not a code of src/generated.ts: never a crash, never a guessed status.
+  for (const details of ["a_code_from_a_newer_producer", "no such code\u0007"]) {
+    assert.equal(registered(details), null);
     const result = await stream("lp", [({ call }) => fail(call, grpc.status.INVALID_ARGUMENT, details)]);
     assert.deepStrictEqual([result.status, result.reason, opens.length], ["error", "transport_io_error", 1], details);
     assert.deepStrictEqual(plain(result.transport ?? new Map()), {
@@ -188,6 +189,14 @@ test("a refusal with a code this consumer does not know is error / transport_io_
       grpc_details: details.replace("\u0007", "\\x07"),
     });
     assert.equal(result.stats.applicationFrames, 0);
+  }
+});
+
+test("the producer's newer refusals: refused with their code once make_tables.py has them, else as unknown", async () => {
+  for (const details of ["binding_not_canonical", "fault_parameter_out_of_range"]) {
+    const result = await stream("lp", [({ call }) => fail(call, grpc.status.INVALID_ARGUMENT, details)]);
+    const expected = registered(details) === null ? ["error", "transport_io_error"] : [statusOf(details), details];
+    assert.deepStrictEqual([result.status, result.reason], expected, details);
   }
 });
 
