@@ -12,7 +12,7 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos check test lint fuzz bench demo trace run-producer run-consumer lock clean \
+.PHONY: setup protos check test ts lint fuzz bench demo trace run-producer run-consumer lock clean \
         conformance vectors
 
 setup: $(STAMP) $(GENERATED)
@@ -65,6 +65,16 @@ check: setup
 test: setup lint
 	$(PY) -m pytest -m serial --cov --cov-report=
 	$(PY) -m pytest $(PARALLEL) -m "not serial" --cov --cov-append --cov-report=term
+
+# The TypeScript consumer (clients/typescript/; Node 18 or later, and npm): its pinned packages from the
+# committed package-lock.json, the strict build (tsc), its node:test tests (which compile src/
+# and test/ again, into dist-test/). make test runs the same steps, bounded and reported with
+# the other failures, in tests/system/test_typescript.py.
+TS := clients/typescript
+ts: setup
+	cd $(TS) && npm ci
+	cd $(TS) && npm run build
+	cd $(TS) && npm test
 
 # The producer's request parsing under 100,000 fuzzed inputs (make test runs a few hundred).
 fuzz: setup
@@ -131,3 +141,4 @@ lock:
 
 clean:
 	rm -rf $(VENV) $(GENERATED) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(TS)/node_modules $(TS)/dist $(TS)/dist-test

@@ -230,7 +230,13 @@ SECTIONS = {
 
 #: The documentation, as globs from the repository's root (tests/unit/test_docs.py checks that
 #: no other Markdown file is left out but bench/results.md, which ``make bench`` writes).
-DOC_GLOBS: tuple[str, ...] = ("README.md", "docs/*.md", "bench/README.md", "fixtures/PROVENANCE.md")
+DOC_GLOBS: tuple[str, ...] = (
+    "README.md",
+    "docs/*.md",
+    "bench/README.md",
+    "fixtures/PROVENANCE.md",
+    "clients/typescript/README.md",
+)
 
 
 def doc_files() -> list[Path]:

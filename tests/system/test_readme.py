@@ -46,6 +46,7 @@ DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
 REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
+TYPESCRIPT = "tests/system/test_typescript.py"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -147,6 +148,18 @@ RUN_BY = {
     "make vectors": "tests/unit/test_conformance.py::"
     "test_the_committed_vectors_are_what_the_generator_writes (the same generator, its files "
     "compared rather than written)",
+    "make ts": f"{TYPESCRIPT}::test_make_ts",
+    "npm ci": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
+    "npm run build": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
+    "npm test": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
+    "node dist/testee.js < cases.jsonl > answers.jsonl": f"{TYPESCRIPT}::test_the_testee_command"
+    " (cases.jsonl written from the core fixtures)",
+    ".venv/bin/python clients/typescript/scripts/make_tables.py": (
+        f"{TYPESCRIPT}::test_regenerating_finds_the_committed_files"
+    ),
+    ".venv/bin/python clients/typescript/scripts/make_fixtures.py": (
+        f"{TYPESCRIPT}::test_regenerating_finds_the_committed_files"
+    ),
 }
 # The tour's `make trace ... STREAM=ID`, one per stream, with the id of the sample's run.
 RUN_BY.update(
@@ -163,6 +176,7 @@ for _block, _test in (
     (sh_block("fake_gemini --port 0"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
     (sh_block("two replicas sharing one reply log"), REPLICAS),
+    (sh_block("dist/cli.js stream"), f"{TYPESCRIPT}::test_the_cli_recipe"),
 ):
     RUN_BY.update(dict.fromkeys(commands_of_sh(_block), _test))
 

@@ -7,13 +7,13 @@ tests/unit/test_repository_map.py's."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from shared.errors import REASONS, Reason
+from tests.tree import tree
 from tools.docs import RUN_SECTIONS, SECTIONS, doc_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,15 +99,13 @@ def test_each_docs_file_says_who_it_is_for(doc: str) -> None:
 
 
 def test_every_markdown_file_is_checked() -> None:
-    """doc_files() leaves no Markdown file out (those it misses would go unchecked)."""
-    found = set()
-    for directory, folders, files in os.walk(ROOT):
-        folders[:] = [f for f in folders if not f.startswith(".") and f != "__pycache__"]
-        found |= {
-            (Path(directory) / name).relative_to(ROOT).as_posix()
-            for name in files
-            if name.endswith(".md")
-        }
+    """doc_files() leaves no Markdown file of the tree out (those it misses would go
+    unchecked); what .gitignore ignores (node_modules/, a build's output) is not the tree."""
+    found = {
+        path
+        for path in tree()
+        if path.endswith(".md") and not any(part.startswith(".") for part in path.split("/"))
+    }
     assert found - NOT_DOCS == set(DOCS)
 
 

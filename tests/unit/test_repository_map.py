@@ -16,55 +16,25 @@ The rule:
    when it is not there, from the root (``tests/unit/test_layers.py`` in the row of
    ``shared/``).
 
-The tree is the files on disk but ``.git`` and what ``.gitignore`` ignores (its lines
-read as globs: one without a ``/`` inside matches any part of a path, one with a ``/``
-inside matches from the root), so a new module counts as soon as it exists, tracked or
-not, and generated code (``shared/pb/*_pb2.py``) never does. A new module fails this test
+The tree is the files on disk but ``.git`` and what ``.gitignore`` ignores (tests/tree.py),
+so a new module counts as soon as it exists, tracked or not, and generated code
+(``shared/pb/*_pb2.py``, ``node_modules/``) never does. A new module fails this test
 until a word in its folder's row names it; a moved or deleted one, until the map stops
 naming it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from fnmatch import fnmatch
 from pathlib import Path
+
+from tests.tree import tree
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 WHOLE = "everything under it"
 PACKAGE_FILES = {"__init__.py", "__main__.py"}
-
-
-def ignore_patterns() -> list[str]:
-    lines = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
-    return [line.strip().rstrip("/") for line in lines if line.strip() and line[0] != "#"]
-
-
-def is_ignored(path: str, patterns: list[str]) -> bool:
-    parts = path.split("/")
-    for pattern in patterns:
-        if "/" in pattern.strip("/"):
-            prefixes = ("/".join(parts[:end]) for end in range(1, len(parts) + 1))
-            if any(fnmatch(prefix, pattern.lstrip("/")) for prefix in prefixes):
-                return True
-        elif any(fnmatch(part, pattern.lstrip("/")) for part in parts):
-            return True
-    return False
-
-
-def tree() -> list[str]:
-    """Every file of the tree, as a path from the root."""
-    patterns = [*ignore_patterns(), ".git"]
-    found = []
-    for directory, folders, files in os.walk(ROOT):
-        here = Path(directory).relative_to(ROOT).as_posix()
-        prefix = "" if here == "." else f"{here}/"
-        folders[:] = [name for name in folders if not is_ignored(prefix + name, patterns)]
-        found += [prefix + name for name in files if not is_ignored(prefix + name, patterns)]
-    return sorted(found)
 
 
 @dataclass(frozen=True)
