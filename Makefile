@@ -75,13 +75,22 @@ ts: setup
 	cd $(TS) && npm ci
 	cd $(TS) && npm run build
 	cd $(TS) && npm test
+	@touch $(TS_BUILT)
+
+# The TypeScript consumer's build alone (what make conformance runs), again when its sources or
+# its pins change.
+TS_BUILT := $(TS)/dist/.built
+$(TS_BUILT): $(TS)/package-lock.json $(TS)/tsconfig.json $(shell find $(TS)/src -name '*.ts')
+	cd $(TS) && npm ci
+	cd $(TS) && npm run build
+	@touch $@
 
 # The producer's request parsing under 100,000 fuzzed inputs (make test runs a few hundred).
 fuzz: setup
-	REPLYWIRE_FUZZ_EXAMPLES=100000 $(PY) -m pytest -q tests/test_fuzz.py
+	REPLYWIRE_FUZZ_EXAMPLES=100000 $(PY) -m pytest -q tests/system/test_fuzz.py
 
 # Every benchmark side by side into bench/results.md and bench/results.json (full: ~15 min on
-# 2 cores). BENCH_SIZE=tiny runs each once in seconds (make test does, in tests/test_bench.py).
+# 2 cores). BENCH_SIZE=tiny runs each once in seconds (make test does, in tests/system/test_bench.py).
 BENCH_SIZE ?= full
 BENCH_OUT ?= bench
 bench: setup
@@ -90,22 +99,30 @@ bench: setup
 # The conformance kit (docs/conformance.md): every vector against a consumer, in the core mode
 # (CONSUMER: a command speaking the line protocol) and the wire mode (CONSUMER_CLI: a consumer
 # CLI's command template, its {placeholders} filled in per vector, against the producer's
-# --conformance mode). Both default to the Python consumer. Given on the command line, one of
-# them alone runs its own mode only: make conformance CONSUMER="node my-testee.js".
-CONSUMER ?= $(PY) -m conformance.testee
-CONSUMER_CLI ?= $(PY) -m consumer stream --target {target} --case {case_id} \
+# --conformance mode). With neither given, both modes run against both consumers, the Python
+# one and the TypeScript one (built first). Given on the command line, one of them alone runs
+# its own mode only, against that consumer: make conformance CONSUMER="node my-testee.js".
+PY_CONSUMER := $(PY) -m conformance.testee
+PY_CONSUMER_CLI := $(PY) -m consumer stream --target {target} --case {case_id} \
     --binding {binding_file} --wire {wire} --stream-id {stream_id} --result {result_file} \
     --resume-attempts 0 --no-view --log-level warning {limit_flags}
+TS_CONSUMER := node $(TS)/dist/testee.js
+TS_CONSUMER_CLI := node $(TS)/dist/cli.js stream --target {target} --case {case_id} \
+    --binding {binding_file} --wire {wire} --stream-id {stream_id} --result {result_file} \
+    --resume-attempts 0 {limit_flags}
 CONFORMANCE_ARGS ?=
-ifeq ($(origin CONSUMER)/$(origin CONSUMER_CLI),command line/file)
-CONFORMANCE_MODES := --core "$(CONSUMER)"
-else ifeq ($(origin CONSUMER)/$(origin CONSUMER_CLI),file/command line)
-CONFORMANCE_MODES := --wire '$(CONSUMER_CLI)'
+RUN_KIT := $(PY) -m conformance run
+ifeq ($(origin CONSUMER)/$(origin CONSUMER_CLI),undefined/undefined)
+conformance: setup $(TS_BUILT)
+	@echo "conformance: the Python consumer"
+	$(RUN_KIT) --core "$(PY_CONSUMER)" --wire '$(PY_CONSUMER_CLI)' $(CONFORMANCE_ARGS)
+	@echo "conformance: the TypeScript consumer"
+	$(RUN_KIT) --core "$(TS_CONSUMER)" --wire '$(TS_CONSUMER_CLI)' $(CONFORMANCE_ARGS)
 else
-CONFORMANCE_MODES := --core "$(CONSUMER)" --wire '$(CONSUMER_CLI)'
-endif
 conformance: setup
-	$(PY) -m conformance run $(CONFORMANCE_MODES) $(CONFORMANCE_ARGS)
+	$(RUN_KIT) $(if $(CONSUMER),--core "$(CONSUMER)") $(if $(CONSUMER_CLI),--wire '$(CONSUMER_CLI)') \
+	    $(CONFORMANCE_ARGS)
+endif
 
 # The vectors again, from the recording, the fault catalogue and the crafted wires, each with
 # the Python core's verdict: after a change of the core, this one command.

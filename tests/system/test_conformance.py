@@ -22,6 +22,7 @@ from tests.processes import ROOT, producer
 pytestmark = pytest.mark.timeout(300)
 PYTHON = ".venv/bin/python"
 TESTEE = f"{PYTHON} -m conformance.testee"
+TS_TESTEE = "node clients/typescript/dist/testee.js"
 VECTORS = {vector.id: vector for vector in load_all()}
 
 
@@ -46,14 +47,28 @@ def test_the_python_core_passes_every_vector_in_the_core_mode() -> None:
     assert int(total) == len(VECTORS) and passed == total and failed == "0"
 
 
-def test_make_conformance_runs_both_modes() -> None:
-    """``make conformance``, its wire mode on the smoke subset (every expected reason on
-    every wire, over real gRPC through the Python consumer's CLI)."""
-    done = run("make", "--no-print-directory", "conformance", "CONFORMANCE_ARGS=--smoke")
+def test_the_typescript_core_passes_every_vector_in_the_core_mode(built: None) -> None:
+    done = run(sys.executable, "-m", "conformance", "run", "--core", TS_TESTEE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    core, wire = totals(done.stdout, "core mode"), totals(done.stdout, "wire (smoke subset)")
-    assert core[2] == "0" and wire[2] == "0"
-    assert int(wire[0]) >= 80
+    total, passed, failed = totals(done.stdout, "core mode")
+    assert int(total) == len(VECTORS) and passed == total and failed == "0"
+
+
+@pytest.mark.timeout(900)
+def test_make_conformance_runs_both_modes_against_both_consumers(built: None) -> None:
+    """``make conformance``, its wire mode on the smoke subset (every expected reason on
+    every wire, over real gRPC through each consumer's CLI): the Python consumer, then the
+    TypeScript one (built by the fixture, so make finds its build up to date)."""
+    done = run(
+        "make", "--no-print-directory", "conformance", "CONFORMANCE_ARGS=--smoke", timeout=800
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    python, typescript = done.stdout.split("conformance: the TypeScript consumer\n", 1)
+    assert python.startswith("conformance: the Python consumer\n"), python[:500]
+    for out in (python, typescript):
+        core, wire = totals(out, "core mode"), totals(out, "wire (smoke subset)")
+        assert int(core[0]) == len(VECTORS) and core[2] == "0" and wire[2] == "0"
+        assert int(wire[0]) >= 80
 
 
 def test_make_conformance_with_a_consumer_runs_its_core_mode() -> None:

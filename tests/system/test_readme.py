@@ -137,7 +137,8 @@ RUN_BY = {
         "tests/system/test_timeline.py::test_make_trace (on real traces)"
     ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
-    "make conformance": "tests/system/test_conformance.py::test_make_conformance_runs_both_modes "
+    "make conformance": "tests/system/test_conformance.py::"
+    "test_make_conformance_runs_both_modes_against_both_consumers "
     "(with CONFORMANCE_ARGS=--smoke: the wire mode's whole set takes minutes)",
     'make conformance CONSUMER=".venv/bin/python -m conformance.testee"': (
         "tests/system/test_conformance.py::test_make_conformance_with_a_consumer_runs_its_core_mode"

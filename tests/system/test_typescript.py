@@ -20,14 +20,11 @@ must run.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,18 +32,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ONCE_TIMEOUT_S, once_per_run
 from tests.processes import ROOT, Producer, producer
+from tests.typescript import OUTPUT_TAIL, STEP_TIMEOUT_S, STEPS, TS, run_bounded
 
-TS = ROOT / "clients/typescript"
 README = (TS / "README.md").read_text(encoding="utf-8")
-#: The steps of `make ts`, as the README shows them, each bounded.
-STEPS = ("npm ci", "npm run build", "npm test")
-#: Each step's bound: the three together stay under the time the other workers wait for the
-#: first one's build (tests.helpers.ONCE_TIMEOUT_S), so a slow build fails here, with its output.
-STEP_TIMEOUT_S = 90.0
-#: What a failed step's output keeps for the report (its tail: where tsc and node:test say why).
-OUTPUT_TAIL = 6000
 RUN_TIMEOUT_S = 60.0
 
 pytestmark = [
@@ -56,64 +45,6 @@ pytestmark = [
         reason="the TypeScript consumer needs Node and npm",
     ),
 ]
-
-
-def run_bounded(
-    command: str | list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``command`` (a list, or a string for bash -euo pipefail) to its end, in a session of
-    its own: past ``timeout`` the session is killed (npm's and node's children with it) and
-    TimeoutExpired raised; whatever it left running is killed after."""
-    args = ["bash", "-euo", "pipefail", "-c", command] if isinstance(command, str) else command
-    process = subprocess.Popen(
-        args,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-    return subprocess.CompletedProcess(args, process.returncode, out, err)
-
-
-assert len(STEPS) * STEP_TIMEOUT_S < ONCE_TIMEOUT_S
-
-
-def build() -> list[dict[str, Any]]:
-    """The README's steps in order, up to the first that fails: each one's outcome."""
-    outcomes: list[dict[str, Any]] = []
-    for step in STEPS:
-        try:
-            done = run_bounded(step, TS, STEP_TIMEOUT_S)
-            code, output = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired:
-            code, output = None, f"killed after {STEP_TIMEOUT_S} s"
-        outcomes.append({"step": step, "returncode": code, "output": output[-OUTPUT_TAIL:]})
-        if code != 0:
-            break
-    return outcomes
-
-
-@pytest.fixture(scope="session")
-def typescript_build(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    outcomes: list[dict[str, Any]] = once_per_run(tmp_path_factory, "typescript-build", build)
-    return outcomes
-
-
-@pytest.fixture
-def built(typescript_build: list[dict[str, Any]]) -> None:
-    """dist/ is there: the build succeeded (its failure is test_npm_ci_build_and_test's)."""
-    failed = [o["step"] for o in typescript_build if o["returncode"] != 0]
-    if failed or len(typescript_build) != len(STEPS):
-        pytest.fail(f"the TypeScript build failed at {failed}: see test_npm_ci_build_and_test")
 
 
 def test_npm_ci_build_and_test(typescript_build: list[dict[str, Any]]) -> None:

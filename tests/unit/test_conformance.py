@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs pinned
+import jsonschema  # no stubs pinned
 import pytest
 
 from conformance.generate import rendered

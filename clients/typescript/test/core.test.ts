@@ -19,46 +19,14 @@ interface CoreFixture {
 
 const CORE = fixture<CoreFixture>("core.json");
 
-/**
- * REGENERATE_AFTER_DONE_DIGEST_RULE: the cases of core.json that the rule "done's
- * content_sha256 is exactly 64 lowercase hex characters, else invalid_frame_schema when the
- * frame is parsed" changes: their expected answer is the Python core's from before it had
- * the rule (content_digest_mismatch, the done frame counted). Until core.json is
- * regenerated under the rule (scripts/make_fixtures.py), these cases expect invalid /
- * invalid_frame_schema and are compared on that alone; once it is, the test below fails
- * until this list is emptied. test/done-digest.test.ts holds the rule's own cases.
- */
-const REGENERATE_AFTER_DONE_DIGEST_RULE: ReadonlySet<string> = new Set([
-  "done/upper-digest/ndjson",
-  "done/upper-digest/ndjson/then-frame",
-  "lp/done-upper",
-  "lp/done-empty",
-]);
-
-function pending(entry: CoreCase): boolean {
-  if (!REGENERATE_AFTER_DONE_DIGEST_RULE.has(entry.id)) return false;
-  assert.equal(
-    entry.expected.reason,
-    "content_digest_mismatch",
-    `${entry.id}: core.json has the done digest rule now: take it off REGENERATE_AFTER_DONE_DIGEST_RULE`,
-  );
-  return true;
-}
-
-function expectedOf(entry: CoreCase): CoreCase["expected"] {
-  return pending(entry) ? { status: "invalid", reason: "invalid_frame_schema" } : entry.expected;
-}
-
 test("every core case gets the Python core's answer", () => {
   const differences: string[] = [];
   for (const entry of CORE.cases) {
     const { expected: _fixture, binding, ...input } = entry;
-    const expected = expectedOf(entry);
     const line = JSON.stringify({ ...input, binding: CORE.bindings[binding] });
-    const full = plain(runCase(readCase(parseJson(line, LENIENT)))) as Record<string, unknown>;
-    const answer = pending(entry) ? { status: full.status, reason: full.reason } : full;
+    const answer = plain(runCase(readCase(parseJson(line, LENIENT)))) as Record<string, unknown>;
     try {
-      assert.deepStrictEqual(answer, expected);
+      assert.deepStrictEqual(answer, entry.expected);
     } catch {
       differences.push(`${entry.id}: ${JSON.stringify(answer).slice(0, 300)}`);
     }
@@ -68,7 +36,7 @@ test("every core case gets the Python core's answer", () => {
 });
 
 test("the cases reach every reason the wire can cause", () => {
-  const reached = new Set(CORE.cases.map((entry) => `${expectedOf(entry).status}/${expectedOf(entry).reason}`));
+  const reached = new Set(CORE.cases.map((entry) => `${entry.expected.status}/${entry.expected.reason}`));
   const invalid = [
     "stream_byte_limit", "invalid_utf8", "frame_byte_limit", "frame_after_terminal",
     "invalid_frame_json", "invalid_frame_schema", "invalid_sequence", "frame_request_mismatch",
