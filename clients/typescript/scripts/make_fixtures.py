@@ -580,7 +580,9 @@ def transmissions() -> dict[str, Any]:
 def write(name: str, value: Any) -> None:
     path = OUT / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    text = json.dumps(value, ensure_ascii=False, indent=1) + "\n"
+    if not path.exists() or path.read_text(encoding="utf-8") != text:  # unchanged: left as it is
+        path.write_text(text, encoding="utf-8")
 
 
 def main() -> None:

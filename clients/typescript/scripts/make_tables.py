@@ -102,7 +102,10 @@ export const SPACES: readonly number[] = [
 {flat(spaces)}
 ];
 """
-    OUT.write_text(text, encoding="utf-8")
+    # Written only when it changes: an unchanged file keeps its time, so make's build of the
+    # TypeScript consumer (which depends on src/) is not made stale by a regeneration.
+    if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
+        OUT.write_text(text, encoding="utf-8")
     print(f"wrote {OUT}: {len(REASONS)} reasons, {len(not_printable)} non-printable runs")
 
 
