@@ -8,10 +8,11 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
-import jsonschema  # no stubs pinned
+import jsonschema
 import pytest
 
 from conformance.generate import rendered
@@ -72,6 +73,16 @@ def test_every_vector_file_is_valid_under_its_schema(path: Path) -> None:
         jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_bytes()))
     )
     assert not errors, errors[0].message
+
+
+def test_every_vectors_rule_is_a_section_of_the_protocol() -> None:
+    """A vector cites the rule it exercises by its anchor in docs/protocol.md: each cited
+    anchor is one the document sets (``<a id="...">``), so a renamed section fails here."""
+    protocol = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', protocol))
+    cited = Counter(vector.rule for vector in VECTORS)
+    assert {rule.removeprefix("#") for rule in cited} <= anchors, sorted(cited)
+    assert len(cited) >= 10
 
 
 def test_there_are_enough_vectors_with_unique_ids() -> None:
