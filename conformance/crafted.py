@@ -173,6 +173,23 @@ def _frames_on(group: Group, case: BoundCase, wire: str) -> None:
             [*frames[:-1], other],
             "#digests",
         )
+    # One letter of the answer altered on the way, the reply still valid and its citations
+    # intact: only done's claim can tell (the digest), and ndjson-lab, which has none,
+    # accepts the altered text (integrity none).
+    at = content.index('"answer": "') + len('"answer": "')
+    altered = content[:at] + content[at].swapcase() + content[at + 1 :]
+    assert altered != content, "the answer starts with a letter"
+    changed = at // 13  # craft.deltas cuts every 13 characters
+    add(
+        "altered-answer-letter",
+        f"frame {changed + 1} altered on the way: one letter of the answer's case swapped",
+        [
+            *frames[:changed],
+            delta(case, changed + 1, craft.deltas(altered)[changed]),
+            *frames[changed + 1 :],
+        ],
+        "#digests",
+    )
     add("done-then-delta", "a content delta after done", [*frames, delta(case, n + 2, "x")])
     add("done-twice", "done sent twice", [*frames, frames[-1]])
     add(
