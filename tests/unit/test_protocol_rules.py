@@ -27,7 +27,13 @@ from shared import faults
 from shared.consumer_core import Limits, ReplyConsumer
 from shared.digest import canonical_digest, canonical_json, strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused, Status, scrubbed_detail
-from shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, TRANSPORT_FAULTS, Outcome
+from shared.faults import (
+    EXPECTED_OUTCOMES,
+    FAULT_PARAMETERS,
+    TIMING_FAULTS,
+    TRANSPORT_FAULTS,
+    Outcome,
+)
 from shared.frames import Frame, FrameKind, content_sha256, derive_frames
 from shared.questions import build_question_binding
 from shared.recording import BoundCase, Recording
@@ -1075,3 +1081,20 @@ def test_frame_rules_a_dropped_duplicate_is_not_counted(case: BoundCase) -> None
     kept = feed(case, [first + first + first + tail], NDJSON, ignore_duplicates=True, limits=limits)
     assert verdict(kept) == ("invalid", "invalid_answer_json")  # not frame_count_limit
     assert kept.stats.application_frames == 3
+
+
+def test_faults_the_parameters_each_fault_takes_are_the_documents() -> None:
+    """#faults names which fault takes which parameter; any other is refused."""
+    stated = {
+        "target_frame": {"omit", "repeat", "corrupt", "foreign-binding", "stall"},
+        "stall_ms": {"stall"},
+        "byte_count": {"truncate-tail"},
+    }
+    for name, kinds in stated.items():
+        assert {kind.value for kind, takes in FAULT_PARAMETERS.items() if name in takes} == kinds
+    section = " ".join(PROTOCOL.split('<a id="faults"></a>', 1)[1].split())
+    assert (
+        "(`target_frame` is taken by `omit`, `repeat`, `corrupt`, `foreign-binding` and "
+        "`stall`, `stall_ms` by `stall`, `byte_count` by `truncate-tail`; the other faults "
+        "take none)" in section
+    )
