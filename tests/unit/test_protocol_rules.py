@@ -1,7 +1,10 @@
 """docs/protocol.md's rules, one test each, named by the section (anchor) that states them.
 
 Each test calls the Python core directly (``ReplyConsumer``, the codecs, ``shared.digest``,
-``shared.reply``) with hand-made bytes, so a rule's exact edge is what is checked. Rules
+``shared.reply``; for #grpc-status the consumer's gRPC edge, with no call) with hand-made
+bytes, so a rule's exact edge is what is checked. Rules the document states in its own
+words (the float form, white space, scrubbing, a question binding's escapes) are rebuilt
+here from those words and compared with the code. Rules
 already pinned elsewhere (the fault catalogue, the LP scanner's agreement with protobuf,
 the lab's published results) are not repeated here. The vectors tables of the document
 (canonical JSON, digests) are read from the document itself, so a row that drifts from
@@ -19,10 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import grpc
 import pytest
+import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
 from shared import faults
 from shared.consumer_core import Limits, ReplyConsumer
 from shared.digest import canonical_digest, canonical_json, strict_json
@@ -1098,3 +1107,80 @@ def test_faults_the_parameters_each_fault_takes_are_the_documents() -> None:
         "`stall`, `stall_ms` by `stall`, `byte_count` by `truncate-tail`; the other faults "
         "take none)" in section
     )
+
+
+# --- #grpc-status: how a call's ending is read, in the document's order --------------------
+
+
+def call_session(recording: Recording, *, attempt: int = 0, applied: int = 0) -> StreamSession:
+    """The consumer's gRPC edge with no call: ``applied`` frames of replace-file already in."""
+    request = ReplyRequest.for_case(recording, "replace-file")
+    options = StreamOptions(target="rules")
+    sent = request.open_request()
+    logger = structlog.get_logger()
+    session = StreamSession(sent, request.consumer(logger, sent=sent), options, logger,
+                            ReplyClient(options))  # fmt: skip
+    session.attempt = attempt
+    case = recording.case("replace-file")
+    for frame in derive_frames(case.binding_sha256, case.content)[:applied]:
+        assert session._apply(lp.encode_frame(frame))
+    return session
+
+
+UNAVAILABLE, CANCELLED = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("end", "attempt", "applied", "expected"),
+    [
+        (StreamEnded(), 0, 0, ("incomplete", "missing_terminal")),  # 1
+        (StreamEnded(broken=Reason.READER_FAILED, details="x"), 0, 0, ("error", "reader_failed")),
+        (StreamEnded(idle=True), 0, 2, ("incomplete", "idle_timeout")),  # 3
+        (StreamEnded(grpc.StatusCode.DEADLINE_EXCEEDED, "x"), 0, 0,
+         ("incomplete", "deadline_exceeded")),  # 5
+        # 6: a named code before any chunk, on the first attempt only
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 0, 0,
+         ("refused", "request_binding_mismatch")),
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 1, 0,
+         ("error", "transport_io_error")),
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 0, 2,
+         ("error", "transport_io_error")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown"), 0, 0, ("error", "producer_shutdown")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown"), 1, 0, ("error", "transport_io_error")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown "), 0, 0, ("error", "transport_io_error")),
+        # 7: gRPC's own refusals
+        (StreamEnded(CANCELLED, "CANCELLED"), 0, 0, ("refused", "producer_overloaded")),
+        (StreamEnded(UNAVAILABLE, "Received RST_STREAM with error code 7"), 1, 0,
+         ("refused", "stream_limit")),
+        # 8: a shared reply's named ending, mid-stream too
+        (StreamEnded(UNAVAILABLE, "generator_lost"), 1, 2, ("error", "generator_lost")),
+        (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "reply_log_limit"), 0, 2,
+         ("error", "reply_log_limit")),
+        (StreamEnded(grpc.StatusCode.INTERNAL, "because"), 0, 2, ("error", "transport_io_error")),
+    ],
+)  # fmt: skip
+def test_grpc_status_a_calls_ending_is_read_in_the_documents_order(
+    recording: Recording, end: StreamEnded, attempt: int, applied: int, expected: tuple[str, str]
+) -> None:
+    result = call_session(recording, attempt=attempt, applied=applied)._ended(end)
+    assert verdict(result) == expected
+    document = result.to_dict()
+    if expected[0] == "refused" or expected[1] == "producer_shutdown":
+        assert result.stats.bytes_received == 0 and result.stats.application_frames == 0
+        assert document["detail"] == f"producer answered {end.code.name}"  # type: ignore[union-attr]
+    if end.code is not None and end.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
+        assert document["transport"]["grpc_details"] == end.details
+
+
+@pytest.mark.parametrize(
+    ("details", "resumed"),
+    [("Socket closed", True), ("producer_shutdown", True), ("connection_aged_out", True),
+     ("controlled_transport_abort", True), ("generator_lost", False),
+     ("request_binding_mismatch", False)],
+)  # fmt: skip
+def test_grpc_status_a_resumable_ending_is_resumed_before_anything_else_is_read(
+    recording: Recording, details: str, resumed: bool
+) -> None:
+    """#grpc-status step 4 comes before 6: a resumable ending goes back to the resume loop."""
+    outcome = call_session(recording)._judge(StreamEnded(UNAVAILABLE, details))
+    assert isinstance(outcome, StreamEnded) is resumed
