@@ -156,12 +156,15 @@ FLAGS: Final = FlagTable((
              shown="a random one", doc="the id that joins both sides' traces"),
         Flag("--max-stream-bytes", "bytes in one stream", Count("bytes"),
              LIMITS.max_stream_bytes,
-             doc="the core's bound on the bytes in one stream (the lab's)"),
+             doc="the core's bound on the bytes in one stream: every chunk byte, `lp` headers "
+                 "and NDJSON line feeds included (the lab's)"),
         Flag("--max-frame-bytes", "bytes in a frame", Count("bytes"), LIMITS.max_frame_bytes,
-             doc="the core's bound on the bytes in one frame (the lab's)"),
+             doc="the core's bound on the bytes in one frame: the `lp` payload without its "
+                 "5-byte header, an NDJSON line without its line feed (the lab's)"),
         Flag("--max-content-chars", "characters of assembled content", Count("characters"),
              LIMITS.max_content_chars,
-             doc="the core's bound on the characters of assembled content (the lab's)"),
+             doc="the core's bound on the assembled content, in code points (not UTF-16 "
+                 "units; the lab's)"),
         Flag("--max-frames", "frames in one stream", Count("frames"), LIMITS.max_frames,
              doc="the core's bound on the frames in one stream (the lab's)"),
         Flag("--log-format",

@@ -425,7 +425,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         _I,
         "DATA_LOSS",
         "a frame has the wrong shape (also: a done whose content_sha256 is not 64 lowercase "
-        "hex characters, absent or empty included, or whose content_frames is negative)",
+        "hex characters, absent or empty included, or whose content_frames is not an integer >= 0)",
     ),
     Reason.INVALID_SEQUENCE: _info(
         _I, "DATA_LOSS", "a sequence number is not the next one (gap, reorder, replay)"

@@ -1,7 +1,10 @@
 """docs/protocol.md's rules, one test each, named by the section (anchor) that states them.
 
 Each test calls the Python core directly (``ReplyConsumer``, the codecs, ``shared.digest``,
-``shared.reply``) with hand-made bytes, so a rule's exact edge is what is checked. Rules
+``shared.reply``; for #grpc-status the consumer's gRPC edge, with no call) with hand-made
+bytes, so a rule's exact edge is what is checked. Rules the document states in its own
+words (the float form, white space, scrubbing, a question binding's escapes) are rebuilt
+here from those words and compared with the code. Rules
 already pinned elsewhere (the fault catalogue, the LP scanner's agreement with protobuf,
 the lab's published results) are not repeated here. The vectors tables of the document
 (canonical JSON, digests) are read from the document itself, so a row that drifts from
@@ -12,21 +15,36 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import grpc
 import pytest
+import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumer.client import ReplyClient
+from consumer.options import StreamOptions
+from consumer.reader import StreamEnded
+from consumer.session import StreamSession
 from shared import faults
 from shared.consumer_core import Limits, ReplyConsumer
 from shared.digest import canonical_digest, canonical_json, strict_json
-from shared.errors import ProtocolFailure, Reason, RequestRefused, Status
-from shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, TRANSPORT_FAULTS, Outcome
+from shared.errors import ProtocolFailure, Reason, RequestRefused, Status, scrubbed_detail
+from shared.faults import (
+    EXPECTED_OUTCOMES,
+    FAULT_PARAMETERS,
+    TIMING_FAULTS,
+    TRANSPORT_FAULTS,
+    Outcome,
+)
 from shared.frames import Frame, FrameKind, content_sha256, derive_frames
+from shared.questions import build_question_binding
 from shared.recording import BoundCase, Recording
 from shared.reply import validate_reply
 from shared.requests import ReplyRequest, binding_sha256
@@ -148,6 +166,8 @@ STABLE_ANCHORS = [
     "states",
     "flow-control",
     "latitude",
+    "white-space",
+    "scrubbed",
 ]
 
 
@@ -863,3 +883,304 @@ def test_precedence_a_frame_is_judged_before_the_next_header_is_read(case: Bound
     wrong_sequence = lp.frame_with_header(lp_delta(case, sequence=2))
     result = feed(case, [wrong_sequence + b"\x09\x00\x00\x00\x00"], LP)
     assert verdict(result) == ("invalid", "invalid_sequence")
+
+
+# --- the rules restated in language-neutral terms: each from its words, not from Python ----
+
+
+def test_conventions_white_space_is_the_29_code_points_the_document_lists() -> None:
+    """#white-space: the list in the document is the reference's white space."""
+    section = PROTOCOL.split('<a id="white-space"></a>', 1)[1].split("(the reference's", 1)[0]
+    listed: list[int] = []
+    for first, last in re.findall(r"U\+([0-9A-F]{4})(?:–U\+([0-9A-F]{4}))?", section):
+        listed.extend(range(int(first, 16), int(last or first, 16) + 1))
+    assert listed == WHITE_SPACE
+
+
+def stated_float_form(value: float) -> str:
+    """#canonical-json's form of a non-integer number, built from the document's words."""
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign, magnitude = ("-" if value < 0 else ""), abs(value)
+    # The shortest digit string that reads back; at each length the nearest one (%e rounds
+    # correctly), so the first length that reads back gives the digits.
+    text = next(
+        form for length in range(1, 18) if float(form := f"{magnitude:.{length - 1}e}") == magnitude
+    )
+    mantissa, exponent = text.split("e")
+    digits, e = mantissa.replace(".", ""), int(exponent)
+    if -4 <= e < 16:
+        if e >= 0:
+            whole, fraction = digits[: e + 1].ljust(e + 1, "0"), digits[e + 1 :] or "0"
+        else:
+            whole, fraction = "0", "0" * (-e - 1) + digits
+        return f"{sign}{whole}.{fraction}"
+    rest = "." + digits[1:] if len(digits) > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{'+' if e >= 0 else '-'}{abs(e):02d}"
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_canonical_json_a_non_integer_number_is_written_as_the_document_says(value: float) -> None:
+    assert canonical_json(value).decode() == stated_float_form(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "form"),
+    [(0.5, "0.5"), (1e-5, "1e-05"), (123456789012345680.0, "1.2345678901234568e+17"),
+     (1.7976931348623157e308, "1.7976931348623157e+308"), (0.0, "0.0"), (-2.5e-9, "-2.5e-09")],
+)  # fmt: skip
+def test_canonical_json_the_documents_float_examples(value: float, form: str) -> None:
+    assert stated_float_form(value) == canonical_json(value).decode() == form
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (b"\xff", "binding_not_canonical"),  # not UTF-8
+        (b"[1,]", "binding_not_canonical"),  # not JSON
+        (b"[" * 17 + b"1" + b"]" * 17, "invalid_request"),  # 17 deep, canonical
+        (b"[ " * 17 + b"1" + b"]" * 17, "invalid_request"),  # depth before canonical form
+        (b"1" * 4301, "binding_not_canonical"),  # an integer token over 4,300 digits
+        (b"1e400", "binding_not_canonical"),  # infinity has no canonical form
+        (b'"\\ud800"', "binding_not_canonical"),  # a lone surrogate has none
+        (b"-0", "binding_not_canonical"),  # -0 is written 0
+        (b"1E2", "binding_not_canonical"),  # 100.0
+    ],
+    ids=["not utf-8", "not json", "17 deep", "17 deep pretty", "4301 digits", "1e400",
+         "lone surrogate", "-0", "1E2"],
+)  # fmt: skip
+def test_request_the_binding_bytes_are_judged_in_the_documented_order(
+    text: bytes, reason: str
+) -> None:
+    with pytest.raises(RequestRefused) as refused:
+        binding_sha256(text)
+    assert refused.value.code == reason
+
+
+@pytest.mark.parametrize(
+    "text", [b"[" * 16 + b"1" + b"]" * 16, b"1" * 4300, b"100.0", b"0", b"-0.0"]
+)
+def test_request_bindings_at_the_edges_are_canonical(text: bytes) -> None:
+    assert binding_sha256(text) == hashlib.sha256(text).hexdigest()
+
+
+def stated_ascii_json_string(text: str) -> str:
+    """#binding's rule for the strings of a question binding's human turn."""
+    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+             "\r": "\\r"}  # fmt: skip
+    out = []
+    for char in text:
+        point = ord(char)
+        if char in short:
+            out.append(short[char])
+        elif 0x20 <= point <= 0x7E:
+            out.append(char)
+        elif point > 0xFFFF:
+            high, low = divmod(point - 0x10000, 0x400)
+            out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}")
+        else:
+            out.append(f"\\u{point:04x}")
+    return '"' + "".join(out) + '"'
+
+
+@given(st.text(max_size=40), st.text(min_size=1, max_size=40))
+def test_binding_a_question_bindings_human_turn_is_written_as_the_document_says(
+    question: str, passage: str
+) -> None:
+    if not question.strip() or not passage.strip():
+        return
+    binding = build_question_binding(question, [{"id": "p", "text": passage, "url": "u"}])
+    expected = (
+        '{"question": ' + stated_ascii_json_string(question) + ', "context": [{"id": "p", '
+        '"text": ' + stated_ascii_json_string(passage) + "}]}"
+    )
+    assert binding["messages"][1] == ["human", expected]
+
+
+def test_binding_the_human_turn_escapes_del_and_controls() -> None:
+    binding = build_question_binding("a\x7f\x01/é😀", [{"id": "p", "text": "t", "url": "u"}])
+    assert '"a\\u007f\\u0001/\\u00e9\\ud83d\\ude00"' in binding["messages"][1][1]
+
+
+NOT_PRINTABLE: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def stated_scrub(text: str, limit: int = 256) -> str:
+    """#scrubbed, from its words."""
+
+    def piece(char: str) -> str:
+        category = unicodedata.category(char)
+        if category not in NOT_PRINTABLE and (category != "Zs" or char == " "):
+            return char
+        point = ord(char)
+        if char in "\t\n\r":
+            return {"\t": "\\t", "\n": "\\n", "\r": "\\r"}[char]
+        if point < 0x100:
+            return f"\\x{point:02x}"
+        return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
+
+    pieces = [piece(char) for char in text]
+    if sum(map(len, pieces)) <= limit:
+        return "".join(pieces)
+    kept: list[str] = []
+    size = 0
+    for shown in pieces:
+        if size + len(shown) > limit - 1:
+            break
+        kept.append(shown)
+        size += len(shown)
+    return "".join(kept) + "\u2026"
+
+
+MUST_ESCAPE: Final = [
+    *range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A), 0x2028, 0x2029, 0xD800, 0xDBFF, 0xDC00, 0xDFFF,
+]  # fmt: skip
+
+
+@given(
+    st.text(
+        st.one_of(st.characters(), st.sampled_from([chr(point) for point in MUST_ESCAPE])),
+        max_size=300,
+    )
+)
+def test_result_document_scrubbing_is_the_stated_algorithm(text: str) -> None:
+    assert scrubbed_detail(text) == stated_scrub(text)
+
+
+def test_result_document_every_implementation_escapes_the_listed_code_points() -> None:
+    """#latitude: whatever the Unicode version, these are never shown raw."""
+    for point in MUST_ESCAPE:
+        shown = scrubbed_detail(chr(point))
+        assert shown != chr(point) and shown.isascii() and shown.startswith("\\"), hex(point)
+
+
+def test_wire_ndjson_the_unfinished_line_is_measured_after_the_chunks_complete_lines(
+    case: BoundCase,
+) -> None:
+    first = line(delta(case, 1))
+    limits = Limits(max_frame_bytes=len(first) - 1)
+    result = feed(case, [first + b"x" * len(first)], NDJSON, limits=limits)
+    assert verdict(result) == ("invalid", "frame_byte_limit")
+    assert result.stats.application_frames == 1 and result.provisional_content == "x"
+    wrong = line(delta(case, 2))
+    result = feed(case, [wrong + b"x" * len(first)], NDJSON, limits=limits)
+    assert verdict(result) == ("invalid", "invalid_sequence")
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [("-0", "invalid_answer_json"), ('"0"', "invalid_frame_schema"),
+     ("0.0", "invalid_frame_schema"), ("false", "invalid_frame_schema")],
+)  # fmt: skip
+def test_wire_ndjson_content_frames_is_an_integer_token(
+    case: BoundCase, frames: str, reason: str
+) -> None:
+    """``-0`` is 0 (the claim of no delta holds, and the empty reply is not JSON)."""
+    data = line(done(case, 1, [])).replace(
+        b'"content_frames":0', b'"content_frames":' + frames.encode()
+    )
+    assert verdict(feed(case, [data], NDJSON)) == ("invalid", reason)
+
+
+def test_frame_rules_a_dropped_duplicate_is_not_counted(case: BoundCase) -> None:
+    first = line(delta(case, 1, "a"))
+    tail = line(delta(case, 2, "b")) + line(done(case, 3, ["a", "b"]))
+    limits = Limits(max_frames=3)
+    kept = feed(case, [first + first + first + tail], NDJSON, ignore_duplicates=True, limits=limits)
+    assert verdict(kept) == ("invalid", "invalid_answer_json")  # not frame_count_limit
+    assert kept.stats.application_frames == 3
+
+
+def test_faults_the_parameters_each_fault_takes_are_the_documents() -> None:
+    """#faults names which fault takes which parameter; any other is refused."""
+    stated = {
+        "target_frame": {"omit", "repeat", "corrupt", "foreign-binding", "stall"},
+        "stall_ms": {"stall"},
+        "byte_count": {"truncate-tail"},
+    }
+    for name, kinds in stated.items():
+        assert {kind.value for kind, takes in FAULT_PARAMETERS.items() if name in takes} == kinds
+    section = " ".join(PROTOCOL.split('<a id="faults"></a>', 1)[1].split())
+    assert (
+        "(`target_frame` is taken by `omit`, `repeat`, `corrupt`, `foreign-binding` and "
+        "`stall`, `stall_ms` by `stall`, `byte_count` by `truncate-tail`; the other faults "
+        "take none)" in section
+    )
+
+
+# --- #grpc-status: how a call's ending is read, in the document's order --------------------
+
+
+def call_session(recording: Recording, *, attempt: int = 0, applied: int = 0) -> StreamSession:
+    """The consumer's gRPC edge with no call: ``applied`` frames of replace-file already in."""
+    request = ReplyRequest.for_case(recording, "replace-file")
+    options = StreamOptions(target="rules")
+    sent = request.open_request()
+    logger = structlog.get_logger()
+    session = StreamSession(sent, request.consumer(logger, sent=sent), options, logger,
+                            ReplyClient(options))  # fmt: skip
+    session.attempt = attempt
+    case = recording.case("replace-file")
+    for frame in derive_frames(case.binding_sha256, case.content)[:applied]:
+        assert session._apply(lp.encode_frame(frame))
+    return session
+
+
+UNAVAILABLE, CANCELLED = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("end", "attempt", "applied", "expected"),
+    [
+        (StreamEnded(), 0, 0, ("incomplete", "missing_terminal")),  # 1
+        (StreamEnded(broken=Reason.READER_FAILED, details="x"), 0, 0, ("error", "reader_failed")),
+        (StreamEnded(idle=True), 0, 2, ("incomplete", "idle_timeout")),  # 3
+        (StreamEnded(grpc.StatusCode.DEADLINE_EXCEEDED, "x"), 0, 0,
+         ("incomplete", "deadline_exceeded")),  # 5
+        # 6: a named code before any chunk, on the first attempt only
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 0, 0,
+         ("refused", "request_binding_mismatch")),
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 1, 0,
+         ("error", "transport_io_error")),
+        (StreamEnded(grpc.StatusCode.FAILED_PRECONDITION, "request_binding_mismatch"), 0, 2,
+         ("error", "transport_io_error")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown"), 0, 0, ("error", "producer_shutdown")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown"), 1, 0, ("error", "transport_io_error")),
+        (StreamEnded(UNAVAILABLE, "producer_shutdown "), 0, 0, ("error", "transport_io_error")),
+        # 7: gRPC's own refusals
+        (StreamEnded(CANCELLED, "CANCELLED"), 0, 0, ("refused", "producer_overloaded")),
+        (StreamEnded(UNAVAILABLE, "Received RST_STREAM with error code 7"), 1, 0,
+         ("refused", "stream_limit")),
+        # 8: a shared reply's named ending, mid-stream too
+        (StreamEnded(UNAVAILABLE, "generator_lost"), 1, 2, ("error", "generator_lost")),
+        (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "reply_log_limit"), 0, 2,
+         ("error", "reply_log_limit")),
+        (StreamEnded(grpc.StatusCode.INTERNAL, "because"), 0, 2, ("error", "transport_io_error")),
+    ],
+)  # fmt: skip
+def test_grpc_status_a_calls_ending_is_read_in_the_documents_order(
+    recording: Recording, end: StreamEnded, attempt: int, applied: int, expected: tuple[str, str]
+) -> None:
+    result = call_session(recording, attempt=attempt, applied=applied)._ended(end)
+    assert verdict(result) == expected
+    document = result.to_dict()
+    if expected[0] == "refused" or expected[1] == "producer_shutdown":
+        assert result.stats.bytes_received == 0 and result.stats.application_frames == 0
+        assert document["detail"] == f"producer answered {end.code.name}"  # type: ignore[union-attr]
+    if end.code is not None and end.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
+        assert document["transport"]["grpc_details"] == end.details
+
+
+@pytest.mark.parametrize(
+    ("details", "resumed"),
+    [("Socket closed", True), ("producer_shutdown", True), ("connection_aged_out", True),
+     ("controlled_transport_abort", True), ("generator_lost", False),
+     ("request_binding_mismatch", False)],
+)  # fmt: skip
+def test_grpc_status_a_resumable_ending_is_resumed_before_anything_else_is_read(
+    recording: Recording, details: str, resumed: bool
+) -> None:
+    """#grpc-status step 4 comes before 6: a resumable ending goes back to the resume loop."""
+    outcome = call_session(recording)._judge(StreamEnded(UNAVAILABLE, details))
+    assert isinstance(outcome, StreamEnded) is resumed
