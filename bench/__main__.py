@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import decoders, memory, paced, streams
+from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
 from bench.report import markdown
@@ -56,6 +57,7 @@ def run(size: Size) -> dict[str, Any]:
     results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
+    results["budget"] = budgets(results)  # where the time goes, from this run's sides
     results["backpressure"] = memory.run(size)
     written = asyncio.run(flow_window(size))
     results["flow_window"] = {

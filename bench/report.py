@@ -152,6 +152,61 @@ def paced_search(rows: dict[str, Any]) -> list[str]:
     return table(["side", "largest N held", "smallest N not held", "probes"], cells)
 
 
+def budget_per_stream(budget: dict[str, Any]) -> list[str]:
+    row = budget["per_stream"]
+    ours, producer = row["consumer"], row["producer"]
+    return table(
+        ["side", "gRPC's own work (bare pair)", "decoding", "checks", "records",
+         "session and the rest", "total"],
+        [["consumer", ours["grpc"], ours["decoding"], ours["checks"], ours["records"],
+          ours["session"], ours["total"]],
+         ["producer", producer["grpc"], None, None, producer["records"], producer["rest"],
+          producer["total"]]],
+    )  # fmt: skip
+
+
+def budget_per_chunk(budget: dict[str, Any]) -> list[str]:
+    cells = []
+    for n, row in budget["per_chunk"].items():
+        ours, producer = row["consumer"], row["producer"]
+        cells += [
+            [n, "consumer", ours["grpc"], ours["decoding"], ours["checks"], None,
+             ours["records_and_session"], ours["total"]],
+            [n, "producer", producer["grpc"], None, None, producer["records"], producer["rest"],
+             producer["total"]],
+        ]  # fmt: skip
+    return table(
+        ["paced streams", "side", "gRPC's own work (bare pair)", "decoding", "checks",
+         "records", "session and the rest (consumer: with its records)", "total"],
+        cells,
+    )  # fmt: skip
+
+
+def budget_section(budget: dict[str, Any]) -> list[str]:
+    per_stream = budget["per_stream"]
+    return [
+        "## Where the time goes (µs of CPU, by difference of this run's sides)",
+        "",
+        "gRPC's own work: the bare pair's process. Consumer: checks only − bare pair is the "
+        "sans-IO core, of which decoding is the length-prefixed decoder's µs per whole frame "
+        f"({_cell(budget['decode_us_per_frame'])}, the decoder table) × frames; replywire − "
+        "checks only is its records (per stream: the consumer at info − at warning, the "
+        "trace-cost rounds), reader, queue, session and verdict. Producer: records only − "
+        "bare server is the four records; replywire − records only is the rest (request "
+        "checks, plan, reply log, state machine, metrics, the pacing's sleeps). Differences "
+        "of medians: on a shared machine a small part can come out negative.",
+        "",
+        f"Per stream (short streams, one frame per chunk, {per_stream['frames']} frames; the "
+        "producer's records at info − at warning, the trace-cost rounds: "
+        f"{_cell(per_stream['producer_records_at_info_over_warning'])} µs):",
+        "",
+        *budget_per_stream(budget),
+        "Per chunk (the paced streams):",
+        "",
+        *budget_per_chunk(budget),
+    ]
+
+
 def decoder_costs(decoders: dict[str, Any]) -> list[str]:
     rows = []
     for cell in decoders["cells"]:
@@ -287,6 +342,7 @@ def markdown(results: dict[str, Any]) -> str:
         "`--max-streams` is refused `RESOURCE_EXHAUSTED` / `stream_limit`):",
         "",
         *over_limit(streams),
+        *budget_section(results["budget"]),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",
         "",

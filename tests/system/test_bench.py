@@ -42,6 +42,7 @@ from tests.processes import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = (
     "## Paced streams",
+    "## Where the time goes",
     "## Sequential streams between two processes",
     "## Producer CPU per stream",
     "## Concurrent streams",
@@ -152,6 +153,26 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
         assert row["producer_cpu_over_records_only"] > 0
     for row in tiny_run[0]["streams"]["concurrency"].values():
         assert row["replywire_over_checks_only"] > 0
+
+
+def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any], str]) -> None:
+    budget = tiny_run[0]["budget"]
+    consumer = {"grpc", "decoding", "checks", "core", "records", "session"}
+    consumer |= {"records_and_session", "total"}
+    producer = {"grpc", "records", "rest", "total"}
+    per_stream = budget["per_stream"]
+    assert per_stream["frames"] == 15 and budget["decode_us_per_frame"] > 0
+    assert set(per_stream["consumer"]) == consumer
+    assert set(per_stream["producer"]) == producer
+    assert list(budget["per_chunk"]) == list(tiny_run[0]["paced"]["by_streams"])
+    for row in budget["per_chunk"].values():
+        assert set(row["consumer"]) == consumer and set(row["producer"]) == producer
+        # The parts add up to the side's total (decoding and checks make up the core).
+        parts = row["consumer"]
+        assert parts["grpc"] + parts["core"] + parts["records_and_session"] == pytest.approx(
+            parts["total"]
+        )
+        assert parts["decoding"] + parts["checks"] == pytest.approx(parts["core"])
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:
