@@ -7,6 +7,11 @@ uses, and writes them. Prints ``listening on 127.0.0.1:PORT`` like the producer.
 A request's ``chunk_interval_ms`` paces it as the producer paces it (a sleep of the
 interval before every chunk after the first: ``bench.paced``); ``--recording`` and
 ``--recording-sha256`` serve another hashed recording, as the producer's flags do.
+``--producer-options`` runs it with the producer's gRPC server options (``producer.server
+.server_options``: the pending-RPC bound, the stream bound, the keepalive policy, the
+connection age), so that only the work differs: with gRPC's defaults, a burst past 1,000
+pending RPCs is dropped with a bare CANCELLED and a consumer's keepalive pings (every 10 s)
+earn a GOAWAY, so long or many streams would fail for a setting, not for their cost.
 
 With ``--trace-file PATH`` it also writes, per stream, the four transition records the
 producer writes at info (``producer.states.ProducerStream``: received, verified,
@@ -14,7 +19,7 @@ streaming, completed; the same fields, the same batched JSON trace): what those 
 alone cost a server, the producer's floor (``bench.streams``, "records only").
 
     .venv/bin/python -m bench.bare_server [--port 0] [--trace-file PATH]
-        [--recording PATH --recording-sha256 HEX]
+        [--recording PATH --recording-sha256 HEX] [--producer-options]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import grpc
 import structlog
 
 from producer.security import ANONYMOUS
+from producer.server import server_options
 from producer.states import ProducerStream, StreamInput
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
@@ -132,8 +138,10 @@ class Recorded(Bare):
 WIRE_NAMES = {code: wire.value for wire, code in WIRE_CODES.items()}
 
 
-async def serve(port: int, trace_file: str | None, recording: Recording) -> None:
-    server = grpc.aio.server()
+async def serve(
+    port: int, trace_file: str | None, recording: Recording, *, producer_options: bool = False
+) -> None:
+    server = grpc.aio.server(options=server_options() if producer_options else None)
     servicer = Bare(precut(recording))
     if trace_file is not None:
         trace = open(trace_file, "a", encoding="utf-8")  # noqa: SIM115 - the process's life
@@ -157,9 +165,14 @@ def main() -> None:
     parser.add_argument("--trace-file", help="also write the producer's records per stream here")
     parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
     parser.add_argument("--recording-sha256", default=RECORDING_SHA256)
+    parser.add_argument(
+        "--producer-options", action="store_true", help="the producer's gRPC server options"
+    )
     args = parser.parse_args()
     recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
-    asyncio.run(serve(args.port, args.trace_file, recording))
+    asyncio.run(
+        serve(args.port, args.trace_file, recording, producer_options=args.producer_options)
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ fresh server: a Python process keeps the memory an earlier round grew to):
 
 * ``replywire``: the replywire consumer (``ReplyClient``, one shared channel, its trace at
   info into a file) → the replywire producer (its trace at info), which paces the stream;
-* ``bare pair``: a bare grpc.aio client → ``bench.bare_server``, pacing the same way;
+* ``bare pair``: a bare grpc.aio client → ``bench.bare_server``, pacing the same way, with
+  the producer's gRPC server options (``--producer-options``);
 * ``checks only``: the bare client running each chunk through the consumer's sans-IO core →
   the bare server (the consumer's floor);
 * ``records only``: the bare client → the bare server writing the producer's four records
@@ -122,7 +123,8 @@ class Server:
 @contextmanager
 def server(kind: str, workdir: Path, recording: Path, sha256: str) -> Iterator[Server]:
     """A fresh server of ``kind``: the producer, the bare server, or the records-only one."""
-    flags = ["--recording", str(recording), "--recording-sha256", sha256]
+    # The bare servers with the producer's gRPC options: only the work differs.
+    flags = ["--recording", str(recording), "--recording-sha256", sha256, "--producer-options"]
     if kind == "producer":
         trace = workdir / "paced-producer.trace.jsonl"
         process, port = start_producer(trace, recording, "info", "--recording-sha256", sha256)
