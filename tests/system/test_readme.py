@@ -131,7 +131,7 @@ RUN_BY = {
     ".venv/bin/python -m bench.profile decoders": BENCH,
     ".venv/bin/python -m bench.profile streams": BENCH,
     "make bench": "tests/system/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "
-    "BENCH_OUT in a temporary directory: the full size takes ~15 minutes)",
+    "BENCH_OUT in a temporary directory: the full size takes ~25 minutes)",
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
