@@ -23,7 +23,8 @@ serve the same bytes. Reported per side: CPU per chunk of the client and of the 
 added inter-chunk latency at the consumer (``bench.paced_client`` says how it is measured),
 RSS per open stream of each process ((RSS with every stream open - RSS idle) / N), and the
 largest N the replywire pair and the bare pair hold with p99 added latency under 20 ms (a
-bounded bisection between the table's largest N that held and its smallest that did not).
+bounded bisection between the table's largest N that held and its smallest that did not,
+the two pairs' probes alternated).
 The servers run pinned to one CPU, the clients to the other (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.paced
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -362,5 +362,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     main()
