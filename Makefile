@@ -89,7 +89,7 @@ $(TS_BUILT): $(TS)/package-lock.json $(TS)/tsconfig.json $(shell find $(TS)/src 
 fuzz: setup
 	REPLYWIRE_FUZZ_EXAMPLES=100000 $(PY) -m pytest -q tests/system/test_fuzz.py
 
-# Every benchmark side by side into bench/results.md and bench/results.json (full: ~15 min on
+# Every benchmark side by side into bench/results.md and bench/results.json (full: ~25 min on
 # 2 cores). BENCH_SIZE=tiny runs each once in seconds (make test does, in tests/system/test_bench.py).
 BENCH_SIZE ?= full
 BENCH_OUT ?= bench

@@ -18,7 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, memory, streams
+from bench import decoders, memory, paced, streams
+from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
 from bench.report import markdown
@@ -46,14 +47,17 @@ def run(size: Size) -> dict[str, Any]:
         "load_average_before": load_average(),
         "commands": [
             f"BENCH_SIZE={size} .venv/bin/python -m bench  # make bench",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.paced",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.decoders",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.streams",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
             ".venv/bin/python -m bench.flow_window",
         ],
     }
+    results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
+    results["budget"] = budgets(results)  # where the time goes, from this run's sides
     results["backpressure"] = memory.run(size)
     written = asyncio.run(flow_window(size))
     results["flow_window"] = {

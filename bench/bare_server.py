@@ -4,6 +4,14 @@ Same service and messages as the producer (``ReplyStream.Open``), no checks,
 no binding, no framing work, no trace: for each request it looks up the chunks
 of (case, wire, chunking), cut once at start-up by the same code the producer
 uses, and writes them. Prints ``listening on 127.0.0.1:PORT`` like the producer.
+A request's ``chunk_interval_ms`` paces it as the producer paces it (a sleep of the
+interval before every chunk after the first: ``bench.paced``); ``--recording`` and
+``--recording-sha256`` serve another hashed recording, as the producer's flags do.
+``--producer-options`` runs it with the producer's gRPC server options (``producer.server
+.server_options``: the pending-RPC bound, the stream bound, the keepalive policy, the
+connection age), so that only the work differs: with gRPC's defaults, a burst past 1,000
+pending RPCs is dropped with a bare CANCELLED and a consumer's keepalive pings (every 10 s)
+earn a GOAWAY, so long or many streams would fail for a setting, not for their cost.
 
 With ``--trace-file PATH`` it also writes, per stream, the four transition records the
 producer writes at info (``producer.states.ProducerStream``: received, verified,
@@ -11,6 +19,7 @@ streaming, completed; the same fields, the same batched JSON trace): what those 
 alone cost a server, the producer's floor (``bench.streams``, "records only").
 
     .venv/bin/python -m bench.bare_server [--port 0] [--trace-file PATH]
+        [--recording PATH --recording-sha256 HEX] [--producer-options]
 """
 
 from __future__ import annotations
@@ -19,19 +28,22 @@ import argparse
 import asyncio
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import structlog
 
 from producer.security import ANONYMOUS
+from producer.server import server_options
 from producer.states import ProducerStream, StreamInput
 from runtime.logs import configure_logging
-from runtime.recording_file import load_recording
+from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.errors import Reason
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.recording import RECORDING_SHA256, Recording
 from shared.requests import WIRE_CODES
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkMode, ChunkPlan
@@ -46,8 +58,8 @@ def key_of(request: pb.OpenRequest) -> Key:
     return (request.case_id, request.wire_format, tuple(request.chunk_sizes), request.whole_body)
 
 
-def precut() -> dict[Key, tuple[pb.Chunk, ...]]:
-    recording = load_recording()
+def precut(recording: Recording | None = None) -> dict[Key, tuple[pb.Chunk, ...]]:
+    recording = recording or load_recording()
     table: dict[Key, tuple[pb.Chunk, ...]] = {}
     for case_id in recording.case_ids:
         for wire in WireFormat:
@@ -66,7 +78,12 @@ class Bare(pb_grpc.ReplyStreamServicer):
     async def Open(  # noqa: N802
         self, request: pb.OpenRequest, context: Any
     ) -> AsyncIterator[pb.Chunk]:
-        for chunk in self.table[key_of(request)]:
+        # Paced as the producer paces (``producer.delivery``): a sleep of the interval before
+        # each chunk after the first; the same test per chunk at an interval of 0.
+        interval_s = request.chunk_interval_ms / 1000
+        for index, chunk in enumerate(self.table[key_of(request)]):
+            if index and interval_s:
+                await asyncio.sleep(interval_s)
             yield chunk
 
     async def Cancel(  # noqa: N802
@@ -103,8 +120,11 @@ class Recorded(Bare):
             planned_chunks=len(chunks),
         )
         stream.fire(StreamInput.START)
+        interval_s = request.chunk_interval_ms / 1000
         try:
-            for chunk in chunks:
+            for index, chunk in enumerate(chunks):
+                if index and interval_s:
+                    await asyncio.sleep(interval_s)
                 yield chunk
                 stream.bytes_sent += len(chunk.data)
                 stream.chunks_sent += 1
@@ -118,9 +138,11 @@ class Recorded(Bare):
 WIRE_NAMES = {code: wire.value for wire, code in WIRE_CODES.items()}
 
 
-async def serve(port: int, trace_file: str | None) -> None:
-    server = grpc.aio.server()
-    servicer = Bare(precut())
+async def serve(
+    port: int, trace_file: str | None, recording: Recording, *, producer_options: bool = False
+) -> None:
+    server = grpc.aio.server(options=server_options() if producer_options else None)
+    servicer = Bare(precut(recording))
     if trace_file is not None:
         trace = open(trace_file, "a", encoding="utf-8")  # noqa: SIM115 - the process's life
         configure_logging("producer", log_format="json", level="info", stream=trace, batched=True)
@@ -141,8 +163,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--trace-file", help="also write the producer's records per stream here")
+    parser.add_argument("--recording", type=Path, default=DEFAULT_RECORDING_PATH)
+    parser.add_argument("--recording-sha256", default=RECORDING_SHA256)
+    parser.add_argument(
+        "--producer-options", action="store_true", help="the producer's gRPC server options"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.trace_file))
+    recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
+    asyncio.run(
+        serve(args.port, args.trace_file, recording, producer_options=args.producer_options)
+    )
 
 
 if __name__ == "__main__":

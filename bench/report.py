@@ -38,13 +38,14 @@ def sequential(streams: dict[str, Any]) -> list[str]:
             chunking, ours["streams_per_s"], bare["streams_per_s"], pair["streams_per_s"],
             row["replywire_over_bare_pair"], row["replywire_over_bare_client"],
             checks["streams_per_s"], row["checks_only_over_bare_pair"],
-            ours["client_cpu_ms_per_stream"], checks["client_cpu_ms_per_stream"],
-            pair["client_cpu_ms_per_stream"],
+            row["replywire_over_checks_only"], ours["client_cpu_ms_per_stream"],
+            checks["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"],
         ])  # fmt: skip
     return table(
         ["chunks", "replywire streams/s", "bare client → producer", "bare pair",
          "replywire / bare pair", "replywire / bare client", "checks only → bare server",
-         "checks only / bare pair", "client CPU ms/stream (replywire)", "(checks only)",
+         "checks only / bare pair", "replywire / checks only (≥ 0.9)",
+         "client CPU ms/stream (replywire)", "(checks only)",
          "(bare pair)"],
         rows,
     )  # fmt: skip
@@ -58,11 +59,11 @@ def producer_cpu(streams: dict[str, Any]) -> list[str]:
             chunking, ours["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"],
             row["producer_cpu_over_bare_server"],
             row["sides"][RECORDS_ONLY]["server_cpu_ms_per_stream"],
-            row["records_only_server_cpu_over_bare_server"],
+            row["records_only_server_cpu_over_bare_server"], row["producer_cpu_over_records_only"],
         ])  # fmt: skip
     return table(
         ["chunks", "producer CPU ms/stream", "bare server CPU ms/stream", "producer / bare",
-         "records only CPU ms/stream", "records only / bare"],
+         "records only CPU ms/stream", "records only / bare", "producer / records only (≤ 1.1)"],
         rows,
     )  # fmt: skip
 
@@ -75,10 +76,11 @@ def concurrency(streams: dict[str, Any]) -> list[str]:
                 n, name, side["streams_per_s"], side["first_chunk_ms_p50"],
                 side["first_chunk_ms_p99"], side["failures"],
                 row[OVER_PAIR[name]] if name in OVER_PAIR else "",
+                row["replywire_over_checks_only"] if name == "replywire" else "",
             ])  # fmt: skip
     return table(
         ["concurrent streams", "side", "streams/s", "first chunk p50 ms", "p99 ms",
-         "failures (by code)", "/ bare pair"],
+         "failures (by code)", "/ bare pair", "/ checks only (≥ 0.9)"],
         rows,
     )  # fmt: skip
 
@@ -99,6 +101,110 @@ def over_limit(streams: dict[str, Any]) -> list[str]:
         [[row["streams"], row["connections"], row["max_streams"], side["streams"],
           side["streams"] - sum(side["failures"].values()), side["failures"]]],
     )  # fmt: skip
+
+
+def paced(rows: dict[str, Any]) -> list[str]:
+    cells = []
+    for n, row in rows["by_streams"].items():
+        for name, side in row["sides"].items():
+            cells.append([
+                n, name, side["client_cpu_us_per_chunk"], side["server_cpu_us_per_chunk"],
+                side["added_ms_p50"], side["added_ms_p99"], side["added_ms_max"],
+                side["client_rss_kib_per_stream"], side["server_rss_kib_per_stream"],
+                side["client_core_busy"], side["server_core_busy"], side["failures"],
+                side["held"],
+            ])  # fmt: skip
+    return table(
+        ["paced streams", "side", "consumer CPU µs/chunk", "producer CPU µs/chunk",
+         "added latency p50 ms", "p99 ms", "max ms", "consumer RSS KiB/stream",
+         "producer RSS KiB/stream", "consumer core busy", "producer core busy",
+         "failures (by code)", f"held (p99 < {rows['held_ms']:g} ms)"],
+        cells,
+    )  # fmt: skip
+
+
+def paced_ratios(rows: dict[str, Any]) -> list[str]:
+    cells = [
+        [n, row["consumer_cpu_over_checks_only"], row["producer_cpu_over_records_only"],
+         row["consumer_memory_over_bare_pair"], row["producer_memory_over_bare_pair"],
+         row["consumer_cpu_over_bare_pair"], row["producer_cpu_over_bare_pair"]]
+        for n, row in rows["by_streams"].items()
+    ]  # fmt: skip
+    return table(
+        ["paced streams", "consumer CPU/chunk / checks only (target ≤ 1.1)",
+         "producer CPU/chunk / records only (≤ 1.1)", "consumer memory/stream / bare pair (≤ 1.3)",
+         "producer memory/stream / bare pair (≤ 1.3)", "consumer CPU/chunk / bare pair",
+         "producer CPU/chunk / bare pair"],
+        cells,
+    )  # fmt: skip
+
+
+def paced_search(rows: dict[str, Any]) -> list[str]:
+    cells = [
+        [name, found["largest_held"],
+         found["smallest_not_held"] if found["smallest_not_held"] is not None
+         else "— (the table's largest held)",
+         ", ".join(f"{p['streams']:,}: p99 {_cell(p['added_ms_p99'])} ms"
+                   for p in found["probes"]) or "none"]
+        for name, found in rows["largest_n_held"].items()
+    ]  # fmt: skip
+    cells.append(["replywire / bare pair (target ≥ 0.85)", rows["paced_n_over_bare_pair"], "", ""])
+    return table(["side", "largest N held", "smallest N not held", "probes"], cells)
+
+
+def budget_per_stream(budget: dict[str, Any]) -> list[str]:
+    row = budget["per_stream"]
+    ours, producer = row["consumer"], row["producer"]
+    return table(
+        ["side", "gRPC's own work (bare pair)", "decoding", "checks", "records",
+         "session and the rest", "total"],
+        [["consumer", ours["grpc"], ours["decoding"], ours["checks"], ours["records"],
+          ours["session"], ours["total"]],
+         ["producer", producer["grpc"], None, None, producer["records"], producer["rest"],
+          producer["total"]]],
+    )  # fmt: skip
+
+
+def budget_per_chunk(budget: dict[str, Any]) -> list[str]:
+    cells = []
+    for n, row in budget["per_chunk"].items():
+        ours, producer = row["consumer"], row["producer"]
+        cells += [
+            [n, "consumer", ours["grpc"], ours["decoding"], ours["checks"], None,
+             ours["records_and_session"], ours["total"]],
+            [n, "producer", producer["grpc"], None, None, producer["records"], producer["rest"],
+             producer["total"]],
+        ]  # fmt: skip
+    return table(
+        ["paced streams", "side", "gRPC's own work (bare pair)", "decoding", "checks",
+         "records", "session and the rest (consumer: with its records)", "total"],
+        cells,
+    )  # fmt: skip
+
+
+def budget_section(budget: dict[str, Any]) -> list[str]:
+    per_stream = budget["per_stream"]
+    return [
+        "## Where the time goes (µs of CPU, by difference of this run's sides)",
+        "",
+        "gRPC's own work: the bare pair's process. Consumer: checks only − bare pair is the "
+        "sans-IO core, of which decoding is the length-prefixed decoder's µs per whole frame "
+        f"({_cell(budget['decode_us_per_frame'])}, the decoder table) × frames; replywire − "
+        "checks only is its records (per stream: the consumer at info − at warning, the "
+        "trace-cost rounds), reader, queue, session and verdict. Producer: records only − "
+        "bare server is the four records; replywire − records only is the rest (request "
+        "checks, plan, reply log, state machine, metrics, the pacing's sleeps). Differences "
+        "of medians: on a shared machine a small part can come out negative.",
+        "",
+        f"Per stream (short streams, one frame per chunk, {per_stream['frames']} frames; the "
+        "producer's records at info − at warning, the trace-cost rounds: "
+        f"{_cell(per_stream['producer_records_at_info_over_warning'])} µs):",
+        "",
+        *budget_per_stream(budget),
+        "Per chunk (the paced streams):",
+        "",
+        *budget_per_chunk(budget),
+    ]
 
 
 def decoder_costs(decoders: dict[str, Any]) -> list[str]:
@@ -161,6 +267,35 @@ def trace_cost(rows: dict[str, Any], side: str) -> list[str]:
     )  # fmt: skip
 
 
+def paced_section(rows: dict[str, Any]) -> list[str]:
+    return [
+        f"## Paced streams ({rows['case']}: {rows['content_frames']} content frames of 13 "
+        f"characters, one a chunk, {rows['interval_ms']} ms apart, {rows['stream_s']:g} s a "
+        f"stream, opened over {rows['ramp_s']:g} s; median of {rows['rounds']} rounds, each a "
+        "fresh server and a fresh client process)",
+        "",
+        "A model's reply as it is delivered: many streams at once, each a few hundred small "
+        "chunks at the model's pace. CPU per chunk: each process's CPU clock over the "
+        "streams (opening and closing them included) / the chunks read. Added latency: "
+        "each chunk's arrival at the consumer minus the previous chunk's, minus the "
+        "interval (the producer paces from its previous write). RSS per stream: (RSS with "
+        "every stream open − RSS idle, after one warm-up stream) / N. Core busy: the "
+        "process's CPU seconds over the round's wall seconds (near 1: that process set the "
+        "pace). Records only and checks only are the floor sides, as in the short-stream "
+        "tables below.",
+        "",
+        *paced(rows),
+        "Ratios (the same run):",
+        "",
+        *paced_ratios(rows),
+        f"The largest N each pair holds with p99 added latency under {rows['held_ms']:g} ms "
+        "and no failure (producer pinned to one core; a bisection between the table's "
+        "largest N held and its smallest not held, one round a probe):",
+        "",
+        *paced_search(rows),
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     streams, decoders = results["streams"], results["decoders"]
@@ -183,6 +318,7 @@ def markdown(results: dict[str, Any]) -> str:
         *results["commands"],
         "```",
         "",
+        *paced_section(results["paced"]),
         f"## Sequential streams between two processes ({streams['case']}, {streams['wire']} wire, "
         f"{streams['channel_policy']} on every side, median of {streams['rounds']} rounds)",
         "",
@@ -206,6 +342,7 @@ def markdown(results: dict[str, Any]) -> str:
         "`--max-streams` is refused `RESOURCE_EXHAUSTED` / `stream_limit`):",
         "",
         *over_limit(streams),
+        *budget_section(results["budget"]),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",
         "",

@@ -444,9 +444,15 @@ def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
         row["checks_only_client_cpu_over_bare_pair"] = ratio(
             checks["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"]
         )
+        # Issue 22's consumer target: against what the checks alone reach, not bare gRPC.
+        row["replywire_over_checks_only"] = ratio(ours["streams_per_s"], checks["streams_per_s"])
     if RECORDS_ONLY in sides:  # the floor of a producer that records every transition
         row["records_only_server_cpu_over_bare_server"] = ratio(
             sides[RECORDS_ONLY]["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"]
+        )
+        # The producer's target: against what the records alone cost.
+        row["producer_cpu_over_records_only"] = ratio(
+            ours["server_cpu_ms_per_stream"], sides[RECORDS_ONLY]["server_cpu_ms_per_stream"]
         )
     return row
 

@@ -21,6 +21,8 @@ import pytest
 
 from bench.common import process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
+from bench.paced import PLANS as PACED_PLANS
+from bench.paced import SEARCHED
 from bench.streams import (
     CHUNKINGS,
     BareClient,
@@ -39,6 +41,8 @@ from tests.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = (
+    "## Paced streams",
+    "## Where the time goes",
     "## Sequential streams between two processes",
     "## Producer CPU per stream",
     "## Concurrent streams",
@@ -115,6 +119,60 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
         assert all(
             side["failures"] == {} and side["streams"] == 3 for side in row["sides"].values()
         )
+
+
+def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], str]) -> None:
+    paced = tiny_run[0]["paced"]
+    plan = PACED_PLANS["tiny"]
+    assert (paced["content_frames"], paced["chunks_per_stream"]) == (
+        plan.content_frames,
+        plan.content_frames + 1,
+    )
+    assert list(paced["by_streams"]) == [str(n) for n in plan.streams]
+    for n, row in paced["by_streams"].items():
+        assert set(row["sides"]) == {"replywire", "bare pair", "checks only", "records only"}
+        for side in row["sides"].values():
+            assert side["failures"] == {}
+            # Every chunk of every stream was read, and timed.
+            assert side["chunks_per_round"] == int(n) * paced["chunks_per_stream"]
+            assert side["client_cpu_us_per_chunk"] > 0 and side["server_cpu_us_per_chunk"] > 0
+            assert side["added_ms_p50"] is not None and side["added_ms_p99"] is not None
+            for key in ("client_rss_kib_per_stream", "server_rss_kib_per_stream", "held"):
+                assert key in side
+        assert row["consumer_cpu_over_checks_only"] > 0
+        assert row["producer_cpu_over_records_only"] > 0
+        assert {"consumer_memory_over_bare_pair", "producer_memory_over_bare_pair"} <= set(row)
+    assert set(paced["largest_n_held"]) == set(SEARCHED)
+    for found in paced["largest_n_held"].values():
+        assert set(found) == {"largest_held", "smallest_not_held", "bounded_by_the_table", "probes"}
+        assert len(found["probes"]) <= plan.search_steps
+    assert "paced_n_over_bare_pair" in paced
+    # Issue 22's ratios against the floor sides, in the short-stream rows of the same run.
+    for row in tiny_run[0]["streams"]["sequential"].values():
+        assert row["replywire_over_checks_only"] > 0
+        assert row["producer_cpu_over_records_only"] > 0
+    for row in tiny_run[0]["streams"]["concurrency"].values():
+        assert row["replywire_over_checks_only"] > 0
+
+
+def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any], str]) -> None:
+    budget = tiny_run[0]["budget"]
+    consumer = {"grpc", "decoding", "checks", "core", "records", "session"}
+    consumer |= {"records_and_session", "total"}
+    producer = {"grpc", "records", "rest", "total"}
+    per_stream = budget["per_stream"]
+    assert per_stream["frames"] == 15 and budget["decode_us_per_frame"] > 0
+    assert set(per_stream["consumer"]) == consumer
+    assert set(per_stream["producer"]) == producer
+    assert list(budget["per_chunk"]) == list(tiny_run[0]["paced"]["by_streams"])
+    for row in budget["per_chunk"].values():
+        assert set(row["consumer"]) == consumer and set(row["producer"]) == producer
+        # The parts add up to the side's total (decoding and checks make up the core).
+        parts = row["consumer"]
+        assert parts["grpc"] + parts["core"] + parts["records_and_session"] == pytest.approx(
+            parts["total"]
+        )
+        assert parts["decoding"] + parts["checks"] == pytest.approx(parts["core"])
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:

@@ -126,11 +126,12 @@ RUN_BY = {
     view_samples.NO_PRODUCER: VIEW,
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.paced": BENCH,
     ".venv/bin/python -m bench.flow_window": BENCH,
     ".venv/bin/python -m bench.profile decoders": BENCH,
     ".venv/bin/python -m bench.profile streams": BENCH,
     "make bench": "tests/system/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "
-    "BENCH_OUT in a temporary directory: the full size takes ~15 minutes)",
+    "BENCH_OUT in a temporary directory: the full size takes ~25 minutes)",
     "make setup": DEVELOPMENT,
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
@@ -459,6 +460,15 @@ def test_benchmarks() -> None:
         done = shell(f".venv/bin/python -m bench.profile {what}")
         assert done.returncode == 0, done.stderr
         assert "Ordered by: internal time" in done.stdout
+    done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.paced")
+    assert done.returncode == 0, done.stderr
+    paced = json.loads(done.stdout)
+    assert set(paced["by_streams"]["4"]["sides"]) == {
+        "replywire",
+        "bare pair",
+        "checks only",
+        "records only",
+    }
     done = shell(".venv/bin/python -m bench.flow_window")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
