@@ -149,7 +149,11 @@ def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
 
     with producer(tmp_path, "--max-streams", "3") as p:
         outcomes = Counter(asyncio.run(burst(p.target)))
-        wait_for(lambda: len(finals(p)) == clients)  # the trace is written in batches
+        try:
+            wait_for(lambda: len(finals(p)) == clients)  # the trace is written in batches
+        except TimeoutError:
+            missing = sorted({f"burst-{i}" for i in range(clients)} - set(finals(p)))
+            pytest.fail(f"no final record for {missing}; the clients heard {dict(outcomes)}")
         ended = finals(p)
         stopped = stopped_record(p)
     # Every client hears one of the two answers; none is cut by gRPC with a bare status.
