@@ -22,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared import faults
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused, Status
 from shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, TRANSPORT_FAULTS, Outcome
