@@ -1,7 +1,7 @@
 """Which build of the hot modules is imported: the mypyc-compiled one or the pure-Python one.
 
-The hot modules (``HOT_MODULES``: the wire decoders, the consumer core and its checks, the
-state machine, the trace record path) are plain, ``mypy --strict`` Python, and that source is
+The hot modules (``HOT_MODULES``: the wire decoders and encoders, the consumer core and its
+checks) are plain, ``mypy --strict`` Python, and that source is
 the reference. ``make setup`` also compiles them with mypyc (``python -m native.build``) when it
 finds a C compiler and Python's headers, into ``.compiled/`` (git-ignored), never next to the
 ``.py`` files: ``.compiled/shared/fsm.cpython-311-x86_64-linux-gnu.so`` and so on, and the
@@ -38,18 +38,18 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
-#: The modules compiled by mypyc, in the one group whose shared library is ``GROUP``.
+#: The modules compiled by mypyc, in the one group whose shared library is ``GROUP``. Left
+#: pure, and why: docs/operations.md#the-compiled-build (``shared.fsm``, ``runtime.logs``,
+#: ``shared.consumer_limits``).
 HOT_MODULES: Final = (
     "shared.digest",
     "shared.frames",
     "shared.reply",
-    # "shared.fsm": see LEFT_PURE
     "shared.consumer_core",
     "shared.wire.base",
     "shared.wire.buffer",
     "shared.wire.lp",
     "shared.wire.ndjson",
-    # "runtime.logs",
 )
 #: mypyc's group name: its shared library is the module ``shared.native__mypyc``.
 GROUP: Final = "shared.native"
