@@ -10,7 +10,8 @@ Workloads, on a recorded reply cut into the lab's 13-character deltas:
 
 * ``core lp`` / ``core ndjson``: the consumer core (``ReplyConsumer``: decoding, every check,
   the digest, the result) over the whole reply at one frame per chunk;
-* ``decode lp`` / ``decode ndjson``: the wire decoder alone, one frame per chunk;
+* ``decode lp`` / ``decode ndjson``: the wire decoder alone (framing, parsing, the frame's
+  shape), one frame per chunk;
 * ``encode lp``: the producer's framing of each frame.
 
     .venv/bin/python -m bench.native [--rounds 5] [--frames 2000]
@@ -73,14 +74,17 @@ def core_run(
 
 
 def decode_run(chunks: list[bytes], wire: WireFormat) -> Callable[[], None]:
-    """The wire's decoder alone over ``chunks``: every frame out."""
+    """The wire's decoder alone over ``chunks``: every frame out, parsed and checked."""
+    codec = codec_for(wire)
 
     def run() -> None:
-        decoder = codec_for(wire).decoder(8192)
+        decoder = codec.decoder(8192)
+        receive, next_event, parse = decoder.receive_data, decoder.next_event, codec.parse_frame
         for chunk in chunks:
-            decoder.receive_data(chunk)
-            while decoder.next_event() is not NEED_DATA:
-                pass
+            receive(chunk)
+            while (payload := next_event()) is not NEED_DATA:
+                parse(payload)
+        decoder.end_of_input()
 
     return run
 

@@ -39,12 +39,13 @@ from pathlib import Path
 from typing import Final
 
 #: The modules compiled by mypyc, in the one group whose shared library is ``GROUP``. Left
-#: pure, and why: docs/operations.md#the-compiled-build (``shared.fsm``, ``runtime.logs``,
+#: pure, and why: docs/operations.md#the-compiled-build (``runtime.logs``,
 #: ``shared.consumer_limits``).
 HOT_MODULES: Final = (
     "shared.digest",
     "shared.frames",
     "shared.reply",
+    "shared.fsm",
     "shared.consumer_core",
     "shared.wire.base",
     "shared.wire.buffer",
