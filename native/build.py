@@ -62,6 +62,13 @@ def compile_hot_modules() -> None:
 
     MANIFEST.unlink(missing_ok=True)
     work = BUILD_DIR / "build"
+    # The last build's modules go first: one no longer compiled would still be found in
+    # front of its source, and fail to load from the new group's shared library.
+    for previous in BUILD_DIR.glob("*"):
+        if previous.is_dir() and previous != work:
+            shutil.rmtree(previous)
+        elif previous.is_file():
+            previous.unlink()
     digests = sources_digest()
     os.chdir(ROOT)  # mypy reads pyproject.toml's [tool.mypy] from here
     extensions = mypycify(
