@@ -76,3 +76,13 @@ def test_the_version_line_says_which_build() -> None:
 def test_the_check_fails_only_where_a_compiler_has_no_fresh_build() -> None:
     expected = 1 if missing_toolchain() is None and not fresh() else 0
     assert build_main(["--check"]) == expected
+
+
+def test_setup_compiles_nothing_when_the_pure_build_is_forced(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PURE_ENV, "1")
+    manifest = native.MANIFEST.read_bytes() if native.MANIFEST.exists() else None
+    assert build_main([]) == 0
+    assert "the hot modules are not compiled" in capsys.readouterr().err
+    assert (native.MANIFEST.read_bytes() if native.MANIFEST.exists() else None) == manifest
