@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+COMPILED := .compiled/manifest.json
 PROTO := protos/shared/pb/replywire.proto
 GENERATED := shared/pb/replywire_pb2.py shared/pb/replywire_pb2.pyi \
              shared/pb/replywire_pb2_grpc.py shared/pb/replywire_pb2_grpc.pyi
@@ -12,10 +13,10 @@ TARGET ?= 127.0.0.1:$(PORT)
 CASE ?= replace-file
 ARGS ?=
 
-.PHONY: setup protos check test ts lint fuzz bench demo trace run-producer run-consumer lock clean \
-        conformance vectors
+.PHONY: setup protos check test test-pure ts lint fuzz bench demo trace run-producer run-consumer \
+        lock clean conformance vectors
 
-setup: $(STAMP) $(GENERATED)
+setup: $(STAMP) $(GENERATED) $(COMPILED)
 
 # Re-install only when the dependency pins change.
 $(STAMP): pyproject.toml requirements.lock
@@ -33,6 +34,15 @@ $(GENERATED) &: $(PROTO) $(STAMP)
 	    --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=. \
 	    $(PROTO) >&2
 	@touch $(GENERATED)
+
+# The hot modules compiled by mypyc into .compiled/ (native/: which ones, and how the
+# packages import them), when a C compiler and Python's headers are here; without them, or
+# with REPLYWIRE_PURE=1, native.build says so, writes no manifest, and the pure build runs.
+# Again when a source of shared/, runtime/ or native/ is newer than the build's manifest;
+# native.build compiles only if the hot modules' sources changed (their SHA-256).
+$(COMPILED): $(STAMP) $(GENERATED) $(wildcard shared/*.py shared/wire/*.py runtime/*.py native/*.py)
+	@$(PY) -m native.build
+	@if [ -f $@ ]; then touch $@; fi
 
 protos: $(STAMP)
 	rm -f $(GENERATED)
@@ -62,9 +72,21 @@ check: setup
 # any process started meanwhile would import), then the rest in parallel. Coverage covers
 # both passes (--cov-append) and the producer and consumer processes the tests start
 # (coverage's subprocess patch); the table lists the files not fully covered.
+#
+# The whole suite runs on the build make setup made (compiled where a compiler is), then
+# test-pure runs tests/unit and tests/integration again on the pure build (REPLYWIRE_PURE=1):
+# the same behaviour from the same source, compiled or not.
 test: setup lint
 	$(PY) -m pytest -m serial --cov --cov-report=
-	$(PY) -m pytest $(PARALLEL) -m "not serial" --cov --cov-append --cov-report=term
+	$(PY) -m pytest $(PARALLEL) -m "not serial" --cov --cov-append --cov-report=
+	$(MAKE) --no-print-directory test-pure PURE_COV="--cov --cov-append --cov-report=term"
+
+# tests/unit and tests/integration on the pure-Python build. Under make test it adds to the
+# coverage of the passes above (the compiled modules' lines are measured here) and prints it.
+PURE_COV ?=
+test-pure: setup
+	REPLYWIRE_PURE=1 $(PY) -m pytest -q $(PARALLEL) -m "not serial" $(PURE_COV) \
+	    tests/unit tests/integration
 
 # The TypeScript consumer (clients/typescript/; Node 18 or later, and npm): its pinned packages from the
 # committed package-lock.json, the strict build (tsc), its node:test tests (which compile src/
@@ -157,5 +179,5 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) $(GENERATED) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(GENERATED) .compiled .mypy_cache .ruff_cache .pytest_cache .hypothesis
 	rm -rf $(TS)/node_modules $(TS)/dist $(TS)/dist-test

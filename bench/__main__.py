@@ -25,6 +25,7 @@ from bench.flow_window import measure as flow_measure
 from bench.report import markdown
 from consumer.channels import channel_options
 from consumer.options import StreamOptions
+from native import running
 
 FLOW_SECONDS: dict[Size, float] = {"tiny": 0.3, "full": 2.0}
 
@@ -44,6 +45,8 @@ def run(size: Size) -> dict[str, Any]:
         "size": size,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
         "machine": asdict(Machine.here()),
+        # Which build of the hot modules ran (native/): compiled by mypyc, or pure.
+        "build": running().describe(),
         "load_average_before": load_average(),
         "commands": [
             f"BENCH_SIZE={size} .venv/bin/python -m bench  # make bench",

@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
+from native import PURE_ENV, is_compiled
 from shared import consumer_core
-from shared.consumer_core import Content, FrameChecks, Limits, ReplyConsumer
+from shared.consumer_core import Content, FrameChecks, ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.errors import ProtocolFailure, Reason
 from shared.frames import DoneDigest, Frame
 from shared.reply import validate_reply
@@ -150,10 +152,21 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
 }
 
 
+def core_is_compiled() -> bool:
+    return is_compiled("shared.consumer_core")
+
+
 @contextmanager
 def applied(name: str | None) -> Iterator[None]:
-    """The core with mutant ``name`` applied (None: the core as it is)."""
+    """The core with mutant ``name`` applied (None: the core as it is).
+
+    Only the pure core can be patched: compiled by mypyc, its classes refuse new methods or
+    ignore them (its own calls are bound when compiled), so a mutant of the compiled core
+    would silently be the core itself. Run mutants with ``REPLYWIRE_PURE=1`` (the testee
+    does that itself)."""
     patches = MUTANTS[name] if name is not None else ()
+    if patches and core_is_compiled():
+        raise RuntimeError(f"a mutant patches the pure core: run it with {PURE_ENV}=1")
     saved = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
     for owner, attribute, replacement in patches:
         setattr(owner, attribute, replacement)

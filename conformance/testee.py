@@ -23,12 +23,15 @@ import argparse
 import base64
 import binascii
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-from conformance.mutants import MUTANTS, applied
-from shared.consumer_core import Limits, ReplyConsumer
+from conformance.mutants import MUTANTS, applied, core_is_compiled
+from native import PURE_ENV
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.faults import Ending, Transmission
 from shared.replay import consume
 from shared.vectors import LIMIT_KEYS, WIRES
@@ -130,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="turn one check of the core off (for the kit's own test)",
     )
     args = parser.parse_args(argv)
+    if args.mutant is not None and core_is_compiled() and argv is None:
+        # A mutant patches the pure core: this process again, on the pure build.
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "conformance.testee", *sys.argv[1:]],
+            {**os.environ, PURE_ENV: "1"},
+        )
     with applied(args.mutant):
         serve(sys.stdin, sys.stdout)
     return 0

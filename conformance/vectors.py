@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.digest import canonical_json
 from shared.faults import Ending, Transmission
 from shared.recording import BoundCase

@@ -46,6 +46,7 @@ from consumer.security import (
     load_security,
 )
 from harness.demo import run_demo
+from native import version_line
 from runtime.flags import Count, Flag, FlagGroup, FlagTable, positive_seconds, seconds_at_least
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
@@ -57,7 +58,7 @@ from runtime.logs import (
     flush_delay_ms,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
-from shared.consumer_core import Limits
+from shared.consumer_limits import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import (
@@ -585,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",
         **HELP_FORMAT,
     )
+    parser.add_argument("--version", action="version", version=version_line())
     # Commands without the logging flags (demo, join-traces, trace) hold records as long.
     parser.set_defaults(trace_flush_ms=round(DEFAULT_FLUSH_DELAY_S * 1000))
     commands = parser.add_subparsers(dest="command", required=True)

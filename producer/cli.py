@@ -22,6 +22,7 @@ from typing import Final
 import redis
 import structlog
 
+from native import running, version_line
 from producer import conformance
 from producer.admission import default_per_identity
 from producer.files import write_atomically
@@ -411,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsHelpFormatter,
     )
     FLAGS.add_to(parser)
+    parser.add_argument("--version", action="version", version=version_line())
     return parser
 
 
@@ -650,6 +652,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         loop.add_signal_handler(signum, on_signal)
     log.info(
         "producer_listening",
+        **running().as_record(),
         host=args.host,
         port=port,
         source=args.source,

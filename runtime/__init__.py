@@ -8,3 +8,7 @@ of the trace (``runtime.grpc_env``) and the flag tables' type and validators, fr
 which each process's argparse and environment defaults are made
 (``runtime.flags``).
 """
+
+from native import package_path
+
+__path__ = package_path(__path__, __name__)

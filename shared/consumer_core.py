@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
 import structlog
 
+# Limits lives in a module mypyc leaves pure: a compiled dataclass would refuse a field of
+# the wrong type with its own TypeError before __post_init__ says which limit is wrong.
+from shared.consumer_limits import Limits
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status, registered, scrubbed_detail
 from shared.frames import DoneDigest, Frame, FrameKind
@@ -66,32 +68,6 @@ from shared.result import (
     content_received,
 )
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
-
-#: The lab's limits.
-MAX_TOTAL_BYTES: Final = 65536
-MAX_FRAME_BYTES: Final = 8192
-MAX_CONTENT_CHARS: Final = 16384
-MAX_FRAMES: Final = 1000
-#: The longest reason a cancel or error terminal may carry: the one definition, which
-#: whoever writes a terminal's reason (the Gemini source) imports.
-MAX_REASON_CHARS: Final = 256
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Limits:
-    """Every bound the consumer enforces; the defaults are the lab's."""
-
-    max_stream_bytes: int = MAX_TOTAL_BYTES
-    max_frame_bytes: int = MAX_FRAME_BYTES
-    max_content_chars: int = MAX_CONTENT_CHARS
-    max_frames: int = MAX_FRAMES
-    max_reason_chars: int = MAX_REASON_CHARS
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
 
 
 class ConsumerState(StrEnum):
@@ -363,8 +339,12 @@ class ReplyConsumer:
 
     # --- input --------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
-        """Take one transport chunk. Raises ``ProtocolFailure`` on the first bad byte or frame."""
+    def receive_data(self, data: object) -> None:
+        """Take one transport chunk. Raises ``ProtocolFailure`` on the first bad byte or frame.
+
+        ``data`` is typed ``object``, not ``bytes``: compiled by mypyc, a ``bytes`` parameter
+        would refuse anything else with a TypeError at the call, before the core's own check
+        (``transport_requires_bytes``)."""
         if self._input_ended:
             raise ProtocolFailure(Reason.CONSUMER_ALREADY_FINISHED)
         if self.verdict.finished:  # before the input ended, only a failure is final

@@ -642,6 +642,12 @@ class ConfigurationError(Exception):
     """A command cannot start with its flags or files (exit 2, a one-line message)."""
 
 
+class InvalidTransition(RuntimeError):
+    """A caller fired an input its machine's table has no entry for (``shared.fsm``): a bug,
+    never a verdict. Here, not in ``shared.fsm``: mypyc, which compiles that module, cannot
+    compile a subclass of ``RuntimeError``."""
+
+
 class ProtocolFailure(ReplywireError):
     """The consumer refused the bytes or frames it was given (status invalid)."""
 

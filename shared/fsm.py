@@ -20,18 +20,15 @@ prints nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 import structlog
 
+from shared.errors import InvalidTransition
+
 S = TypeVar("S", bound=StrEnum)
 I = TypeVar("I", bound=StrEnum)  # noqa: E741 - the conventional name of an input type
-
-
-class InvalidTransition(RuntimeError):
-    """A caller fired an input its machine's table has no entry for: a bug."""
 
 
 def _drop(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
@@ -47,27 +44,39 @@ NULL_LOGGER: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
 ).bind()
 
 
-@dataclass(frozen=True)
 class MachineSpec(Generic[S, I]):
-    name: str
-    states: type[S]
-    inputs: type[I]
-    initial: S
-    final: frozenset[S]
-    table: Mapping[tuple[S, I], S] = field(repr=False)
+    """A machine's states, inputs, initial and final states, and its table; checked when
+    made. (A plain class, not a frozen dataclass: mypyc cannot compile a generic dataclass.)"""
 
-    def __post_init__(self) -> None:
-        for (state, event), target in self.table.items():
+    def __init__(
+        self,
+        name: str,
+        states: type[S],
+        inputs: type[I],
+        initial: S,
+        final: frozenset[S],
+        table: Mapping[tuple[S, I], S],
+    ) -> None:
+        self.name = name
+        self.states = states
+        self.inputs = inputs
+        self.initial = initial
+        self.final = final
+        self.table = table
+        for (state, event), target in table.items():
             if not (
-                isinstance(state, self.states)
-                and isinstance(event, self.inputs)
-                and isinstance(target, self.states)
+                isinstance(state, states)
+                and isinstance(event, inputs)
+                and isinstance(target, states)
             ):
-                raise TypeError(f"{self.name}: ({state!r}, {event!r}) -> {target!r} mixes kinds")
-            if state in self.final:
-                raise ValueError(f"{self.name}: final state {state} has a way out on {event}")
-        if self.initial in self.final:
-            raise ValueError(f"{self.name}: the initial state is final")
+                raise TypeError(f"{name}: ({state!r}, {event!r}) -> {target!r} mixes kinds")
+            if state in final:
+                raise ValueError(f"{name}: final state {state} has a way out on {event}")
+        if initial in final:
+            raise ValueError(f"{name}: the initial state is final")
+
+    def __repr__(self) -> str:
+        return f"MachineSpec(name={self.name!r}, initial={self.initial!r})"
 
     def target(self, state: S, event: I) -> S | None:
         """Where ``event`` leads from ``state``; None when the table has no such pair."""

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import structlog
 
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind

@@ -444,6 +444,8 @@ MASKS = (
     (re.compile(r"backoff_ms=[\d.]+"), "backoff_ms=N"),
     (re.compile(r"paused \d+×"), "paused N×"),
     (re.compile(r"queue \d+/"), "queue N/"),
+    # The build of the hot modules (native/): compiled where a C compiler is, else pure.
+    (re.compile(r"\bbuild=(compiled|pure|mixed)\b"), "build=BUILD"),
     # How many tries failed while a producer was down: timing (0 stays 0).
     (re.compile(r"\b(reconnects[ =])[1-9]\d*"), r"\1N"),
 )

@@ -1,5 +1,9 @@
 """Wire formats: encoders and sans-IO decoders for length-prefixed frames and NDJSON."""
 
+from native import package_path
+
+__path__ = package_path(__path__, __name__)
+
 from shared.wire.base import (
     DEFAULT_WIRES,
     NEED_DATA,

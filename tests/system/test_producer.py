@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import native
 from harness.children import stop_process
 from tests.processes import ROOT, producer, read_trace, wait_for
 
@@ -24,6 +25,7 @@ def test_sigterm_stops_the_producer_cleanly(tmp_path: Path) -> None:
     assert events[0] == "producer_listening"
     assert events[-2:] == ["producer_stopping", "producer_stopped"]
     assert records[0]["port"] == running.port
+    assert records[0]["build"] == native.running().build  # the same environment as this one
 
 
 def test_environment_variables_configure_the_producer(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from native import running
 from tests.helpers import parse_table
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
@@ -44,6 +45,7 @@ TWO_TERMINALS = f"{HERE}::test_two_terminals"
 VIEW = "tests/system/test_view.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
+BUILD = f"{HERE}::test_build_commands"
 REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
 TYPESCRIPT = "tests/system/test_typescript.py"
@@ -133,6 +135,11 @@ RUN_BY = {
     "make bench": "tests/system/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "
     "BENCH_OUT in a temporary directory: the full size takes ~25 minutes)",
     "make setup": DEVELOPMENT,
+    ".venv/bin/python -m native": BUILD,
+    ".venv/bin/python -m producer --version": BUILD,
+    "REPLYWIRE_PURE=1 .venv/bin/python -m consumer --version": BUILD,
+    ".venv/bin/python -m bench.native --rounds 5 --frames 2000": BUILD
+    + " (with --rounds 1 --frames 200: the figures are not asserted)",
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
         "tests/system/test_timeline.py::test_make_trace (on real traces)"
@@ -187,6 +194,7 @@ NOT_RUN = {
     "make test": (
         "it runs this test suite; CI runs it (tests/unit/test_docs.py::test_ci_runs_make_test)"
     ),
+    "make test-pure": "make test runs it, after the whole suite on the compiled build",
     "make check": "it runs tests/unit and tests/integration (make test runs them too)",
     "make lock": "re-resolves the pins from the package index (network); run by hand",
     "make fuzz": "100,000 inputs (many minutes); make test runs tests/system/test_fuzz.py with 400",
@@ -453,6 +461,26 @@ def test_development_commands() -> None:
     for command in ("make setup", "make protos"):
         done = shell(command)
         assert done.returncode == 0, done.stderr
+
+
+def test_build_commands() -> None:
+    """Which build runs, as docs/operations.md shows it: the same in every child of this
+    process (the same environment), and pure with REPLYWIRE_PURE=1."""
+    build = running().build
+    for command in (".venv/bin/python -m native", ".venv/bin/python -m producer --version"):
+        done = shell(command)
+        assert done.returncode == 0, done.stderr
+        assert build in done.stdout
+    done = shell("REPLYWIRE_PURE=1 .venv/bin/python -m consumer --version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "replywire 0.1.0, pure (REPLYWIRE_PURE=1)\n"
+    done = shell(".venv/bin/python -m bench.native --rounds 1 --frames 200")
+    if build == "compiled":
+        assert done.returncode == 0, done.stderr
+        assert "core lp" in done.stdout
+    else:  # no compiled build to compare with: it says so
+        assert done.returncode == 1
+        assert "the pure build ran where another was asked for" in done.stdout
 
 
 def test_benchmarks() -> None:

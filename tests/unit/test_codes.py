@@ -47,7 +47,8 @@ from producer.metrics import ProducerMetrics
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.recording_file import load_recording
-from shared.consumer_core import MAX_REASON_CHARS, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import MAX_REASON_CHARS
 from shared.errors import (
     CODES,
     MAX_DETAIL_CHARS,

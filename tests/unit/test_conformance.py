@@ -17,7 +17,7 @@ import pytest
 
 from conformance.generate import rendered
 from conformance.groups import build_groups
-from conformance.mutants import MUTANTS, applied
+from conformance.mutants import MUTANTS, applied, core_is_compiled
 from conformance.report import Outcome, Report, compare, from_result_document
 from conformance.testee import answer
 from conformance.vectors import SCHEMA, VECTORS_DIR, load_all
@@ -181,6 +181,9 @@ def test_a_binding_the_core_cannot_use_is_an_error() -> None:
     assert "the binding cannot be used" in got["error"]
 
 
+@pytest.mark.skipif(
+    core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
+)
 def test_every_mutant_is_caught_in_process() -> None:
     """The same as tests/system/test_conformance.py's, without processes: every mutant's
     core fails some vector, and the core is itself again afterwards."""
@@ -192,6 +195,13 @@ def test_every_mutant_is_caught_in_process() -> None:
         assert failed, f"mutant {name} passed every vector"
     vector = BY_ID["frames.swapped-2-3.lp"]
     assert compare(vector, answer(json.dumps(vector.to_object()))).passed
+
+
+@pytest.mark.skipif(not core_is_compiled(), reason="the compiled build is not imported")
+def test_a_mutant_of_the_compiled_core_is_refused() -> None:
+    """Patching the compiled core would leave it as it is: the mutant is refused instead."""
+    with pytest.raises(RuntimeError, match="REPLYWIRE_PURE=1"), applied("sequence"):
+        pass
 
 
 def test_a_vector_round_trips_and_a_bad_one_is_refused() -> None:

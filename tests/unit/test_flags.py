@@ -99,8 +99,8 @@ def known_arguments(parser: argparse.ArgumentParser) -> Iterator[str]:
         if isinstance(action, argparse._SubParsersAction):
             for command in action.choices.values():
                 yield from known_arguments(command)
-        elif isinstance(action, argparse._HelpAction):
-            continue
+        elif isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue  # argparse's own: --help, --version
         elif action.option_strings:
             yield from action.option_strings
         else:

@@ -21,7 +21,8 @@ from structlog.testing import capture_logs
 from consumer.reader_states import SPEC as READER_SPEC
 from producer.states import SPEC as PRODUCER_SPEC
 from shared.consumer_core import SPEC as CORE_SPEC
-from shared.fsm import InvalidTransition, Machine, MachineSpec
+from shared.errors import InvalidTransition
+from shared.fsm import Machine, MachineSpec
 
 SPECS: list[MachineSpec[Any, Any]] = [PRODUCER_SPEC, CORE_SPEC, READER_SPEC]
 

@@ -26,6 +26,11 @@ but runs them only as commands (a consumer under test, the producer's ``--confor
 mode): it imports ``shared/`` and ``runtime/`` alone, and nothing imports it. The vector
 file's one form, which the producer's conformance mode also reads, is ``shared/vectors.py``
 (pure: bytes in).
+
+``native/`` picks which build of the hot modules is imported, compiled by mypyc or pure: the
+``__init__`` of ``shared``, ``shared.wire`` and ``runtime`` call it, so it imports nothing of
+the project. It reads files (its manifest, the sources' digests), as an import hook does,
+never a stream's bytes.
 """
 
 from __future__ import annotations
@@ -106,6 +111,10 @@ def test_pure_modules_import_no_io(path: Path) -> None:
         ("traces", ("harness", "conformance")),
         ("harness", ("conformance",)),
         ("conformance", ("producer", "consumer", "traces", "harness")),
+        (
+            "native",
+            ("shared", "runtime", "producer", "consumer", "traces", "harness", "conformance"),
+        ),
     ],
 )
 def test_no_layer_imports_sideways_or_up(folder: str, forbidden: tuple[str, ...]) -> None:

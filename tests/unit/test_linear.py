@@ -12,7 +12,8 @@ from typing import Any, Final
 import pytest
 import structlog
 
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.frames import FrameKind, content_frames, terminal_frame
 from shared.recording import Recording
 from shared.wire import WireFormat, codec_for

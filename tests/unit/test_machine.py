@@ -17,9 +17,9 @@ from shared.consumer_core import (
     TRANSITIONS,
     ConsumerState,
     Input,
-    Limits,
     ReplyConsumer,
 )
+from shared.consumer_limits import Limits
 from shared.errors import ProtocolFailure, Reason
 from shared.frames import (
     DoneDigest,
@@ -152,7 +152,7 @@ def test_input_after_finish_is_refused(case: BoundCase) -> None:
 def test_non_bytes_are_refused(case: BoundCase) -> None:
     consumer = ReplyConsumer(case.binding)
     with pytest.raises(ProtocolFailure) as info:
-        consumer.receive_data(bytearray(b"{}"))  # type: ignore[arg-type]
+        consumer.receive_data(bytearray(b"{}"))
     assert info.value.reason is Reason.TRANSPORT_REQUIRES_BYTES
     assert_refused(consumer.end_of_stream().to_dict(), "invalid", "transport_requires_bytes")
 

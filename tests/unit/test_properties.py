@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.recording_file import load_recording
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure, Reason, Status
 from shared.faults import (
     EXPECTED_OUTCOMES,

@@ -33,7 +33,8 @@ from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
 from shared import faults
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused, Status, scrubbed_detail
 from shared.faults import (

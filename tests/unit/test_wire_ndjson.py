@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.lab_baseline import strict_json as lab_strict_json
-from shared.consumer_core import MAX_FRAME_BYTES
+from shared.consumer_limits import MAX_FRAME_BYTES
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure, Reason, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, derive_frames

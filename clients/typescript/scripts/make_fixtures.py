@@ -35,7 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shared.consumer_core import Limits, ReplyConsumer
+from shared.consumer_core import ReplyConsumer
+from shared.consumer_limits import Limits
 from shared.digest import canonical_json, digest, strict_json
 from shared.errors import REASONS, ProtocolFailure, scrubbed_detail
 from shared.faults import Ending, Fault, FaultKind, transmit

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from consumer.reader import RESUMABLE_REASONS
-from shared.consumer_core import Limits
+from shared.consumer_limits import Limits
 from shared.errors import CUT_MARK, EXIT_CODES, EXIT_USAGE, MAX_DETAIL_CHARS, REASONS, REPLY_ENDINGS
 
 OUT = Path(__file__).resolve().parent.parent / "src" / "generated.ts"
