@@ -13,6 +13,7 @@ the code fails here.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import math
@@ -898,16 +899,35 @@ def test_conventions_white_space_is_the_29_code_points_the_document_lists() -> N
     assert listed == WHITE_SPACE
 
 
+def _read_back_at(magnitude: float, length: int) -> str | None:
+    """The ``length``-digit ``d.ddde±xx`` string nearest ``magnitude`` that reads back as it,
+    or None: the two candidates are the value's exact decimal cut down and rounded up."""
+    exact = decimal.Decimal(magnitude)
+    exponent = exact.adjusted()
+    quantum = decimal.Decimal(1).scaleb(exponent - length + 1)
+    candidates = []
+    for rounding in (decimal.ROUND_FLOOR, decimal.ROUND_CEILING):
+        cut = exact.quantize(quantum, rounding=rounding)
+        digits = str(cut.scaleb(length - 1 - exponent).to_integral_value())
+        if len(digits) > length:  # rounded up to the next power of ten
+            digits, shift = digits[:length], 1
+        else:
+            digits, shift = digits.rjust(length, "0"), 0
+        fraction = f".{digits[1:]}" if length > 1 else ""
+        form = f"{digits[0]}{fraction}e{exponent + shift:+03d}"
+        if float(form) == magnitude:
+            candidates.append((abs(decimal.Decimal(form) - exact), int(digits) % 2, form))
+    return min(candidates)[2] if candidates else None
+
+
 def stated_float_form(value: float) -> str:
     """#canonical-json's form of a non-integer number, built from the document's words."""
     if value == 0:
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
     sign, magnitude = ("-" if value < 0 else ""), abs(value)
-    # The shortest digit string that reads back; at each length the nearest one (%e rounds
-    # correctly), so the first length that reads back gives the digits.
-    text = next(
-        form for length in range(1, 18) if float(form := f"{magnitude:.{length - 1}e}") == magnitude
-    )
+    # The shortest digit string that reads back; of those at that length, the nearest (on a
+    # tie, the even one). At each length only the two strings around the value can be it.
+    text = next(form for length in range(1, 18) if (form := _read_back_at(magnitude, length)))
     mantissa, exponent = text.split("e")
     digits, e = mantissa.replace(".", ""), int(exponent)
     if -4 <= e < 16:
