@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -57,6 +58,17 @@ from runtime.logs import (
     flush_delay_ms,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from runtime.tracing import (
+    ENDPOINT_ENV,
+    OTLP_ENDPOINT_HELP,
+    TRACEPARENT_ENV,
+    TRACESTATE_ENV,
+    TracingConfig,
+    disabled,
+    endpoint_from,
+    start_tracing,
+    stop_tracing,
+)
 from shared.consumer_core import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
@@ -256,6 +268,25 @@ FLAGS: Final = FlagTable((
              f"producer refuse it); at most {MAX_BINDING_BYTES // 1024} KiB and "
              f"{MAX_BINDING_DEPTH} levels deep"),
     )),
+    FlagGroup(
+        title="tracing",
+        description="OpenTelemetry: the stream's span, its W3C trace context sent to the "
+        "producer, its ids in every record (docs/traces.md). Off unless one of these is set",
+        commands=STREAM,
+        flags=(
+            Flag("--traceparent",
+                 f"continue this W3C trace context (unset: ${TRACEPARENT_ENV}; else a new "
+                 "trace); a malformed one is ignored with a record",
+                 metavar="TRACEPARENT", shown=f"`${TRACEPARENT_ENV}`",
+                 doc=f"continue this W3C trace context (unset: `${TRACEPARENT_ENV}`, with "
+                 f"`${TRACESTATE_ENV}`; else a new trace); a malformed or oversized value is "
+                 "ignored with a `trace_context_ignored` record, never an error"),
+            Flag("--otlp-endpoint", OTLP_ENDPOINT_HELP, metavar="URL",
+                 shown=f"`${ENDPOINT_ENV}`",
+                 doc=f"export the stream's span over OTLP/gRPC to this collector (unset: "
+                 f"`${ENDPOINT_ENV}`; the other standard `OTEL_*` variables are honoured)"),
+        ),
+    ),
     FlagGroup(
         title="security",
         description="TLS and a bearer token (the producer's --tls-* and --auth-tokens). The "
@@ -525,8 +556,30 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     # Everything is checked before anything runs: only these are usage errors.
     request, options = request_from(args, case_id, binding), options_from(args)
     announce_security(options)
-    result = asyncio.run(stream_once(request, options, view))
-    return finish_stream(result, args, out, view)
+    tracing = trace_from(args)
+    try:
+        result = asyncio.run(stream_once(request, options, view))
+        return finish_stream(result, args, out, view)
+    finally:
+        if tracing:  # after the result is out: a slow collector delays nothing before it
+            stop_tracing()
+
+
+def trace_from(args: argparse.Namespace) -> bool:
+    """Tracing on when a collector or a trace context is given (and ``OTEL_SDK_DISABLED`` is
+    not true): the span's parent is the context given, if it is well formed."""
+    traceparent = args.traceparent or os.environ.get(TRACEPARENT_ENV) or None
+    endpoint = endpoint_from(args.otlp_endpoint)
+    if disabled() or (endpoint is None and traceparent is None):
+        return False
+    tracing = start_tracing(TracingConfig("replywire-consumer", endpoint))
+    tracestate = os.environ.get(TRACESTATE_ENV) if not args.traceparent else None
+    tracing.parent, ignored = tracing.context_from(traceparent, tracestate)
+    if ignored is not None:
+        structlog.get_logger().warning(
+            "trace_context_ignored", why=ignored, chars=len(traceparent or "")
+        )
+    return True
 
 
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:

@@ -8,7 +8,8 @@ each stream as a ``StreamSession`` on the channels it keeps. The edge, a job a m
   HTTP/2 window;
 * ``consumer/reader.py``: the reader (the call into the bounded queue) and the idle timeout;
 * ``consumer/session.py``: one stream: the call, the processor, the verdict, the resumes;
-* ``consumer/interrupt.py``: Ctrl-C and SIGTERM as an event a stream watches.
+* ``consumer/interrupt.py``: Ctrl-C and SIGTERM as an event a stream watches;
+* ``consumer/spans.py``: the stream's span, when tracing is on (``runtime/tracing.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import structlog
 from consumer.channels import ChannelPool
 from consumer.options import StreamOptions
 from consumer.session import StreamSession
+from consumer.spans import ConsumeSpan
+from runtime.tracing import active
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
 
@@ -67,6 +70,9 @@ class ReplyClient(ChannelPool):
         session = StreamSession(sent, consumer, options, log, self)
         if observer is not None:
             observer(session)
+        tracing = active()  # the one check: off, no span is made
+        if tracing is not None:
+            return await ConsumeSpan(tracing, session, log).run(interrupted)
         result = await session.run(interrupted)
         log.info(
             "stream_finished",

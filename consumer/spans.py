@@ -1,0 +1,117 @@
+"""A consumer stream's span (``replywire.consume``), when tracing is on.
+
+One span per stream, a child of the context the consumer was handed (``--traceparent``)
+or the root of a new trace; its ``traceparent`` goes with every call of the stream (the
+Open, each resume, a Cancel), so the producer's spans are its children. Its ids are in
+every record of the stream. Attributes: the RPC (OpenTelemetry's semantic conventions),
+the stream (id, case, wire), and at the end the verdict (status, reason, frames, bytes,
+reconnects); each attempt's resume is an event. Status: OK for an accepted reply
+(``complete``), else an error whose description is the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import structlog
+
+from consumer.session import StreamSession
+from runtime.otel import Tracing
+from shared.errors import Status
+from shared.result import StreamResult
+
+SPAN_NAME: Final = "replywire.consume"
+RPC_SERVICE: Final = "replywire.v1.ReplyStream"
+#: The RPC conventions' attributes, both the current (``rpc.system.name``, the
+#: fully-qualified ``rpc.method``) and the earlier ones many back ends still read.
+RPC_ATTRIBUTES: Final = {
+    "rpc.system.name": "grpc",
+    "rpc.system": "grpc",
+    "rpc.service": RPC_SERVICE,
+    "rpc.method": f"{RPC_SERVICE}/Open",
+}
+
+
+def server_address(target: str) -> dict[str, Any]:
+    """``server.address`` (and ``server.port``) of a gRPC target's text."""
+    text = target.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    if text.startswith("unix"):
+        return {"server.address": text.split(":", 1)[-1]}
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return {"server.address": text}
+    return {"server.address": host.strip("[]"), "server.port": int(port)}
+
+
+class ConsumeSpan:
+    """Runs a session under its span: the span begun, made the session's trace context
+    and its records' ids, and ended with the verdict, whatever ends the stream."""
+
+    def __init__(
+        self, tracing: Tracing, session: StreamSession, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        self.tracing = tracing
+        self.session = session
+        self._log = log
+
+    async def run(self, interrupted: asyncio.Event | None) -> StreamResult:
+        tracing, session = self.tracing, self.session
+        from opentelemetry.trace import SpanKind  # noqa: PLC0415 - tracing is on
+
+        request = session.request
+        span = tracing.start(
+            SPAN_NAME,
+            kind=SpanKind.CLIENT,
+            parent=tracing.parent,
+            attributes={
+                **RPC_ATTRIBUTES,
+                **server_address(session.options.target),
+                "replywire.stream_id": request.stream_id,
+                "replywire.case_id": request.case_id,
+                "replywire.wire": session.consumer.wire.value,
+            },
+        )
+        tokens = tracing.bind_ids(span)
+        session.trace_metadata = tracing.metadata(span)
+        session.on_event = span.add_event
+        span.add_event("stream_opening")
+        result: StreamResult | None = None
+        try:
+            result = await session.run(interrupted)
+            self._log.info(
+                "stream_finished",
+                status=result.status.value,
+                reason=result.reason,
+                **result.stats.to_dict(),
+            )
+            return result
+        finally:
+            tracing.end(span, **ended(result))
+            tracing.unbind_ids(tokens)
+
+
+def ended(result: StreamResult | None) -> dict[str, Any]:
+    """The span's outcome: OK for an accepted reply, else the reason as the error."""
+    if result is None:  # the stream's task was cancelled, or failed, under the span
+        return {"error": "consumer_cancelled", "attributes": {"replywire.status": "cancelled"}}
+    stats = result.stats
+    transport = result.transport or {}
+    attributes: dict[str, Any] = {
+        "replywire.status": result.status.value,
+        "replywire.frames": stats.application_frames,
+        "replywire.bytes": stats.bytes_received,
+        "replywire.reconnects": stats.reconnects,
+        "rpc.response.status_code": str(transport.get("grpc_code") or "OK"),
+    }
+    if result.reason:
+        attributes["replywire.reason"] = result.reason
+    if "provider-http-status" in transport:
+        attributes["replywire.provider_http_status"] = str(transport["provider-http-status"])
+    accepted = result.status is Status.COMPLETE
+    if not accepted:
+        attributes["error.type"] = result.reason or result.status.value
+    return {
+        "error": None if accepted else (result.reason or result.status.value),
+        "attributes": attributes,
+    }
