@@ -340,6 +340,11 @@ FLAGS: Final = FlagTable((
         Flag("paths", "trace files, or directories of *.jsonl files", Path, nargs="+",
              shown="—", doc="trace files, or directories of `*.jsonl` files"),
         Flag("--stream-id", "only this stream's records", shown="every stream"),
+        Flag("--trace-id",
+             "only the records of this OpenTelemetry trace id (32 hex digits), both sides",
+             shown="every trace",
+             doc="only the records that carry this OpenTelemetry trace id (32 hex digits; "
+             "with tracing on: [Traces](traces.md#opentelemetry)), both sides"),
         Flag("--event", "only records of this event", shown="every event"),
     )),
     FlagGroup(commands=("trace",), flags=(
@@ -352,6 +357,11 @@ FLAGS: Final = FlagTable((
              aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream",
              doc="the stream to show: its id, or the beginning of one (a short id); without "
              "it, the streams found"),
+        Flag("--trace-id",
+             "the stream whose records carry this OpenTelemetry trace id (instead of --stream)",
+             metavar="TRACE_ID", shown="—",
+             doc="the stream whose records carry this OpenTelemetry trace id, instead of "
+             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))"),
         Flag("--out",
              "with --stream: also write its timeline here, one self-contained HTML page (an "
              "SVG); without: a directory, for every stream's page and an index (timelines.html)",
@@ -653,9 +663,11 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
     """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
     try:
         if args.command == "join-traces":
-            skipped = run_join(args.paths, args.stream_id, args.event, out)
+            skipped = run_join(args.paths, args.stream_id, args.event, out, args.trace_id)
         else:
-            request = TraceRequest(args.paths, args.stream_id, args.out, args.every, args.max_marks)
+            request = TraceRequest(
+                args.paths, args.stream_id, args.out, args.every, args.max_marks, args.trace_id
+            )
             skipped = run_trace(request, out)
     except (OSError, UnknownStream) as error:
         print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)

@@ -74,7 +74,7 @@ class ConsumeSpan:
         )
         tokens = tracing.bind_ids(span)
         session.trace_metadata = tracing.metadata(span)
-        session.on_event = span.add_event
+        session.on_event = lambda name, **fields: span.add_event(name, fields)
         span.add_event("stream_opening")
         result: StreamResult | None = None
         try:

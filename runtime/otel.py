@@ -86,12 +86,17 @@ class _CountingExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, counts: _Counts) -> None:
         self._inner = inner
         self._counts = counts
+        #: Spans in the export under way (a collector that never answers holds them).
+        self.in_flight = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.in_flight = len(spans)
         try:
             result = self._inner.export(spans)
         except Exception:
             result = SpanExportResult.FAILURE
+        finally:
+            self.in_flight = 0
         if result is SpanExportResult.SUCCESS:
             self._counts.add_exported(len(spans))
         else:
@@ -154,9 +159,10 @@ class Tracing:
             resource=_resource(config.service, environ), shutdown_on_exit=False
         )
         self._batch: _CountingBatch | None = None
+        self._exporter: _CountingExporter | None = None
         if config.endpoint is not None:
             exporter = _CountingExporter(OTLPSpanExporter(endpoint=config.endpoint), self.counts)
-            self._batch = _CountingBatch(exporter, self.counts)
+            self._exporter, self._batch = exporter, _CountingBatch(exporter, self.counts)
             self.provider.add_span_processor(self._batch)
         self.tracer = self.provider.get_tracer("replywire")
         self.endpoint = config.endpoint
@@ -300,8 +306,10 @@ class Tracing:
         worker.start()
         worker.join(timeout_s)
         unfinished = worker.is_alive()
-        if unfinished and self._batch is not None and self._batch.held():
-            self.counts.add_dropped(self._batch.held(), "exit")
+        if unfinished and self._batch is not None and self._exporter is not None:
+            left = self._batch.held() + self._exporter.in_flight
+            if left:
+                self.counts.add_dropped(left, "exit")
         if self._batch is not None:
             structlog.get_logger().info(
                 "trace_export_ended",

@@ -4,7 +4,9 @@ A child of the span current where the call is made (the reply's generation, unde
 delivery's ``replywire.serve``). Attributes after OpenTelemetry's generative-AI and HTTP
 conventions (``gen_ai.*``, ``server.address``, ``http.response.status_code``) and the
 ledger's outcome (``replywire.ledger.*``); the API key is never one of them. Status: OK
-for a call that completed, else an error whose description is the outcome.
+for a call whose stream completed with the provider's ``STOP``, else an error whose
+description is the outcome (a stream that ended without a finish reason, cut short,
+is ``completed (finish never reported)``: an error).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def end_call_span(
         attributes["gen_ai.response.finish_reasons"] = (finish_reason[:64],)
     if charged_usd is not None:
         attributes["replywire.ledger.charged_usd"] = charged_usd
-    completed = outcome.startswith("completed")
+    completed = outcome.startswith("completed") and finish_reason == "STOP"
     if not completed:
         attributes["error.type"] = outcome.split(" ", 1)[0]
     Tracing.end(span, error=None if completed else outcome, attributes=attributes)

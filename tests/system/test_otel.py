@@ -1,0 +1,303 @@
+"""OpenTelemetry across the pair, with real processes: a consumer started with a given
+``traceparent``, a producer on the fake Gemini server, both exporting over OTLP/gRPC to a
+collector in this test (``tests/otlp_collector.py``).
+
+One trace id throughout; the consumer's span the parent of the producer's; the
+generation and the provider call under it; a resume a second producer span with a link
+to the first; a refusal and a truncated stream with an error status and their reason;
+every record of the stream, both sides, with the trace id, and ``join-traces
+--trace-id`` finding them; a collector that never answers changing nothing but the drops
+counted; malformed context ignored with a record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime.recording_file import load_recording
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import ReplyRequest
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
+from tests.helpers import API_KEY, essence, gemini_producer, metrics_port, scrape
+from tests.otlp_collector import (
+    KIND_CLIENT,
+    KIND_SERVER,
+    STATUS_ERROR,
+    STATUS_OK,
+    Collector,
+    Received,
+    otlp_collector,
+)
+from tests.processes import ROOT, FakeGeminiProcess, fake_gemini, producer, run_consumer, wait_for
+from tests.reset_proxy import ResetProxy
+
+pytestmark = pytest.mark.timeout(180)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+CASE = "backup-schedule"
+CONSUME, SERVE = "replywire.consume", "replywire.serve"
+GENERATION, PROVIDER = "replywire.generation", "gemini.stream_generate_content"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeGeminiProcess]:
+    with fake_gemini(API_KEY) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def prompt_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans batched for 50 ms, not 5 s: the collector has them soon after a stream."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
+def of_stream(collector: Collector, name: str, stream_id: str) -> list[Received]:
+    return [
+        s for s in collector.named(name) if s.attributes.get("replywire.stream_id") == stream_id
+    ]
+
+
+def stream_records(records: list[dict[str, Any]], stream_id: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("stream_id") == stream_id]
+
+
+def test_one_trace_across_the_pair_with_a_resume(tmp_path: Path, fake: FakeGeminiProcess) -> None:
+    sid = "otel-resume"
+    with (
+        otlp_collector() as collector,
+        gemini_producer(
+            tmp_path, fake, "--otlp-endpoint", collector.endpoint, model="fake-slow-drip"
+        ) as running,
+        ResetProxy(running.port, 400) as proxy,
+    ):
+        run = run_consumer(
+            proxy.target, "--case", CASE, "--stream-id", sid, "--chunk-interval-ms", "20",
+            "--resume-backoff-s", "0.05", "--traceparent", TRACEPARENT,
+            "--otlp-endpoint", collector.endpoint,
+        )  # fmt: skip
+        assert proxy.reset_done
+        collector.wait_for(CONSUME, PROVIDER, GENERATION)
+        wait_for(lambda: len(of_stream(collector, SERVE, sid)) >= 2, timeout=20)
+        producer_records = running.trace()
+    assert run.returncode == 0, run.result
+    assert run.result["stats"]["reconnects"] >= 1
+
+    (consume,) = of_stream(collector, CONSUME, sid)
+    serves = sorted(
+        of_stream(collector, SERVE, sid), key=lambda s: s.attributes["replywire.resume_after"]
+    )
+    (generation,) = of_stream(collector, GENERATION, sid)
+    (provider,) = collector.named(PROVIDER)
+    spans = [consume, *serves, generation, provider]
+    assert {s.trace_id for s in spans} == {TRACE_ID}
+    # The caller's span -> consume -> each delivery; the first delivery -> generation -> call.
+    assert (consume.parent_span_id, consume.kind, consume.service) == (
+        CALLER_SPAN,
+        KIND_CLIENT,
+        "replywire-consumer",
+    )
+    assert [(s.parent_span_id, s.kind, s.service) for s in serves] == [
+        (consume.span_id, KIND_SERVER, "replywire-producer")
+    ] * len(serves)
+    first, resumed = serves[0], serves[-1]
+    assert generation.parent_span_id == first.span_id
+    assert provider.parent_span_id == generation.span_id
+    assert (first.links, resumed.links) == ([], [(TRACE_ID, first.span_id)])
+    assert resumed.attributes["replywire.resume_after"] > 0
+    # Attributes and status.
+    assert consume.status_code == STATUS_OK
+    assert {
+        key: consume.attributes[key]
+        for key in ("rpc.system.name", "rpc.method", "server.address", "replywire.status",
+                    "replywire.case_id", "rpc.response.status_code")
+    } == {
+        "rpc.system.name": "grpc", "rpc.method": "replywire.v1.ReplyStream/Open",
+        "server.address": "127.0.0.1", "replywire.status": "complete", "replywire.case_id": CASE,
+        "rpc.response.status_code": "OK",
+    }  # fmt: skip
+    assert consume.attributes["replywire.reconnects"] == run.result["stats"]["reconnects"]
+    assert consume.attributes["replywire.frames"] == run.result["stats"]["application_frames"]
+    assert (resumed.status_code, resumed.attributes["replywire.status"]) == (STATUS_OK, "completed")
+    assert "completed" in resumed.events
+    assert provider.status_code == STATUS_OK
+    assert provider.attributes["http.response.status_code"] == 200
+    assert provider.attributes["gen_ai.request.model"] == "fake-slow-drip"
+    assert provider.attributes["gen_ai.usage.input_tokens"] > 0
+    assert provider.attributes["replywire.ledger.outcome"].startswith("completed")
+    # Every record of the stream, both sides, carries the trace id.
+    consumer_records = stream_records(run.trace, sid)
+    for record in consumer_records + stream_records(producer_records, sid):
+        assert record.get("trace_id") == TRACE_ID, record
+        assert len(record["span_id"]) == 16
+    # join-traces --trace-id finds them all.
+    (tmp_path / "consumer.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in run.trace), encoding="utf-8"
+    )
+    joined = subprocess.run(
+        [sys.executable, "-m", "consumer", "join-traces", str(tmp_path / "consumer.jsonl"),
+         str(running.trace_path), "--trace-id", TRACE_ID.upper()],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    got = [json.loads(line) for line in joined.stdout.splitlines()]
+    assert {r["side"] for r in got} == {"consumer", "producer"}
+    assert len(got) >= len(consumer_records) + len(stream_records(producer_records, sid))
+    assert {r["trace_id"] for r in got} == {TRACE_ID}
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "reason"),
+    [
+        ("fake-rate-limited", "refused", "provider_rate_limited"),
+        ("fake-early-eof", "incomplete", "missing_terminal"),
+    ],
+)
+def test_a_refusal_and_a_truncated_stream_are_errors_with_their_reason(
+    tmp_path: Path, fake: FakeGeminiProcess, model: str, status: str, reason: str
+) -> None:
+    sid = f"otel-{model}"
+    with (
+        otlp_collector() as collector,
+        gemini_producer(tmp_path, fake, "--otlp-endpoint", collector.endpoint, model=model) as p,
+    ):
+        run = run_consumer(
+            p.target, "--case", CASE, "--stream-id", sid, "--traceparent", TRACEPARENT,
+            "--otlp-endpoint", collector.endpoint,
+        )  # fmt: skip
+        collector.wait_for(CONSUME, SERVE, PROVIDER)
+        producer_records = p.trace()
+    assert (run.result["status"], run.result["reason"]) == (status, reason)
+    (consume,) = of_stream(collector, CONSUME, sid)
+    (serve,) = of_stream(collector, SERVE, sid)
+    assert {consume.trace_id, serve.trace_id} == {TRACE_ID}
+    assert serve.parent_span_id == consume.span_id
+    assert (consume.status_code, consume.status_message) == (STATUS_ERROR, reason)
+    assert consume.attributes["replywire.reason"] == reason
+    assert consume.attributes["replywire.status"] == status
+    (provider,) = collector.named(PROVIDER)
+    print(serve, provider, collector.named(GENERATION))
+    assert provider.trace_id == TRACE_ID
+    if status == "refused":
+        assert (serve.attributes["replywire.status"], serve.attributes["replywire.reason"]) == (
+            "refused",
+            reason,
+        )
+        assert provider.attributes["http.response.status_code"] == 429
+        assert provider.status_code == STATUS_ERROR
+    for record in stream_records(run.trace, sid) + stream_records(producer_records, sid):
+        assert record.get("trace_id") == TRACE_ID, record
+
+
+def test_a_collector_that_never_answers_changes_nothing_but_the_drops(
+    tmp_path: Path, fake: FakeGeminiProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")  # each export waits 5 s, then fails
+    (tmp_path / "plain").mkdir()
+    with gemini_producer(tmp_path / "plain", fake) as plain:
+        untraced = run_consumer(plain.target, "--case", CASE)
+    with (
+        otlp_collector(answering=False) as collector,
+        gemini_producer(
+            tmp_path, fake, "--otlp-endpoint", collector.endpoint, "--metrics-port", "0"
+        ) as running,
+    ):
+        traced = run_consumer(
+            running.target, "--case", CASE, "--traceparent", TRACEPARENT,
+            "--otlp-endpoint", collector.endpoint,
+        )  # fmt: skip
+        port = metrics_port(running)
+
+        def dropped() -> float:
+            return scrape(port).get(("replywire_trace_spans_dropped_total", ()), 0.0)
+
+        wait_for(lambda: dropped() >= 1, timeout=30)
+        assert collector.calls >= 1
+        assert running.logged("trace_spans_dropped")
+    assert traced.returncode == untraced.returncode == 0
+    assert essence(traced.result) == essence(untraced.result)
+    (ended,) = [r for r in traced.trace if r["event"] == "trace_export_ended"]
+    assert (ended["spans_exported"], ended["spans_dropped"], ended["unfinished"]) == (0, 1, True)
+    assert collector.spans == []
+
+
+@pytest.fixture(scope="module")
+def plain_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A producer (recording source, tracing off) for every fuzzed example."""
+    with producer(tmp_path_factory.mktemp("fuzz")) as running:
+        yield running.target
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    value=st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80),
+        st.builds(
+            lambda head, tail: f"{head}-{TRACE_ID}-{CALLER_SPAN}-{tail}",
+            st.sampled_from(["00", "ff", "0", "zz", "01"]),
+            st.sampled_from(["01", "00", "1", "xx", "01-extra"]),
+        ),
+        st.just("00-" + "0" * 32 + "-" + CALLER_SPAN + "-01"),
+        st.just("00-" + TRACE_ID + "-" + CALLER_SPAN + "-01" + "x" * 300),
+    )
+)
+def test_fuzzed_traceparent_the_stream_is_served(plain_target: str, value: str) -> None:
+    """Whatever the consumer is handed: the stream completes; a value the propagator does
+    not accept is said in a record and the span starts a trace of its own."""
+    run = run_consumer(plain_target, "--case", "replace-file", f"--traceparent={value}")
+    assert run.returncode == 0, run.result
+    ignored = [r for r in run.trace if r["event"] == "trace_context_ignored"]
+    (finished,) = [r for r in run.trace if r["event"] == "stream_finished"]
+    if not value:  # no context, no collector: tracing off
+        assert "trace_id" not in finished and not ignored
+    elif ignored:
+        assert ignored[0]["why"] in {"traceparent_malformed", "traceparent_oversized"}
+        assert len(finished["trace_id"]) == 32
+    else:
+        assert finished["trace_id"] == value.split("-")[1]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["garbage", "00-" + "0" * 32 + "-" + CALLER_SPAN + "-01", "00-" + TRACE_ID + "-" + "f" * 400],
+)
+def test_the_producer_ignores_malformed_context_with_a_record(tmp_path: Path, value: str) -> None:
+    """A caller (not our consumer) sends a traceparent the producer cannot continue: the
+    stream is served in a trace of its own, and a record says why."""
+    with (
+        otlp_collector() as collector,
+        producer(tmp_path, "--otlp-endpoint", collector.endpoint) as p,
+    ):
+        recording = load_recording()
+        case = recording.case("replace-file")
+        request = ReplyRequest(
+            case_id=case.case_id, binding=case.binding, wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("whole"), fault=None, stream_id="fuzzed-context",
+        ).open_request()  # fmt: skip
+        with grpc.insecure_channel(p.target) as channel:
+            chunks = list(
+                pb_grpc.ReplyStreamStub(channel).Open(
+                    request, metadata=(("traceparent", value), ("tracestate", "k=v")), timeout=30
+                )
+            )
+        assert chunks
+        wait_for(lambda: p.logged("trace_context_ignored"))
+        collector.wait_for(SERVE)
+        records = p.stream_trace("fuzzed-context")
+    (ignored,) = [r for r in records if r["event"] == "trace_context_ignored"]
+    assert ignored["why"] in {"traceparent_malformed", "traceparent_oversized"}
+    (serve,) = collector.named(SERVE)
+    assert serve.parent_span_id == ""
+    assert serve.status_code == STATUS_OK
+    assert {r["trace_id"] for r in records} == {serve.trace_id}
