@@ -12,13 +12,14 @@ reconnects); each attempt's resume is an event. Status: OK for an accepted reply
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 
 from consumer.session import StreamSession
 from runtime.otel import Tracing
 from shared.errors import Status
+from shared.pb import replywire_pb2 as pb
 from shared.result import StreamResult
 
 SPAN_NAME: Final = "replywire.consume"
@@ -45,41 +46,48 @@ def server_address(target: str) -> dict[str, Any]:
 
 
 class ConsumeSpan:
-    """Runs a session under its span: the span begun, made the session's trace context
-    and its records' ids, and ended with the verdict, whatever ends the stream."""
+    """A stream's span: begun before the stream's core (its ids in every record of the
+    stream, its context the session's), ended with the verdict, whatever ends the stream."""
 
     def __init__(
-        self, tracing: Tracing, session: StreamSession, log: structlog.typing.FilteringBoundLogger
+        self, tracing: Tracing, request: pb.OpenRequest, target: str, *, wire: str
     ) -> None:
-        self.tracing = tracing
-        self.session = session
-        self._log = log
-
-    async def run(self, interrupted: asyncio.Event | None) -> StreamResult:
-        tracing, session = self.tracing, self.session
         from opentelemetry.trace import SpanKind  # noqa: PLC0415 - tracing is on
 
-        request = session.request
-        span = tracing.start(
+        self.tracing = tracing
+        self.span = tracing.start(
             SPAN_NAME,
             kind=SpanKind.CLIENT,
             parent=tracing.parent,
             attributes={
                 **RPC_ATTRIBUTES,
-                **server_address(session.options.target),
+                **server_address(target),
                 "replywire.stream_id": request.stream_id,
                 "replywire.case_id": request.case_id,
-                "replywire.wire": session.consumer.wire.value,
+                "replywire.wire": wire,
             },
         )
-        tokens = tracing.bind_ids(span)
-        session.trace_metadata = tracing.metadata(span)
+        self._tokens = tracing.bind_ids(self.span)
+
+    def events_of(
+        self, log: structlog.typing.FilteringBoundLogger
+    ) -> structlog.typing.FilteringBoundLogger:
+        """``log``, with each ``state_changed`` record also an event of the span."""
+        return cast(structlog.typing.FilteringBoundLogger, TransitionEvents(log, self.span))
+
+    async def run(
+        self,
+        session: StreamSession,
+        log: structlog.typing.FilteringBoundLogger,
+        interrupted: asyncio.Event | None,
+    ) -> StreamResult:
+        span = self.span
+        session.trace_metadata = self.tracing.metadata(span)
         session.on_event = lambda name, **fields: span.add_event(name, fields)
-        span.add_event("stream_opening")
         result: StreamResult | None = None
         try:
             result = await session.run(interrupted)
-            self._log.info(
+            log.info(
                 "stream_finished",
                 status=result.status.value,
                 reason=result.reason,
@@ -87,8 +95,41 @@ class ConsumeSpan:
             )
             return result
         finally:
-            tracing.end(span, **ended(result))
-            tracing.unbind_ids(tokens)
+            self.tracing.end(span, **ended(result))
+            self.tracing.unbind_ids(self._tokens)
+
+
+class TransitionEvents:
+    """A stream's logger whose ``state_changed`` records are also events of its span
+    (named for the state reached, with the component, the input and the state left).
+    Anything else is the logger's own: records go on as they would."""
+
+    def __init__(self, inner: Any, span: Any, component: str | None = None) -> None:
+        self._inner = inner
+        self._span = span
+        self._component = component
+
+    def info(self, event: str, *args: Any, **fields: Any) -> Any:
+        if event == "state_changed":
+            attributes = {
+                key: value
+                for key, value in (
+                    ("replywire.component", self._component),
+                    ("replywire.from_state", fields.get("from_state")),
+                    ("replywire.input", fields.get("input")),
+                    ("replywire.reason", fields.get("reason")),
+                )
+                if isinstance(value, str)
+            }
+            self._span.add_event(str(fields.get("to_state")), attributes)
+        return self._inner.info(event, *args, **fields)
+
+    def bind(self, **values: Any) -> TransitionEvents:
+        component = values.get("component", self._component)
+        return TransitionEvents(self._inner.bind(**values), self._span, component)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def ended(result: StreamResult | None) -> dict[str, Any]:

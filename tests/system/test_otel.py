@@ -128,6 +128,10 @@ def test_one_trace_across_the_pair_with_a_resume(tmp_path: Path, fake: FakeGemin
         "server.address": "127.0.0.1", "replywire.status": "complete", "replywire.case_id": CASE,
         "rpc.response.status_code": "OK",
     }  # fmt: skip
+    # Each state change of the core and the reader an event, and the resume.
+    assert consume.events[-1] == "complete"
+    assert {"streaming", "terminal_received", "validating", "ended"} <= set(consume.events)
+    assert consume.events.count("stream_resuming") == run.result["stats"]["reconnects"]
     assert consume.attributes["replywire.reconnects"] == run.result["stats"]["reconnects"]
     assert consume.attributes["replywire.frames"] == run.result["stats"]["application_frames"]
     assert (resumed.status_code, resumed.attributes["replywire.status"]) == (STATUS_OK, "completed")
