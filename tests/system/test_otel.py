@@ -159,6 +159,13 @@ def test_one_trace_across_the_pair_with_a_resume(tmp_path: Path, fake: FakeGemin
     assert {r["side"] for r in got} == {"consumer", "producer"}
     assert len(got) >= len(consumer_records) + len(stream_records(producer_records, sid))
     assert {r["trace_id"] for r in got} == {TRACE_ID}
+    # trace --trace-id draws the stream whose records carry it.
+    drawn = subprocess.run(
+        [sys.executable, "-m", "consumer", "trace", str(tmp_path / "consumer.jsonl"),
+         str(running.trace_path), "--trace-id", TRACE_ID],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert sid in drawn.stdout.splitlines()[0]
 
 
 @pytest.mark.parametrize(
