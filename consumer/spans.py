@@ -12,15 +12,17 @@ reconnects); each attempt's resume is an event. Status: OK for an accepted reply
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
 from consumer.session import StreamSession
-from runtime.otel import Tracing
 from shared.errors import Status
 from shared.pb import replywire_pb2 as pb
 from shared.result import StreamResult
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
+    from runtime.otel import Tracing
 
 SPAN_NAME: Final = "replywire.consume"
 RPC_SERVICE: Final = "replywire.v1.ReplyStream"

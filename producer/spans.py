@@ -23,11 +23,12 @@ import structlog
 
 from producer.replylog import ReplyKey
 from producer.states import ProducerStream, StreamState
-from runtime.otel import Tracing
 from shared.pb import replywire_pb2 as pb
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
     from opentelemetry.trace import Span
+
+    from runtime.otel import Tracing
 
 SPAN_NAME: Final = "replywire.serve"
 CANCEL_SPAN_NAME: Final = "replywire.cancel"

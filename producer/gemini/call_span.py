@@ -12,10 +12,11 @@ is ``completed (finish never reported)``: an error).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from runtime.otel import Tracing
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
+    from runtime.otel import Tracing
 
 SPAN_NAME: Final = "gemini.stream_generate_content"
 #: The usage counts a span carries, by the conventions' names.
@@ -41,14 +42,16 @@ def start_call_span(tracing: Tracing, *, model: str, url: str) -> Any:
 
 
 def end_call_span(
-    span: Any,
+    tracing: Tracing,
+    call: Any,
     *,
     usage: Mapping[str, object] | None,
     outcome: str,
     finish_reason: str | None,
     sent: bool,
-    charged_usd: float | None,
 ) -> None:
+    """End ``call``'s span (``producer.gemini.source.Call``: its span, what it charged)."""
+    span, charged_usd = call.span, call.charged
     attributes: dict[str, Any] = {
         "replywire.ledger.outcome": outcome,
         "replywire.request_sent": sent,
@@ -64,4 +67,4 @@ def end_call_span(
     completed = outcome.startswith("completed") and finish_reason == "STOP"
     if not completed:
         attributes["error.type"] = outcome.split(" ", 1)[0]
-    Tracing.end(span, error=None if completed else outcome, attributes=attributes)
+    tracing.end(span, error=None if completed else outcome, attributes=attributes)

@@ -598,9 +598,10 @@ class GeminiSource:
         recording, cancelled = await run_to_the_end(
             self._record(call, usage=usage, outcome=outcome, finish_reason=finish_reason, sent=sent)
         )
-        if call.span is not None:
-            end_call_span(call.span, usage=usage, outcome=outcome, finish_reason=finish_reason,
-                          sent=sent, charged_usd=call.charged)  # fmt: skip
+        tracing = active()
+        if call.span is not None and tracing is not None:
+            end_call_span(tracing, call, usage=usage, outcome=outcome,
+                          finish_reason=finish_reason, sent=sent)  # fmt: skip
         if cancelled:
             raise asyncio.CancelledError
         recording.result()

@@ -312,3 +312,31 @@ def test_the_producer_ignores_malformed_context_with_a_record(tmp_path: Path, va
     assert serve.parent_span_id == ""
     assert serve.status_code == STATUS_OK
     assert {r["trace_id"] for r in records} == {serve.trace_id}
+
+
+def test_off_nothing_of_it_is_loaded() -> None:
+    """Without a collector or a context: the consumer's command line imports nothing of
+    OpenTelemetry, and neither process loads the module that makes spans (redis 8.1 imports
+    OpenTelemetry's API itself, for metrics of its own it leaves off: the producer's import
+    of it is redis's)."""
+    probe = (
+        "import sys, consumer.cli, consumer.client; "
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')]; "
+        "import producer.cli, producer.servicer, producer.gemini.source; "
+        "assert 'runtime.otel' not in sys.modules and 'opentelemetry.sdk.trace' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, timeout=60)
+
+
+def test_off_records_carry_no_trace_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_SDK_DISABLED=true wins over a collector and a context: no span, no ids."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    with producer(tmp_path, "--otlp-endpoint", "http://127.0.0.1:9") as p:
+        run = run_consumer(
+            p.target, "--case", "replace-file", "--stream-id", "off", "--traceparent",
+            TRACEPARENT, "--otlp-endpoint", "http://127.0.0.1:9",
+        )  # fmt: skip
+        producer_records = p.stream_trace("off")
+    assert run.returncode == 0
+    records = stream_records(run.trace, "off") + producer_records
+    assert records and not [r for r in records if "trace_id" in r]
