@@ -13,6 +13,7 @@ counted; malformed context ignored with a record.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.children import stop_process
 from runtime.recording_file import load_recording
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
@@ -39,7 +41,15 @@ from tests.otlp_collector import (
     Received,
     otlp_collector,
 )
-from tests.processes import ROOT, FakeGeminiProcess, fake_gemini, producer, run_consumer, wait_for
+from tests.processes import (
+    ROOT,
+    FakeGeminiProcess,
+    consumer_process,
+    fake_gemini,
+    producer,
+    run_consumer,
+    wait_for,
+)
 from tests.reset_proxy import ResetProxy
 
 pytestmark = pytest.mark.timeout(180)
@@ -340,3 +350,36 @@ def test_off_records_carry_no_trace_ids(tmp_path: Path, monkeypatch: pytest.Monk
     assert run.returncode == 0
     records = stream_records(run.trace, "off") + producer_records
     assert records and not [r for r in records if "trace_id" in r]
+
+
+def test_a_cancel_carries_the_trace_context(tmp_path: Path, fake: FakeGeminiProcess) -> None:
+    """Ctrl-C mid-stream: the Cancel is a span of the stream's trace on the producer, under
+    the consumer's span; the consumer's span ends consumer_cancelled."""
+    sid = "otel-cancel"
+    with (
+        otlp_collector() as collector,
+        gemini_producer(
+            tmp_path, fake, "--otlp-endpoint", collector.endpoint, model="fake-slow-drip"
+        ) as running,
+    ):
+        with consumer_process(
+            tmp_path, running.target, "--case", CASE, "--stream-id", sid,
+            "--chunk-interval-ms", "300", "--traceparent", TRACEPARENT,
+            "--otlp-endpoint", collector.endpoint,
+        ) as consumer:  # fmt: skip
+            wait_for(
+                lambda: any(r["event"] == "chunk_sent" for r in running.stream_trace(sid)),
+                timeout=30,
+            )
+            assert stop_process(consumer, signal.SIGINT) == 3
+        collector.wait_for(CONSUME, "replywire.cancel")
+        requested = [
+            r for r in running.stream_trace(sid) if r["event"] == "stream_cancel_requested"
+        ]
+    (consume,) = of_stream(collector, CONSUME, sid)
+    (cancel,) = collector.named("replywire.cancel")
+    assert (consume.status_code, consume.status_message) == (STATUS_ERROR, "consumer_cancelled")
+    assert (cancel.trace_id, cancel.parent_span_id) == (TRACE_ID, consume.span_id)
+    assert cancel.attributes["rpc.method"] == "replywire.v1.ReplyStream/Cancel"
+    assert cancel.attributes["replywire.cancelled"] is True
+    assert [r["trace_id"] for r in requested] == [TRACE_ID]
