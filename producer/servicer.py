@@ -187,11 +187,15 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
         tracing = active()
         span = None if tracing is None else cancel_span(tracing, context)
-        cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
-        self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
-                       cancelled=cancelled, relayed=relayed)  # fmt: skip
-        if tracing is not None and span is not None:
-            tracing.end(span, error=None, attributes={"replywire.cancelled": cancelled})
+        cancelled: bool | None = None
+        try:
+            cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
+            self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+                           cancelled=cancelled, relayed=relayed)  # fmt: skip
+        finally:
+            if tracing is not None and span is not None:
+                failed = None if cancelled is not None else Reason.INTERNAL_ERROR.value
+                tracing.end(span, error=failed, attributes={"replywire.cancelled": bool(cancelled)})
         return pb.CancelReply(cancelled=cancelled)
 
     async def _check_cancel(
