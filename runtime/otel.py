@@ -4,7 +4,8 @@ trace context in and out of a call's metadata, the ids a record carries, and exp
 * **Context.** ``traceparent`` and ``tracestate`` are read by OpenTelemetry's W3C
   propagator, after a bound on their length: a value that is too long or that the
   propagator does not accept is ignored (the span starts a trace of its own) and said
-  in a ``trace_context_ignored`` record, never an error for the stream.
+  in a ``trace_context_ignored`` record, never an error for the stream (a ``tracestate``
+  the propagator cannot read is dropped, the ``traceparent`` kept, and said the same way).
 * **Records.** While a stream's span is current its ids are bound in the stream's
   structlog context (``bind_ids``), as ``trace_id`` and ``span_id`` in lowercase hex (the
   OpenTelemetry log data model's form): a record pays nothing more than the
@@ -22,6 +23,7 @@ trace context in and out of a call's metadata, the ids a record carries, and exp
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -153,6 +155,9 @@ class Tracing:
     ) -> None:
         environ = os.environ if environ is None else environ
         route_stdlib_logging("opentelemetry")  # its warnings are trace records, not stderr
+        # A tracestate it cannot read is a warning quoting the caller's text, before any span
+        # is current: said instead by our own record (trace_context_ignored, bounded).
+        logging.getLogger("opentelemetry.trace.span").setLevel(logging.ERROR)
         self.counts = _Counts(on_drop)
         # No exit hook of the SDK's own: its shutdown may wait 30 s for a collector.
         self.provider = TracerProvider(
@@ -197,8 +202,11 @@ class Tracing:
             context = _PROPAGATOR.extract(carrier)
         except Exception:  # the propagator's own parsing: nothing of it may end a stream
             return None, "traceparent_malformed"
-        if not trace.get_current_span(context).get_span_context().is_valid:
+        span_context = trace.get_current_span(context).get_span_context()
+        if not span_context.is_valid:
             return None, "traceparent_malformed"
+        if TRACESTATE in carrier and carrier[TRACESTATE].strip() and not span_context.trace_state:
+            why = "tracestate_malformed"  # the propagator drops a tracestate it cannot read
         return context, why
 
     def context_from_metadata(

@@ -289,39 +289,72 @@ def test_fuzzed_traceparent_the_stream_is_served(plain_target: str, value: str) 
         assert finished["trace_id"] == value.split("-")[1]
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["garbage", "00-" + "0" * 32 + "-" + CALLER_SPAN + "-01", "00-" + TRACE_ID + "-" + "f" * 400],
-)
-def test_the_producer_ignores_malformed_context_with_a_record(tmp_path: Path, value: str) -> None:
-    """A caller (not our consumer) sends a traceparent the producer cannot continue: the
-    stream is served in a trace of its own, and a record says why."""
+@pytest.fixture(scope="module")
+def traced_producer(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Collector, Any]]:
+    """A producer (recording source) exporting to a collector, for the fuzzed callers."""
     with (
         otlp_collector() as collector,
-        producer(tmp_path, "--otlp-endpoint", collector.endpoint) as p,
+        producer(
+            tmp_path_factory.mktemp("fuzz-producer"),
+            "--otlp-endpoint",
+            collector.endpoint,
+            env={"OTEL_BSP_SCHEDULE_DELAY": "50"},  # the function-scoped fixture's is too late
+        ) as running,
     ):
-        recording = load_recording()
-        case = recording.case("replace-file")
-        request = ReplyRequest(
-            case_id=case.case_id, binding=case.binding, wire=WireFormat.LENGTH_PREFIXED,
-            plan=ChunkPlan.parse("whole"), fault=None, stream_id="fuzzed-context",
-        ).open_request()  # fmt: skip
-        with grpc.insecure_channel(p.target) as channel:
-            chunks = list(
-                pb_grpc.ReplyStreamStub(channel).Open(
-                    request, metadata=(("traceparent", value), ("tracestate", "k=v")), timeout=30
-                )
-            )
-        assert chunks
-        wait_for(lambda: p.logged("trace_context_ignored"))
-        collector.wait_for(SERVE)
-        records = p.stream_trace("fuzzed-context")
-    (ignored,) = [r for r in records if r["event"] == "trace_context_ignored"]
-    assert ignored["why"] in {"traceparent_malformed", "traceparent_oversized"}
-    (serve,) = collector.named(SERVE)
-    assert serve.parent_span_id == ""
+        yield collector, running
+
+
+_CALLS = iter(range(1_000_000))
+#: What gRPC lets a caller send as a metadata value: printable ASCII.
+PRINTABLE = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    traceparent=st.one_of(
+        PRINTABLE.filter(lambda text: text.strip() == text and text != ""),
+        st.just("00-" + "0" * 32 + "-" + CALLER_SPAN + "-01"),
+        st.just("00-" + TRACE_ID + "-" + "f" * 400),
+        st.just(TRACEPARENT),
+    ),
+    tracestate=st.none()
+    | PRINTABLE.filter(lambda text: text.strip() == text)
+    | st.just("k=" + "v" * 600),
+)
+def test_any_context_a_caller_sends_the_stream_is_served(
+    traced_producer: tuple[Collector, Any], traceparent: str, tracestate: str | None
+) -> None:
+    """A caller (not our consumer) sends whatever context: the stream is served; a
+    traceparent the producer cannot continue is said in a record, and the span starts a
+    trace of its own."""
+    collector, running = traced_producer
+    sid = f"fuzzed-{next(_CALLS)}"
+    case = load_recording().case("replace-file")
+    request = ReplyRequest(
+        case_id=case.case_id, binding=case.binding, wire=WireFormat.LENGTH_PREFIXED,
+        plan=ChunkPlan.parse("whole"), fault=None, stream_id=sid,
+    ).open_request()  # fmt: skip
+    metadata = [("traceparent", traceparent)]
+    if tracestate is not None:
+        metadata.append(("tracestate", tracestate))
+    with grpc.insecure_channel(running.target) as channel:
+        chunks = list(
+            pb_grpc.ReplyStreamStub(channel).Open(request, metadata=tuple(metadata), timeout=30)
+        )
+    assert chunks
+    wait_for(lambda: len(of_stream(collector, SERVE, sid)) == 1, timeout=20)
+    (serve,) = of_stream(collector, SERVE, sid)
     assert serve.status_code == STATUS_OK
+    records = running.stream_trace(sid)
     assert {r["trace_id"] for r in records} == {serve.trace_id}
+    ignored = {r["why"] for r in records if r["event"] == "trace_context_ignored"}
+    if serve.parent_span_id:  # continued: the caller's trace
+        assert (serve.trace_id, serve.parent_span_id) == tuple(traceparent.split("-")[1:3])
+        assert ignored <= {"tracestate_oversized", "tracestate_malformed"}
+    else:
+        assert ignored & {"traceparent_malformed", "traceparent_oversized"}
 
 
 def test_off_nothing_of_it_is_loaded() -> None:
