@@ -611,6 +611,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         start_tracing(TracingConfig("replywire-producer", otlp_endpoint)).set_on_drop(
             metrics.spans_dropped
         )
+        log.info("tracing_on", exporter="otlp-grpc")  # the endpoint may hold credentials
     settings = ServerSettings(
         host=args.host,
         port=args.port,
@@ -685,7 +686,6 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         # Where state is kept, without a URL's password.
         ledger=store_of("--ledger", args.ledger).shown if args.source == "gemini" else None,
         reply_log=store_of("--reply-log", args.reply_log).shown,
-        tracing=otlp_endpoint is not None,
     )
     # The one line a wrapper script (or a test) reads to find an ephemeral port.
     flush_trace()  # what the trace says so far is in it before anyone is told to look
