@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -58,6 +59,17 @@ from runtime.logs import (
     flush_delay_ms,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from runtime.tracing import (
+    ENDPOINT_ENV,
+    OTLP_ENDPOINT_HELP,
+    TRACEPARENT_ENV,
+    TRACESTATE_ENV,
+    TracingConfig,
+    disabled,
+    endpoint_from,
+    start_tracing,
+    stop_tracing,
+)
 from shared.consumer_limits import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
@@ -258,6 +270,25 @@ FLAGS: Final = FlagTable((
              f"{MAX_BINDING_DEPTH} levels deep"),
     )),
     FlagGroup(
+        title="tracing",
+        description="OpenTelemetry: the stream's span, its W3C trace context sent to the "
+        "producer, its ids in every record (docs/traces.md). Off unless one of these is set",
+        commands=STREAM,
+        flags=(
+            Flag("--traceparent",
+                 f"continue this W3C trace context (unset: ${TRACEPARENT_ENV}; else a new "
+                 "trace); a malformed one is ignored with a record",
+                 metavar="TRACEPARENT", shown=f"`${TRACEPARENT_ENV}`",
+                 doc=f"continue this W3C trace context (unset: `${TRACEPARENT_ENV}`, with "
+                 f"`${TRACESTATE_ENV}`; else a new trace); a malformed or oversized value is "
+                 "ignored with a `trace_context_ignored` record, never an error"),
+            Flag("--otlp-endpoint", OTLP_ENDPOINT_HELP, metavar="URL",
+                 shown=f"`${ENDPOINT_ENV}`",
+                 doc=f"export the stream's span over OTLP/gRPC to this collector (unset: "
+                 f"`${ENDPOINT_ENV}`; the other standard `OTEL_*` variables are honoured)"),
+        ),
+    ),
+    FlagGroup(
         title="security",
         description="TLS and a bearer token (the producer's --tls-* and --auth-tokens). The "
         "token goes only over TLS, or to a loopback target or a Unix socket, unless --insecure",
@@ -310,6 +341,11 @@ FLAGS: Final = FlagTable((
         Flag("paths", "trace files, or directories of *.jsonl files", Path, nargs="+",
              shown="—", doc="trace files, or directories of `*.jsonl` files"),
         Flag("--stream-id", "only this stream's records", shown="every stream"),
+        Flag("--trace-id",
+             "only the records of this OpenTelemetry trace id (32 hex digits), both sides",
+             shown="every trace",
+             doc="only the records that carry this OpenTelemetry trace id (32 hex digits; "
+             "with tracing on: [Traces](traces.md#opentelemetry)), both sides"),
         Flag("--event", "only records of this event", shown="every event"),
     )),
     FlagGroup(commands=("trace",), flags=(
@@ -322,6 +358,11 @@ FLAGS: Final = FlagTable((
              aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream",
              doc="the stream to show: its id, or the beginning of one (a short id); without "
              "it, the streams found"),
+        Flag("--trace-id",
+             "the stream whose records carry this OpenTelemetry trace id (instead of --stream)",
+             metavar="TRACE_ID", shown="—",
+             doc="the stream whose records carry this OpenTelemetry trace id, instead of "
+             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))"),
         Flag("--out",
              "with --stream: also write its timeline here, one self-contained HTML page (an "
              "SVG); without: a directory, for every stream's page and an index (timelines.html)",
@@ -526,8 +567,30 @@ def run_stream(args: argparse.Namespace, out: TextIO) -> int:
     # Everything is checked before anything runs: only these are usage errors.
     request, options = request_from(args, case_id, binding), options_from(args)
     announce_security(options)
-    result = asyncio.run(stream_once(request, options, view))
-    return finish_stream(result, args, out, view)
+    tracing = trace_from(args)
+    try:
+        result = asyncio.run(stream_once(request, options, view))
+        return finish_stream(result, args, out, view)
+    finally:
+        if tracing:  # after the result is out: a slow collector delays nothing before it
+            stop_tracing()
+
+
+def trace_from(args: argparse.Namespace) -> bool:
+    """Tracing on when a collector or a trace context is given (and ``OTEL_SDK_DISABLED`` is
+    not true): the span's parent is the context given, if it is well formed."""
+    traceparent = args.traceparent or os.environ.get(TRACEPARENT_ENV) or None
+    endpoint = endpoint_from(args.otlp_endpoint)
+    if disabled() or (endpoint is None and traceparent is None):
+        return False
+    tracing = start_tracing(TracingConfig("replywire-consumer", endpoint))
+    tracestate = os.environ.get(TRACESTATE_ENV) if not args.traceparent else None
+    tracing.parent, ignored = tracing.context_from(traceparent, tracestate)
+    if ignored is not None:
+        structlog.get_logger().warning(
+            "trace_context_ignored", why=ignored, chars=len(traceparent or "")
+        )
+    return True
 
 
 def run_replay(args: argparse.Namespace, out: TextIO) -> int:
@@ -602,9 +665,11 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
     """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
     try:
         if args.command == "join-traces":
-            skipped = run_join(args.paths, args.stream_id, args.event, out)
+            skipped = run_join(args.paths, args.stream_id, args.event, out, args.trace_id)
         else:
-            request = TraceRequest(args.paths, args.stream_id, args.out, args.every, args.max_marks)
+            request = TraceRequest(
+                args.paths, args.stream_id, args.out, args.every, args.max_marks, args.trace_id
+            )
             skipped = run_trace(request, out)
     except (OSError, UnknownStream) as error:
         print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)

@@ -8,21 +8,28 @@ each stream as a ``StreamSession`` on the channels it keeps. The edge, a job a m
   HTTP/2 window;
 * ``consumer/reader.py``: the reader (the call into the bounded queue) and the idle timeout;
 * ``consumer/session.py``: one stream: the call, the processor, the verdict, the resumes;
-* ``consumer/interrupt.py``: Ctrl-C and SIGTERM as an event a stream watches.
+* ``consumer/interrupt.py``: Ctrl-C and SIGTERM as an event a stream watches;
+* ``consumer/spans.py``: the stream's span, when tracing is on (``runtime/tracing.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from consumer.channels import ChannelPool
 from consumer.options import StreamOptions
 from consumer.session import StreamSession
+from consumer.spans import ConsumeSpan
+from runtime.tracing import active
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+
+if TYPE_CHECKING:
+    from runtime.otel import Tracing
 
 
 class ReplyClient(ChannelPool):
@@ -62,6 +69,9 @@ class ReplyClient(ChannelPool):
         options = options or self.options
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id)
         log = (logger or self._logger or structlog.get_logger()).bind(case_id=request.case_id)
+        tracing = active()  # the one check: off, no span is made
+        if tracing is not None:
+            return await self._traced(tracing, request, options, log, interrupted, observer)
         sent = request.open_request()
         consumer = request.consumer(log.bind(component="core"), sent=sent)
         session = StreamSession(sent, consumer, options, log, self)
@@ -75,6 +85,26 @@ class ReplyClient(ChannelPool):
             **result.stats.to_dict(),
         )
         return result
+
+    async def _traced(
+        self,
+        tracing: Tracing,
+        request: ReplyRequest,
+        options: StreamOptions,
+        log: structlog.typing.FilteringBoundLogger,
+        interrupted: asyncio.Event | None,
+        observer: Callable[[StreamSession], None] | None,
+    ) -> StreamResult:
+        """``stream`` under the stream's span (``consumer/spans.py``): its state changes,
+        the core's and the reader's, are events of the span too."""
+        sent = request.open_request()
+        span = ConsumeSpan(tracing, sent, options.target, wire=request.wire.value)
+        log = span.events_of(log)
+        consumer = request.consumer(log.bind(component="core"), sent=sent)
+        session = StreamSession(sent, consumer, options, log, self)
+        if observer is not None:
+            observer(session)
+        return await span.run(session, log, interrupted)
 
 
 async def stream_reply(

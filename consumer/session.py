@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 import grpc
@@ -107,6 +107,11 @@ class StreamSession:
         self._paused_s = 0.0
         #: Debug records are built only when written (their values cost per chunk).
         self._debug = logger.is_enabled_for(logging.DEBUG)
+        #: The trace context sent with every call of the stream (the Open, each resume, a
+        #: Cancel): empty unless tracing is on (``consumer/spans.py``).
+        self.trace_metadata: tuple[tuple[str, str], ...] = ()
+        #: Told of each attempt and resume (the stream's span events), when tracing is on.
+        self.on_event: Callable[..., None] | None = None
 
     def cancel(self) -> None:
         if self._call is not None:
@@ -148,6 +153,8 @@ class StreamSession:
                 grpc_details=scrubbed_detail(outcome.details),
             )
             self.request = _resumed(self.request, resume_after)
+            if self.on_event is not None:
+                self.on_event("stream_resuming", attempt=self.attempt, resume_after=resume_after)
             if ends_at is not None and loop.time() + wait >= ends_at:
                 result = self.consumer.abort(Reason.DEADLINE_EXCEEDED)
                 break
@@ -197,7 +204,7 @@ class StreamSession:
         call = self._call = stub.Open(
             self.request,
             timeout=backstop,
-            metadata=options.security.call_metadata(options.target),
+            metadata=options.security.call_metadata(options.target) + self.trace_metadata,
         )
         size = 0 if options.mode == "buffered" else options.queue_size
         queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=size)
@@ -279,7 +286,7 @@ class StreamSession:
             call: Any = stub.Cancel(
                 request,
                 timeout=CANCEL_TIMEOUT_S,
-                metadata=options.security.call_metadata(options.target),
+                metadata=options.security.call_metadata(options.target) + self.trace_metadata,
             )
             reply: pb.CancelReply = await call
         except grpc.aio.AioRpcError as error:

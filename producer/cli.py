@@ -96,6 +96,14 @@ from runtime.logs import (
     route_stdlib_logging,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from runtime.tracing import (
+    ENDPOINT_ENV,
+    OTLP_ENDPOINT_HELP,
+    TracingConfig,
+    endpoint_from,
+    start_tracing,
+    stop_tracing,
+)
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.recording import RECORDING_SHA256, Recording
 
@@ -210,6 +218,12 @@ FLAGS: Final = FlagTable(
                  "gRPC port's rule: refused (one line, exit 2) unless the producer has TLS, or "
                  "`--insecure`, which is then said at every start (see "
                  "[Security](security.md#the-metrics-endpoint))"),
+            Flag("--otlp-endpoint", OTLP_ENDPOINT_HELP, metavar="URL",
+                 shown=f"`${ENDPOINT_ENV}`",
+                 doc="export spans over OTLP/gRPC to this collector, continuing the trace "
+                 f"context each consumer sends (unset: `${ENDPOINT_ENV}`; the other standard "
+                 "`OTEL_*` variables are honoured; off by default: see "
+                 "[Traces](traces.md))"),
             Flag("--trace-file",
                  "append the JSON trace to this file (whole lines, in batches: "
                  "--trace-flush-ms); stderr keeps only one-line messages",
@@ -594,6 +608,12 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         lease_s=args.reply_log_lease_s,
     )
     reply_log = await open_reply_log(args, limits)
+    otlp_endpoint = endpoint_from(args.otlp_endpoint)
+    if otlp_endpoint is not None:  # off: nothing of OpenTelemetry is even imported
+        start_tracing(TracingConfig("replywire-producer", otlp_endpoint)).set_on_drop(
+            metrics.spans_dropped
+        )
+        log.info("tracing_on", exporter="otlp-grpc")  # the endpoint may hold credentials
     settings = ServerSettings(
         host=args.host,
         port=args.port,
@@ -690,6 +710,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         health_watches_refused=servicer.health.refused,
         **servicer.counters.fields(),
     )
+    stop_tracing()  # what is held is exported, within runtime.otel.EXIT_FLUSH_S
     return 0
 
 

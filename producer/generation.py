@@ -38,6 +38,8 @@ import structlog
 
 from producer.replylog import Entry, LogEnded, LoggedReply, ReplyLogFailed
 from producer.sources import StreamPlan
+from producer.spans import GenerationSpan
+from runtime.tracing import active
 from shared.errors import REASONS, Reason, ReplywireError, RequestRefused
 from shared.wire import WireCodec
 
@@ -152,9 +154,14 @@ class Generation:
             return
         if isinstance(source, tuple):
             self.opened.set_result(Opened({}))
+        tracing = active()  # the one check: off, no span is made
+        #: The generation's span (under the delivery's that started it), when tracing is on.
+        self._span = None if tracing is None else GenerationSpan(tracing, reply.key.stream_id)
         self.task = asyncio.create_task(self._run(), name=f"generation-{reply.key}")
 
     async def _run(self) -> None:
+        if self._span is not None:
+            self._span.make_current()  # this task's: the provider call's parent
         upstream: Upstream | None = None
         outcome = COMPLETED
         try:
@@ -204,6 +211,8 @@ class Generation:
             await self._close(upstream, outcome)
             await self._end_log(outcome)
         self._log.info("generation_ended", outcome=outcome, frames=self.reply.frames)
+        if self._span is not None:
+            self._span.end(outcome, self.reply.frames)
         if self._on_ended is not None:
             self._on_ended(outcome)
 

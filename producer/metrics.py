@@ -84,6 +84,12 @@ class ProducerMetrics:
             ("outcome",),
         )
         r.register(self.generations_ended)
+        self.trace_spans_dropped = Tally(
+            "replywire_trace_spans_dropped",
+            "Spans not exported (the export queue full, the collector failing or not "
+            "answering): with --otlp-endpoint only",
+        )
+        r.register(self.trace_spans_dropped)
 
     def stream_ended(self, outcome: str, reason: str) -> None:
         # Outcomes and reason codes are closed sets: a label is never free text.
@@ -95,6 +101,9 @@ class ProducerMetrics:
         if outcome != "completed" and outcome not in CODES:
             outcome = Reason.INTERNAL_ERROR.value
         self.generations_ended.inc(outcome)
+
+    def spans_dropped(self, count: int) -> None:
+        self.trace_spans_dropped.inc(amount=count)
 
     def chunk_written(self, size: int, waited_s: float) -> None:
         self.written.add(size, waited_s)

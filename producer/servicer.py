@@ -40,7 +40,9 @@ from producer.rpc import HEALTH_SERVICES, MalformedRequest
 from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
 from producer.sources import Source, StreamPlan
+from producer.spans import ServeSpan, cancel_span
 from producer.states import ProducerStream, StreamInput, StreamState
+from runtime.tracing import active
 from shared.errors import Reason, ReplywireError, RequestRefused, scrubbed_detail
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -132,7 +134,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
         connection_seen = self.connections.seen(peer)
         self.counters.streams_opened += 1
+        tracing = active()  # the one check: off, no span is made
+        span = None if tracing is None else ServeSpan(tracing, request, context, caller)
         stream = ProducerStream(log, caller, on_final=self._stream_ended)
+        if span is not None:
+            stream.span = span.span  # each transition an event of it
         task = asyncio.current_task()
         assert task is not None
         self._active[task] = stream
@@ -159,7 +165,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
-            await self._finish(task, stream, holding.delivery)
+            try:
+                await self._finish(task, stream, holding.delivery)
+            finally:
+                if span is not None:
+                    span.end(stream)
 
     async def Cancel(  # noqa: N802 - the RPC's name in the .proto
         self,
@@ -175,9 +185,17 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         caller = await self._authenticate(context)
         stream_id = await self._check_cancel(request, context, caller)
         structlog.contextvars.bind_contextvars(stream_id=stream_id or None)
-        cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
-        self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
-                       cancelled=cancelled, relayed=relayed)  # fmt: skip
+        tracing = active()
+        span = None if tracing is None else cancel_span(tracing, context)
+        cancelled: bool | None = None
+        try:
+            cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
+            self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+                           cancelled=cancelled, relayed=relayed)  # fmt: skip
+        finally:
+            if tracing is not None and span is not None:
+                failed = None if cancelled is not None else Reason.INTERNAL_ERROR.value
+                tracing.end(span, error=failed, attributes={"replywire.cancelled": bool(cancelled)})
         return pb.CancelReply(cancelled=cancelled)
 
     async def _check_cancel(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
@@ -117,6 +117,9 @@ class ProducerStream:
         self.chunks_sent = 0
         #: The reason code of the last input fired with one ("" for none: completed).
         self.reason = ""
+        #: The delivery's span when tracing is on (``producer/spans.py``): each transition
+        #: is an event of it.
+        self.span: Any = None
 
     def _ended(self, state: StreamState) -> None:
         if self._on_final is not None:
@@ -134,7 +137,12 @@ class ProducerStream:
             if not isinstance(reason, str) or reason not in CODES:
                 reason = fields["reason"] = self._unregistered(reason)
             self.reason = str(reason)
-        return self.machine.fire(event, **fields)
+        state = self.machine.fire(event, **fields)
+        if self.span is not None:
+            self.span.add_event(
+                state.value, {"replywire.input": event.value, "replywire.reason": self.reason}
+            )
+        return state
 
     def _unregistered(self, reason: object) -> str:
         shown = reason if isinstance(reason, str) else repr(reason)

@@ -6,8 +6,9 @@ event and its state change first, then the fields that matter, in the order the 
 gave them (``input``, ``status`` and ``reason`` first). Left out: ``None`` values,
 ``reconnects``, ``discarded_bytes`` and ``resume_after`` when 0, the
 process's own side, and context a person already knows: ``case_id``, ``peer``,
-``caller``, ``source``, ``target``, ``wire`` and ``chunks`` are shown on a stream's
-first record and again only when they change. The stream id is shortened to its first
+``caller``, ``source``, ``target``, ``wire``, ``chunks`` and (with tracing on) the
+OpenTelemetry ``trace_id`` are shown on a stream's first record and again only when they
+change; its ``span_id`` is the JSON trace's alone. The stream id is shortened to its first
 8 characters; SHA-256 values to 12.
 
 Every piece of a line that came from a record (keys, values, the event, states, the
@@ -49,11 +50,14 @@ PAUSE_EPISODE_GAP_S: Final = 1.0
 #: Streams whose context and open pause episode are remembered (oldest forgotten first).
 REMEMBERED_STREAMS: Final = 256
 #: Context shown on a stream's first record and again only when it changes.
-CONTEXT_KEYS: Final = ("case_id", "peer", "caller", "source", "target", "wire", "chunks")
+CONTEXT_KEYS: Final = (
+    "case_id", "peer", "caller", "source", "target", "wire", "chunks", "trace_id"
+)  # fmt: skip
 #: Never shown: what the process knows of itself, and what the line shows in its own way.
 HIDDEN_KEYS: Final = frozenset(
-    {"side", "timestamp", "level", "event", "stream_id", "component", "from_state", "to_state"}
-)
+    {"side", "timestamp", "level", "event", "stream_id", "component", "from_state", "to_state",
+     "span_id"}
+)  # fmt: skip
 FIRST_KEYS: Final = ("input", "status", "reason")
 #: Counters that say nothing when they are 0 (nothing resumed, nothing dropped).
 QUIET_WHEN_ZERO: Final = frozenset({"reconnects", "discarded_bytes", "resume_after"})

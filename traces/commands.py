@@ -9,8 +9,10 @@ Every record of either process carries ``timestamp`` (ISO 8601, UTC, one
 format, so the strings sort as the times do), ``side`` and ``stream_id``; the
 consumer makes the stream id and the producer binds it to every record of that
 stream. Joining is therefore a merge by timestamp, optionally narrowed to one
-stream id or one event. Lines that are not JSON objects (a console-rendered
-trace, a line still being written) are skipped, and counted on stderr.
+stream id, one OpenTelemetry trace id (the ``trace_id`` a record carries while a span is
+current, with tracing on: docs/traces.md) or one event. Lines that are not JSON
+objects (a console-rendered trace, a line still being written) are skipped, and counted
+on stderr.
 """
 
 from __future__ import annotations
@@ -70,12 +72,15 @@ def join(
     *,
     stream_id: str | None = None,
     event: str | None = None,
+    trace_id: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The records of one stream (or all), in timestamp order; ties keep their input order."""
+    """The records of one stream, or of one trace id (or all), in timestamp order; ties
+    keep their input order."""
     selected = (
         record
         for record in records
         if (stream_id is None or record.get("stream_id") == stream_id)
+        and (trace_id is None or record.get("trace_id") == trace_id)
         and (event is None or record.get("event") == event)
     )
     return iter(sorted(selected, key=lambda record: str(record.get("timestamp", ""))))
@@ -98,12 +103,19 @@ def read_traces(
     return records, skipped
 
 
-def run_join(paths: list[Path], stream_id: str | None, event: str | None, out: TextIO) -> int:
+def run_join(
+    paths: list[Path],
+    stream_id: str | None,
+    event: str | None,
+    out: TextIO,
+    trace_id: str | None = None,
+) -> int:
     records, skipped = read_traces(paths, stream_id)
+    trace_id = None if trace_id is None else trace_id.lower()
     # On a terminal the refused characters in the records' strings are JSON escapes (the
     # same records, never obeyed: shared.terminal_text); piped, the lines are as written.
     drawn = shown_json if out.isatty() else str
-    for record in join(records, stream_id=stream_id, event=event):
+    for record in join(records, stream_id=stream_id, event=event, trace_id=trace_id):
         # The keys a reader scans for first, then the rest as recorded.
         ordered = {key: record[key] for key in LEADING_KEYS if key in record} | record
         out.write(drawn(json.dumps(ordered, ensure_ascii=False)) + "\n")
@@ -138,11 +150,15 @@ class TraceRequest:
     html: Path | None = None
     every: bool = False
     max_marks: int = DEFAULT_MAX_MARKS
+    #: The stream whose records carry this OpenTelemetry trace id (instead of its id).
+    trace_id: str | None = None
 
 
 def run_trace(request: TraceRequest, out: TextIO) -> int:
     """``python -m consumer trace``: the streams found, or one stream's table (and page)."""
     paths, stream_id, html = request.paths, request.stream_id, request.html
+    if request.trace_id is not None and stream_id is None:
+        stream_id = stream_of_trace(paths, request.trace_id.lower())
     records, skipped = read_traces(paths, stream_id)
     if stream_id is None:
         summaries = stream_summaries(records)
@@ -169,6 +185,19 @@ def run_trace(request: TraceRequest, out: TextIO) -> int:
         size = write_timeline(timeline, html, request.max_marks)
         out.write(f"\ntimeline: {html} ({size} bytes, HTML with one SVG; opens offline)\n")
     return skipped
+
+
+def stream_of_trace(paths: list[Path], trace_id: str) -> str:
+    """The one stream whose records carry ``trace_id``."""
+    records, _ = read_traces(paths)
+    found = sorted(
+        {str(r.get("stream_id")) for r in records if r.get("trace_id") == trace_id} - {"None"}
+    )
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise UnknownStream(f"trace {trace_id!r} holds several streams: {', '.join(found)}")
+    raise UnknownStream(f"no records of trace {trace_id!r} in the traces")
 
 
 def _one_stream(paths: list[Path], records: list[dict[str, Any]], asked: str) -> str:

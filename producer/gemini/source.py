@@ -53,6 +53,7 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
+from producer.gemini.call_span import end_call_span, start_call_span
 from producer.gemini.capture import CallCapture, RunCapture
 from producer.gemini.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
 from producer.gemini.ledger import (
@@ -78,6 +79,7 @@ from producer.gemini.protocol import (
 from producer.metrics import record_ledger_spend
 from producer.replylog import Entry, LogEnded
 from producer.sources import Stall
+from runtime.tracing import active
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused, registered
 from shared.frames import Frame
@@ -148,6 +150,9 @@ class Call:
     #: What settling charged (once it landed), and why the usage was not believed.
     charged: float | None = None
     usage_rejected: str | None = None
+    #: The call's span when tracing is on (``producer/gemini/call_span.py``), ended when
+    #: the call is recorded.
+    span: Any = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -367,7 +372,12 @@ class GeminiSource:
         except BaseException:  # nothing was sent: the reservation goes
             await self.settle(call, usage=None, outcome="internal_error", sent=False)
             raise
+        tracing = active()
+        if tracing is not None:
+            call.span = start_call_span(tracing, model=self.settings.model, url=self.url)
         response = await self._send(call, body)
+        if call.span is not None:
+            call.span.set_attribute("http.response.status_code", response.status_code)
         try:
             await self._check_status(call, response)
             log.info("provider_stream_opened", http_status=response.status_code)
@@ -588,6 +598,10 @@ class GeminiSource:
         recording, cancelled = await run_to_the_end(
             self._record(call, usage=usage, outcome=outcome, finish_reason=finish_reason, sent=sent)
         )
+        tracing = active()
+        if call.span is not None and tracing is not None:
+            end_call_span(tracing, call, usage=usage, outcome=outcome,
+                          finish_reason=finish_reason, sent=sent)  # fmt: skip
         if cancelled:
             raise asyncio.CancelledError
         recording.result()

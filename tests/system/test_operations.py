@@ -407,6 +407,7 @@ def test_every_metric_is_named_for_what_it_counts_with_no_created_series() -> No
     metrics.generation_ended("reply_log_limit")
     metrics.ledger_settled(0.25)
     metrics.chunk_written(3, 0.002)
+    metrics.spans_dropped(2)
     text = generate_latest(metrics.registry).decode()
     check_exposition(text)
     assert {name for name, _ in samples(text)} == {
@@ -419,8 +420,10 @@ def test_every_metric_is_named_for_what_it_counts_with_no_created_series() -> No
         "replywire_chunk_write_wait_seconds_sum",
         "replywire_ledger_spend_usd_total",
         "replywire_generations_ended_total",
+        "replywire_trace_spans_dropped_total",
     }
     values = samples(text)
+    assert values["replywire_trace_spans_dropped_total", ()] == 2
     assert values["replywire_generations_ended_total", (("outcome", "reply_log_limit"),)] == 1
     assert values["replywire_ledger_spend_usd_total", ()] == 0.25
 

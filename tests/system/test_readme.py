@@ -27,6 +27,7 @@ import pytest
 
 from native import running
 from tests.helpers import parse_table
+from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
 from tools import view_samples
@@ -48,6 +49,7 @@ BENCH = f"{HERE}::test_benchmarks"
 BUILD = f"{HERE}::test_build_commands"
 REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
+OTEL = f"{HERE}::test_opentelemetry_recipe"
 TYPESCRIPT = "tests/system/test_typescript.py"
 
 
@@ -182,6 +184,7 @@ for _block, _test in (
     (sh_block("--stall-ms 3000"), SESSION),
     (sh_block("--stream-id s1"), TRACES),
     (sh_block("--stream-id r1"), TIMELINE),
+    (sh_block("--stream-id t1"), OTEL),
     (sh_block("fake_gemini --port 0"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
     (sh_block("two replicas sharing one reply log"), REPLICAS),
@@ -307,6 +310,36 @@ def test_traces_recipe(tmp_path: Path) -> None:
     pauses = [json.loads(line) for line in lines if '"paused_ms"' in line]
     assert pauses, "the paused recipe printed no pause"
     assert {r["stream_id"] for r in pauses} == {"s2"}
+
+
+def test_opentelemetry_recipe(tmp_path: Path) -> None:
+    """The recipe against a collector here: one trace, the consumer's span under the
+    caller's, the producer's under it, and join-traces printing both sides' transitions."""
+    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with otlp_collector() as collector:
+        done = run_recipe(
+            sh_block("--stream-id t1"),
+            tmp_path,
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint},
+        )
+        assert done.returncode == 0, done.stderr
+        collector.wait_for("replywire.consume", "replywire.serve")
+    (consume,) = collector.named("replywire.consume")
+    (serve,) = collector.named("replywire.serve")
+    assert (consume.trace_id, consume.parent_span_id, consume.service) == (
+        trace_id, caller, "replywire-consumer"
+    )  # fmt: skip
+    assert (serve.trace_id, serve.parent_span_id, serve.service) == (
+        trace_id, consume.span_id, "replywire-producer"
+    )  # fmt: skip
+    assert (consume.status_code, serve.status_code) == (STATUS_OK, STATUS_OK)
+    assert serve.events == ["verified", "streaming", "completed"]
+    joined = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {(r["side"], r["stream_id"], r["trace_id"]) for r in joined} == {
+        ("consumer", "t1", trace_id), ("producer", "t1", trace_id)
+    }  # fmt: skip
+    assert ("producer", "completed") in {(r["side"], r["to_state"]) for r in joined}
+    assert ("consumer", "complete") in {(r["side"], r["to_state"]) for r in joined}
 
 
 def rows_by_component(table: str) -> dict[str, list[tuple[str, str, list[str]]]]:

@@ -154,6 +154,19 @@ def test_context_is_shown_again_only_when_it_changes_and_never_side_or_none() ->
     ]
 
 
+def test_the_trace_id_is_context_and_the_span_id_is_left_to_the_json_trace() -> None:
+    ids = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
+    records = [
+        record(0, "stream_opening", **ids, span_id="00f067aa0ba902b7"),
+        record(1, "stream_finished", **ids, span_id="b7ad6b7169203331", status="complete"),
+    ]
+    assert render(ConsoleLines(colors=False), records) == [
+        "09:18:55.000 stream_opening case_id=replace-file "
+        "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 · 5f1c0de0",
+        "09:18:55.001 stream_finished status=complete · 5f1c0de0",
+    ]
+
+
 def test_a_pause_episode_is_one_record_with_its_count_and_duration() -> None:
     episode = [one for start in (10, 20, 30) for one in pause(start, 2.5)]
     lines = render(ConsoleLines(colors=False), [OPENING, FIRST, *episode, TERMINAL])

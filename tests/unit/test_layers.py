@@ -49,7 +49,7 @@ IO_MODULES: Final = frozenset(
         "grpc", "grpc_health", "grpc_reflection", "asyncio", "httpx", "httpcore", "anyio",
         "socket", "ssl", "select", "selectors", "subprocess", "threading", "multiprocessing",
         "signal", "os", "io", "pathlib", "tempfile", "shutil", "fcntl", "time", "datetime",
-        "logging", "sys", "runtime", "prometheus_client",
+        "logging", "sys", "runtime", "prometheus_client", "opentelemetry",
     }
 )  # fmt: skip
 PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
