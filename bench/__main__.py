@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, memory, paced, streams
+from bench import decoders, memory, paced, streams, tracing_cost
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
@@ -54,12 +54,14 @@ def run(size: Size) -> dict[str, Any]:
             f"BENCH_SIZE={size} .venv/bin/python -m bench.decoders",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.streams",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.tracing_cost",
             ".venv/bin/python -m bench.flow_window",
         ],
     }
     results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
+    results["tracing"] = tracing_cost.run(size)  # OpenTelemetry off against on, exporting
     results["budget"] = budgets(results)  # where the time goes, from this run's sides
     results["backpressure"] = memory.run(size)
     written = asyncio.run(flow_window(size))

@@ -267,6 +267,26 @@ def trace_cost(rows: dict[str, Any], side: str) -> list[str]:
     )  # fmt: skip
 
 
+def tracing(row: dict[str, Any]) -> list[str]:
+    """The tracing-cost table: each side's CPU per stream, OpenTelemetry off against on."""
+    off, on = row["sides"].values()
+    cells = [
+        ["consumer CPU ms/stream", off["client_cpu_ms_per_stream"],
+         on["client_cpu_ms_per_stream"], row["tracing_on_over_off_consumer_cpu"]],
+        ["producer CPU ms/stream", off["server_cpu_ms_per_stream"],
+         on["server_cpu_ms_per_stream"], row["tracing_on_over_off_producer_cpu"]],
+        ["streams/s", off["streams_per_s"], on["streams_per_s"],
+         row["tracing_on_over_off_streams_per_s"]],
+    ]  # fmt: skip
+    return [
+        *table(["", "tracing off", "tracing on, OTLP export", "on / off"], cells),
+        f"Chunks: {row['chunking']}; {off['streams']} streams a side over {row['rounds']} "
+        f"round(s); spans the collector received: {row['collector_spans']} (the consumer's "
+        f"exported {row['consumer_spans_exported']}, dropped {row['consumer_spans_dropped']}).",
+        "",
+    ]
+
+
 def paced_section(rows: dict[str, Any]) -> list[str]:
     return [
         f"## Paced streams ({rows['case']}: {rows['content_frames']} content frames of 13 "
@@ -375,5 +395,13 @@ def markdown(results: dict[str, Any]) -> str:
         "## Trace cost (the consumer's records at info against warning, against the bare server)",
         "",
         *trace_cost(streams["consumer_trace_cost"], "consumer"),
+        "## Tracing cost (OpenTelemetry off against on, spans exported over OTLP/gRPC)",
+        "",
+        "Sequential replywire streams, both sides' tracing off (the default) against on "
+        "with `--otlp-endpoint` to a collector of its own process (harness.otlp_collector), "
+        "alternated round by round; every round waits for the batched export before the "
+        "CPU is read (bench/tracing_cost.py).",
+        "",
+        *tracing(results["tracing"]),
     ]
     return "\n".join(out).rstrip() + "\n"

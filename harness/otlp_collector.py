@@ -160,7 +160,10 @@ def otlp_collector(*, answering: bool = True) -> Iterator[Collector]:
     async def start() -> None:
         server = grpc.aio.server()
         never = asyncio.Event()
-        service_grpc.add_TraceServiceServicer_to_server(_TraceService(collector, never), server)
+        # opentelemetry-proto's generated stubs are untyped.
+        service_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _TraceService(collector, never), server
+        )
         collector.port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         state.update(server=server, never=never)
@@ -188,7 +191,7 @@ async def serve(port: int, ready_file: Path, summary_file: Path | None) -> None:
     """The collector as a process: until SIGTERM or SIGINT, then its counts."""
     collector = Collector(keep=False)
     server = grpc.aio.server()
-    service_grpc.add_TraceServiceServicer_to_server(
+    service_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
         _TraceService(collector, asyncio.Event()), server
     )
     collector.port = server.add_insecure_port(f"127.0.0.1:{port}")

@@ -50,6 +50,7 @@ TABLES = (
     "## Backpressure memory",
     "## How far a producer runs ahead",
     "## Trace cost",
+    "## Tracing cost",
 )
 
 
@@ -119,6 +120,28 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
         assert all(
             side["failures"] == {} and side["streams"] == 3 for side in row["sides"].values()
         )
+
+
+def test_the_tracing_cost_has_both_sides_and_their_ratios(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    """OpenTelemetry off against on with OTLP export: both sides' CPU per stream and the
+    ratios (no figure asserted); the collector process received the spans of the on rounds."""
+    tracing = tiny_run[0]["tracing"]
+    assert list(tracing["sides"]) == ["replywire (tracing off)", "replywire (tracing on)"]
+    for side in tracing["sides"].values():
+        assert side["failures"] == {}
+        assert side["streams"] == 3
+        assert side["client_cpu_ms_per_stream"] > 0
+        assert side["server_cpu_ms_per_stream"] > 0
+    for key in ("consumer_cpu", "producer_cpu", "streams_per_s"):
+        assert tracing[f"tracing_on_over_off_{key}"] > 0
+    # One replywire.consume a stream from the consumer; the producer's spans on top.
+    assert tracing["consumer_spans_exported"] == 3
+    assert tracing["consumer_spans_dropped"] == 0
+    assert tracing["collector_spans"] > tracing["consumer_spans_exported"]
+    assert "| consumer CPU ms/stream |" in tiny_run[1]
+    assert "| producer CPU ms/stream |" in tiny_run[1]
 
 
 def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], str]) -> None:
