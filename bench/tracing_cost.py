@@ -12,11 +12,11 @@ chunk), both sides' traces at info as in ``bench.streams``:
   process (``harness.otlp_collector``, unpinned), which counts them and keeps nothing.
 
 Each process's CPU per stream (the consumer: this process; the producer: its child), and
-the ratio on / off of each. The exporters batch (OpenTelemetry's ``BatchSpanProcessor``
-with its defaults: a batch every 5 s or 512 spans): so that a round's export is counted in
-that round, the consumer flushes its spans before the round's CPU is read, and every
-round, on both sides, waits ``EXPORT_SETTLE_S`` (the producer's schedule and a second)
-before reading the producer's.
+the ratio on / off of each, after one warm-up stream a round. The exporters batch
+(OpenTelemetry's ``BatchSpanProcessor`` with its defaults: a batch every 5 s or 512 spans):
+so that a round's export is counted in that round, the consumer flushes its spans before
+the round's CPU is read, and every round, on both sides, waits ``EXPORT_SETTLE_S`` (the
+producer's schedule and a second) before reading the producer's.
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.tracing_cost
 """
@@ -141,6 +141,7 @@ async def tracing_round(
     )
     try:
         async with replywire_client(StreamOptions(target=server.target)) as client:
+            await replywire_once(client, request)  # warm-up: the channel, the first span
             cpu, server_cpu, started = time.process_time(), server.cpu_s(), time.perf_counter()
             outcomes = [await replywire_once(client, request) for _ in range(n)]
             wall = time.perf_counter() - started
