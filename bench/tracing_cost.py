@@ -15,8 +15,8 @@ Each process's CPU per stream (the consumer: this process; the producer: its chi
 the ratio on / off of each, after one warm-up stream a round. The exporters batch
 (OpenTelemetry's ``BatchSpanProcessor`` with its defaults: a batch every 5 s or 512 spans):
 so that a round's export is counted in that round, the consumer flushes its spans before
-the round's CPU is read, and every round, on both sides, waits ``EXPORT_SETTLE_S`` (the
-producer's schedule and a second) before reading the producer's.
+its CPU is read (before the wait below), and every round, on both sides, waits
+``EXPORT_SETTLE_S`` (the producer's schedule and a second) before reading the producer's.
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.tracing_cost
 """
@@ -147,8 +147,8 @@ async def tracing_round(
             wall = time.perf_counter() - started
             if tracing is not None:
                 tracing.provider.force_flush(int(EXPORT_SETTLE_S * 1000))
+            client_cpu = time.process_time() - cpu  # its own export flushed: not the wait
             await asyncio.sleep(EXPORT_SETTLE_S)  # the producer's batch, on both sides
-            client_cpu = time.process_time() - cpu
             return Round(n, wall, client_cpu, server.cpu_s() - server_cpu, outcomes)
     finally:
         if tracing is not None:
