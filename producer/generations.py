@@ -37,6 +37,8 @@ from producer.replylog import (
     log_entries,
 )
 from producer.sources import Source, StreamPlan
+from producer.spans import relayed_cancel_span
+from runtime.tracing import active
 from shared.errors import REASONS, REPLY_ENDINGS, Reason, RequestRefused, Status
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest, binding_sha256
@@ -271,19 +273,25 @@ class Generations:
 
     # --- stopping ---------------------------------------------------------------------------
 
-    async def cancel(self, key: ReplyKey) -> tuple[bool, bool]:
+    async def cancel(self, key: ReplyKey, traceparent: str | None = None) -> tuple[bool, bool]:
         """Stop the generation of the key's reply: here, or relayed through a shared log to
-        the replica that runs it. (Whether it was stopped, whether it was relayed.)"""
+        the replica that runs it, with ``traceparent`` (the ``Cancel``'s span, when this
+        process traces). (Whether it was stopped, whether it was relayed.)"""
         generation = self.get(key)
         if generation is None or generation.task.done():
-            return await self.log.request_cancel(key, RELAY_CANCEL_WAIT_S), True
+            return await self.log.request_cancel(key, RELAY_CANCEL_WAIT_S, traceparent), True
         return generation.stop(Reason.CONSUMER_CANCELLED), False
 
     def watch(self, reply: LoggedReply) -> None:
         """A ``Cancel`` another replica relays through the shared log stops the generation
-        here as if it had come here (the log names the caller: it is the reply's own)."""
+        here as if it had come here (the log names the caller: it is the reply's own).
+        When this process traces, the stop is a span (``replywire.cancel_relayed``) in the
+        trace of the relaying replica's ``Cancel`` span, whose ``traceparent`` came with it."""
 
-        def relayed(caller: str) -> None:
+        def relayed(caller: str, traceparent: str | None) -> None:
+            tracing = active()
+            span = None if tracing is None else relayed_cancel_span(tracing, traceparent)
+            ids = None if tracing is None or span is None else tracing.bind_ids(span)
             generation = self.get(reply.key)
             cancelled = (
                 caller == reply.key.identity
@@ -293,5 +301,8 @@ class Generations:
             )
             self._log.info("stream_cancel_relayed", stream_id=reply.key.stream_id,
                            caller=caller, cancelled=cancelled)  # fmt: skip
+            if tracing is not None and span is not None and ids is not None:
+                tracing.unbind_ids(ids)
+                tracing.end(span, error=None, attributes={"replywire.cancelled": cancelled})
 
         reply.watch_cancel(relayed)

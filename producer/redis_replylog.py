@@ -12,7 +12,10 @@ every script touches together, in one slot::
                                        the error reason code
     PREFIX{IDENTITY/ID}:lease  string  the generating process's token, ``SET ... PX``
     PREFIX{IDENTITY/ID}:cancel list    ``Cancel`` requests that reached another replica:
-                                       the generator pops them (``BLPOP``) and stops
+                                       the generator pops them (``BLPOP``) and stops;
+                                       each the caller's name, or, from a replica that
+                                       traces, a JSON object ``{"caller": NAME,
+                                       "traceparent": ITS CANCEL SPAN}``
 
 Another identity's Open of the same stream id names other keys: it never attaches to,
 reads, blocks or learns of this reply.
@@ -32,7 +35,10 @@ that regenerates): the create claims the lease first, then empties the stream.
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
 the log (``request_cancel``): the caller's name is pushed on the cancel list while the
 lease is held, and the generator, which waits on that list between lease refreshes,
-sees it at once; the relaying replica waits (bounded) for the reply's end entry.
+sees it at once; the relaying replica waits (bounded) for the reply's end entry. The
+relay carries the W3C ``traceparent`` of the relaying replica's ``Cancel`` span when it
+traces (at most ``MAX_RELAYED_TRACEPARENT_CHARS``; nothing when it does not), so the
+generator's stop is in the caller's trace (``producer/spans.py``).
 
 Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
@@ -62,6 +69,9 @@ READ_COUNT: Final = 256
 #: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
 #: takes them.
 MAX_CANCEL_REQUESTS: Final = 16
+#: The longest ``traceparent`` a relayed ``Cancel`` carries (a W3C one of version 00 is 55
+#: characters); a longer one is neither sent nor read.
+MAX_RELAYED_TRACEPARENT_CHARS: Final = 256
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
 
@@ -148,15 +158,15 @@ class RedisReply:
         self._size = 0
         self._ended = False
         self._refresher: asyncio.Task[None] | None = None
-        self._on_cancel: Callable[[str], None] | None = None
+        self._on_cancel: Callable[[str, str | None], None] | None = None
 
     @property
     def frames(self) -> int:
         return self._last
 
-    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
-        """While this process generates the reply, call ``on_cancel(caller)`` for each
-        ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
+    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
+        """While this process generates the reply, call ``on_cancel(caller, traceparent)``
+        for each ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
         self._on_cancel = on_cancel
 
     def generate(self, token: str) -> None:
@@ -191,7 +201,7 @@ class RedisReply:
             await asyncio.sleep(timeout_s)
             return
         if popped:
-            self._on_cancel(popped[1].decode())
+            self._on_cancel(*relayed_cancel(popped[1]))
 
     async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
         limits = self._log.limits
@@ -359,14 +369,17 @@ class RedisReplyLog:
         reply.generate(token)
         return reply
 
-    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
-        """Relay the key's caller's ``Cancel`` to the replica generating the reply; True once
+    async def request_cancel(
+        self, key: ReplyKey, wait_s: float, traceparent: str | None = None
+    ) -> bool:
+        """Relay the key's caller's ``Cancel`` (with ``traceparent``, this process's
+        ``Cancel`` span, when it traces) to the replica generating the reply; True once
         the reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody
         generates it, the generator did not stop in time, or Redis fails."""
         lease, _, _, cancel = self.keys(key)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            args = [key.identity, expire_ms, MAX_CANCEL_REQUESTS]
+            args = [relay_value(key.identity, traceparent), expire_ms, MAX_CANCEL_REQUESTS]
             if not await self.scripts.cancel(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(key, wait_s)
@@ -393,6 +406,31 @@ class RedisReplyLog:
     async def aclose(self) -> None:
         with contextlib.suppress(aioredis.RedisError):
             await self.client.aclose()
+
+
+def relay_value(caller: str, traceparent: str | None) -> str:
+    """A relayed ``Cancel`` as the cancel list holds it: the caller's name alone (no trace
+    context, or one past the bound), else a JSON object with its ``traceparent``."""
+    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
+        return caller
+    return json.dumps({"caller": caller, "traceparent": traceparent}, separators=(",", ":"))
+
+
+def relayed_cancel(value: bytes) -> tuple[str, str | None]:
+    """(caller, traceparent) of a cancel list entry; anything but ``relay_value``'s JSON
+    object is a caller's name alone (the generator compares it with the reply's own)."""
+    text = value.decode(errors="replace")
+    if text.startswith("{"):
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            return text, None
+        if isinstance(fields, dict) and isinstance(fields.get("caller"), str):
+            traceparent = fields.get("traceparent")
+            if isinstance(traceparent, str) and len(traceparent) <= MAX_RELAYED_TRACEPARENT_CHARS:
+                return fields["caller"], traceparent
+            return fields["caller"], None
+    return text, None
 
 
 Tail = list[tuple[bytes, dict[bytes, bytes]]]

@@ -177,9 +177,10 @@ class LoggedReply(Protocol):
         (``reply_log_unavailable``) when the log cannot be read."""
         ...
 
-    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
-        """The generator's side: call ``on_cancel(caller)`` for each ``Cancel`` relayed
-        through the log by another replica (a log of one process relays none)."""
+    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
+        """The generator's side: call ``on_cancel(caller, traceparent)`` for each ``Cancel``
+        relayed through the log by another replica (a log of one process relays none);
+        ``traceparent`` is the relaying replica's ``Cancel`` span (None: it traces not)."""
         ...
 
 
@@ -200,9 +201,12 @@ class ReplyLog(Protocol):
         dropped to make room, the oldest first)."""
         ...
 
-    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
+    async def request_cancel(
+        self, key: ReplyKey, wait_s: float, traceparent: str | None = None
+    ) -> bool:
         """Relay the key's caller's ``Cancel`` to the replica generating the reply (a
-        shared log); True once the reply ended ``consumer_cancelled`` within ``wait_s``."""
+        shared log), with this process's ``Cancel`` span's ``traceparent`` when it traces;
+        True once the reply ended ``consumer_cancelled`` within ``wait_s``."""
         ...
 
     async def aclose(self) -> None: ...
@@ -299,7 +303,7 @@ class MemoryReply:
         self.ended_at = self._clock()
         return True
 
-    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
+    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
         return None  # every Cancel reaches this process itself
 
     async def read(self, after: int) -> AsyncIterator[Entry]:
@@ -371,7 +375,9 @@ class MemoryReplyLog:
         self._replies[key] = reply
         return reply
 
-    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
+    async def request_cancel(
+        self, key: ReplyKey, wait_s: float, traceparent: str | None = None
+    ) -> bool:
         return False  # no other process generates a reply of this log
 
     async def aclose(self) -> None:
