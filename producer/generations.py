@@ -290,8 +290,10 @@ class Generations:
 
         def relayed(caller: str, traceparent: str | None) -> None:
             tracing = active()
-            span = None if tracing is None else relayed_cancel_span(tracing, traceparent)
-            ids = None if tracing is None or span is None else tracing.bind_ids(span)
+            span = ids = None
+            if tracing is not None:
+                span = relayed_cancel_span(tracing, traceparent, reply.key.stream_id)
+                ids = tracing.bind_ids(span)
             generation = self.get(reply.key)
             cancelled = (
                 caller == reply.key.identity

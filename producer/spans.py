@@ -62,7 +62,7 @@ def cancel_span(tracing: Tracing, context: grpc.aio.ServicerContext[Any, Any]) -
     return span
 
 
-def relayed_cancel_span(tracing: Tracing, traceparent: str | None) -> Span:
+def relayed_cancel_span(tracing: Tracing, traceparent: str | None, stream_id: str) -> Span:
     """The stop of a generation here by a ``Cancel`` another replica relayed through the
     shared reply log: an asynchronous message, so, as OpenTelemetry's messaging
     conventions have a message's ``process`` span, a ``CONSUMER`` span whose parent is
@@ -83,7 +83,11 @@ def relayed_cancel_span(tracing: Tracing, traceparent: str | None) -> Span:
         RELAYED_CANCEL_SPAN_NAME,
         kind=SpanKind.CONSUMER,
         parent=parent,
-        attributes={"messaging.operation.type": "process", "messaging.operation.name": "cancel"},
+        attributes={
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "cancel",
+            "replywire.stream_id": stream_id,
+        },
         links=links,
     )
 
