@@ -87,6 +87,13 @@ def ended_reply_refusal(ending: str) -> RequestRefused:
     return RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {ending}")
 
 
+def _first_span() -> str | None:
+    """The delivery creating a reply (its span is current), for a resume's link: None when
+    this process does not trace."""
+    tracing = active()
+    return None if tracing is None else tracing.current_traceparent()
+
+
 class Generations:
     """This process's view of the reply log: the replies it serves and generates."""
 
@@ -159,6 +166,11 @@ class Generations:
             if not request.resume_after and refused_before_made(reply):
                 return None
             raise ended_reply_refusal(reply.error)
+        tracing = active()
+        if tracing is not None and request.resume_after and reply.first_span is not None:
+            # A resume (this delivery's span is current) links to the first delivery's,
+            # whichever replica served it; one served here is linked already.
+            tracing.link_current_to_first(reply.first_span)
         return self._attached(reply)
 
     def _attached(self, reply: LoggedReply) -> Attached:
@@ -187,7 +199,7 @@ class Generations:
             self.source.verify(request, checked)
             binding = binding_sha256(request.binding_json)
             try:
-                reply = await self.log.create(key, binding, checked.wire.value)
+                reply = await self.log.create(key, binding, checked.wire.value, _first_span())
             except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
                 continue
             generation = self._generation(reply, self._opener(reply, request, checked))
@@ -240,7 +252,7 @@ class Generations:
         """A generation logging the recorded plan's reply here; None when another delivery
         generates it already."""
         try:
-            reply = await self.log.create(key, binding, checked.wire.value)
+            reply = await self.log.create(key, binding, checked.wire.value, _first_span())
         except ReplyBusy:
             return None
         assert plan.reply_frames is not None

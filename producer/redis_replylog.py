@@ -5,7 +5,10 @@ Key layout, under a prefix (default ``replywire:replies:``), per reply: its key
 joined by ``/``) in braces, a Redis Cluster hash tag that keeps a reply's keys, which
 every script touches together, in one slot::
 
-    PREFIX{IDENTITY/ID}:meta   hash    binding (the binding hash), wire
+    PREFIX{IDENTITY/ID}:meta   hash    binding (the binding hash), wire; first_span
+                                       (the creating delivery's span as a W3C
+                                       ``traceparent``, when its replica traced: a
+                                       resume on any replica links to it)
     PREFIX{IDENTITY/ID}:log    stream  one entry per frame, id ``0-SEQUENCE``, field ``d``
                                        = its wire bytes; then one end entry, field ``e``
                                        = "" (the terminal frame was the last entry) or
@@ -69,13 +72,14 @@ READ_COUNT: Final = 256
 #: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
 #: takes them.
 MAX_CANCEL_REQUESTS: Final = 16
-#: The longest ``traceparent`` a relayed ``Cancel`` carries (a W3C one of version 00 is 55
-#: characters); a longer one is neither sent nor read.
+#: The longest ``traceparent`` a relayed ``Cancel`` or a reply's ``first_span`` carries (a
+#: W3C one of version 00 is 55 characters); a longer one is neither written nor read.
 MAX_RELAYED_TRACEPARENT_CHARS: Final = 256
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
 
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire. A reply
+# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire, first
+# span ("": none). A reply
 # that is being generated (its lease is held) or complete (its end entry is empty) is
 # never claimed: whoever claims the lease first generates it.
 _CREATE: Final = """
@@ -85,6 +89,7 @@ if tail and tail[2][1] == 'e' and tail[2][2] == '' then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'first_span', ARGV[6]) end
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
@@ -147,6 +152,8 @@ class RedisReply:
         frames: int = 0,
     ) -> None:
         self.key = key
+        #: The creating delivery's span (``replylog.LoggedReply.first_span``).
+        self.first_span: str | None = None
         self.binding_sha256 = binding_sha256
         self.wire = wire
         self.error = error
@@ -336,7 +343,7 @@ class RedisReplyLog:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
             return None
-        return RedisReply(
+        reply = RedisReply(
             self,
             key,
             fields[b"binding"].decode(),
@@ -344,8 +351,12 @@ class RedisReplyLog:
             _ending(tail, bool(leased)),
             _frames(tail),
         )
+        reply.first_span = _bounded(fields.get(b"first_span", b"").decode(errors="replace"))
+        return reply
 
-    async def create(self, key: ReplyKey, binding_sha256: str, wire: str) -> RedisReply:
+    async def create(
+        self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
+    ) -> RedisReply:
         known = await self.find(key)
         if known is not None and known.error is None:
             raise ReplyBusy(f"reply {key} is being generated or complete")
@@ -359,6 +370,7 @@ class RedisReplyLog:
                     _ms(self.limits.lease_s + self.limits.ttl_s),
                     binding_sha256,
                     wire,
+                    _bounded(first_span) or "",
                 ],
             )
         except aioredis.RedisError as error:
@@ -366,6 +378,7 @@ class RedisReplyLog:
         if not claimed:
             raise ReplyBusy(f"reply {key} is being generated elsewhere")
         reply = RedisReply(self, key, binding_sha256, wire)
+        reply.first_span = _bounded(first_span)
         reply.generate(token)
         return reply
 
@@ -406,6 +419,13 @@ class RedisReplyLog:
     async def aclose(self) -> None:
         with contextlib.suppress(aioredis.RedisError):
             await self.client.aclose()
+
+
+def _bounded(traceparent: str | None) -> str | None:
+    """A trace context the log keeps: None when there is none or it is past the bound."""
+    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
+        return None
+    return traceparent
 
 
 def relay_value(caller: str, traceparent: str | None) -> str:

@@ -3,7 +3,9 @@
 ``replywire.serve``: one per delivery (an ``Open``), a child of the consumer's span when
 its ``traceparent`` came with the call (a malformed or oversized one is ignored with a
 ``trace_context_ignored`` record: the span starts a trace of its own). A resume is a
-new span in the same trace, linked to the stream's first one served here. Attributes:
+new span in the same trace, linked to the stream's first one (served here, or kept with
+the reply by a shared log: ``Generations.attach``). A ``Cancel`` relayed from another
+replica is ``replywire.cancel_relayed`` where it stops the generation. Attributes:
 the RPC (OpenTelemetry's semantic conventions), the stream (id, case, caller,
 resume_after), and at the end its final state, reason, chunks and bytes sent; each
 state transition is an event (``producer/states.py``). Status: OK for a completed

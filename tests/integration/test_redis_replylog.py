@@ -341,3 +341,27 @@ def test_a_relayed_cancel_is_read_back_as_written_and_anything_else_as_a_caller_
     """A relayed Cancel's entry: what ``relay_value`` writes reads back; an old replica's
     plain name, or anything malformed, is a caller's name alone, with no trace context."""
     assert relayed_cancel(value.encode()) == expected
+
+
+def test_the_first_deliverys_span_is_kept_with_the_reply_bounded(server: RedisServer) -> None:
+    """A reply created by a delivery that traced keeps its span's traceparent: any replica
+    finds it (a resume there links to it); none, or one past the bound, keeps nothing."""
+
+    async def scenario() -> None:
+        a = RedisReplyLog(server.url, prefix="t-first:")
+        b = RedisReplyLog(server.url, prefix="t-first:")
+        oversized = "00-" + "a" * MAX_RELAYED_TRACEPARENT_CHARS
+        for stream_id, given, kept in [
+            ("traced", TRACEPARENT, TRACEPARENT),
+            ("untraced", None, None),
+            ("oversized", oversized, None),
+        ]:
+            reply = await a.create(key(stream_id), "b" * 64, "lp", given)
+            assert reply.first_span == kept
+            found = await b.find(key(stream_id))
+            assert found is not None and found.first_span == kept
+            assert await b.find(key(stream_id, "mallory")) is None
+            await reply.end()
+        await close(a, b)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -5,7 +5,9 @@ producers on the fake Gemini server and a private Redis, a consumer started with
 A ``Cancel`` that lands on the replica that does not generate the reply is relayed
 through the log with the trace context: the generator's stop is a ``CONSUMER`` span
 (``replywire.cancel_relayed``) in the caller's trace, a child of the relaying replica's
-``replywire.cancel`` span and linked to it, and its record carries the ids.
+``replywire.cancel`` span and linked to it, and its record carries the ids. A resume on
+the replica that did not serve the first delivery links to that delivery's span, which the
+log keeps with the reply.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import grpc
 import pytest
 
 from harness.children import stop_process
+from runtime.recording_file import load_recording
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import ReplyRequest
+from shared.wire import WireFormat
+from shared.wire.chunking import ChunkPlan
 from tests.helpers import API_KEY
 from tests.otlp_collector import KIND_CONSUMER, KIND_SERVER, Collector, otlp_collector
 from tests.processes import (
@@ -35,6 +43,7 @@ pytestmark = pytest.mark.timeout(180)
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 CASE = "backup-schedule"
+SERVE = "replywire.serve"
 CONSUME, CANCEL, RELAYED = "replywire.consume", "replywire.cancel", "replywire.cancel_relayed"
 #: A consumer that left keeps its reply generated this long (the Cancel stops it first).
 GRACE_S = "120"
@@ -130,3 +139,45 @@ def test_a_relayed_cancel_is_in_the_callers_trace(tmp_path: Path, fake: FakeGemi
     assert [(r["cancelled"], r["trace_id"], r["span_id"]) for r in relayed_records] == [
         (True, TRACE_ID, relayed.span_id)
     ]
+
+
+def test_a_resume_on_another_replica_links_to_the_first_delivery(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    """The first delivery is served by a (its consumer then gone); a resume of the stream,
+    in the same trace, lands on b, which never served it: b's span links to a's, whose
+    context the shared log kept with the reply."""
+    sid = "otel-resume-elsewhere"
+    resumer_span = "00f067aa0ba902b8"
+    with (
+        redis_server() as server,
+        otlp_collector() as collector,
+        two_traced_replicas(tmp_path, fake, server, collector) as (a, b),
+    ):
+        with consumer_process(
+            tmp_path, a.target, "--case", CASE, "--stream-id", sid, "--traceparent",
+            TRACEPARENT, "--resume-attempts", "0", "--idle-timeout-s", GRACE_S,
+        ) as first:  # fmt: skip
+            wait_for(lambda: sent(a, sid) >= 2, timeout=30)
+            stop_process(first, signal.SIGKILL)
+        case = load_recording().case(CASE)
+        request = ReplyRequest(
+            case_id=case.case_id, binding=case.binding, wire=WireFormat.LENGTH_PREFIXED,
+            plan=ChunkPlan.parse("whole"), fault=None, stream_id=sid,
+        ).open_request()  # fmt: skip
+        request.resume_after = 1
+        metadata = (("traceparent", f"00-{TRACE_ID}-{resumer_span}-01"),)
+        with grpc.insecure_channel(b.target) as channel:
+            call = pb_grpc.ReplyStreamStub(channel).Open(request, metadata=metadata, timeout=30)
+            assert next(iter(call)).data  # frame 2, from the log; then the caller goes
+            call.cancel()
+        wait_for(
+            lambda: {s.attributes["replywire.resume_after"] for s in collector.named(SERVE)
+                     if s.attributes.get("replywire.stream_id") == sid} == {0, 1},
+            timeout=20,
+        )  # fmt: skip
+    served = [s for s in collector.named(SERVE) if s.attributes.get("replywire.stream_id") == sid]
+    first_span, resumed = sorted(served, key=lambda s: s.attributes["replywire.resume_after"])
+    assert first_span.trace_id == resumed.trace_id == TRACE_ID
+    assert resumed.parent_span_id == resumer_span
+    assert resumed.links == [(TRACE_ID, first_span.span_id)]
