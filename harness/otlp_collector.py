@@ -69,7 +69,7 @@ class Received:
 
 #: OTLP's status codes and span kinds (opentelemetry-proto's enums, by name).
 STATUS_OK, STATUS_ERROR = 1, 2
-KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 1, 2, 3
+KIND_INTERNAL, KIND_SERVER, KIND_CLIENT, KIND_PRODUCER, KIND_CONSUMER = 1, 2, 3, 4, 5
 
 
 @dataclass

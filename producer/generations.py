@@ -37,6 +37,8 @@ from producer.replylog import (
     log_entries,
 )
 from producer.sources import Source, StreamPlan
+from producer.spans import relayed_cancel_span
+from runtime.tracing import active
 from shared.errors import REASONS, REPLY_ENDINGS, Reason, RequestRefused, Status
 from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest, binding_sha256
@@ -83,6 +85,13 @@ def ended_reply_refusal(ending: str) -> RequestRefused:
     if ending in REPLY_ENDINGS:
         return RequestRefused(Reason(ending), "the reply ended so")
     return RequestRefused(Reason.RESUME_UNAVAILABLE, f"the reply ended {ending}")
+
+
+def _first_span() -> str | None:
+    """The delivery creating a reply (its span is current), for a resume's link: None when
+    this process does not trace."""
+    tracing = active()
+    return None if tracing is None else tracing.current_traceparent()
 
 
 class Generations:
@@ -157,6 +166,11 @@ class Generations:
             if not request.resume_after and refused_before_made(reply):
                 return None
             raise ended_reply_refusal(reply.error)
+        tracing = active()
+        if tracing is not None and request.resume_after and reply.first_span is not None:
+            # A resume (this delivery's span is current) links to the first delivery's,
+            # whichever replica served it; one served here is linked already.
+            tracing.link_current_to_first(reply.first_span)
         return self._attached(reply)
 
     def _attached(self, reply: LoggedReply) -> Attached:
@@ -185,7 +199,7 @@ class Generations:
             self.source.verify(request, checked)
             binding = binding_sha256(request.binding_json)
             try:
-                reply = await self.log.create(key, binding, checked.wire.value)
+                reply = await self.log.create(key, binding, checked.wire.value, _first_span())
             except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
                 continue
             generation = self._generation(reply, self._opener(reply, request, checked))
@@ -238,7 +252,7 @@ class Generations:
         """A generation logging the recorded plan's reply here; None when another delivery
         generates it already."""
         try:
-            reply = await self.log.create(key, binding, checked.wire.value)
+            reply = await self.log.create(key, binding, checked.wire.value, _first_span())
         except ReplyBusy:
             return None
         assert plan.reply_frames is not None
@@ -271,19 +285,27 @@ class Generations:
 
     # --- stopping ---------------------------------------------------------------------------
 
-    async def cancel(self, key: ReplyKey) -> tuple[bool, bool]:
+    async def cancel(self, key: ReplyKey, traceparent: str | None = None) -> tuple[bool, bool]:
         """Stop the generation of the key's reply: here, or relayed through a shared log to
-        the replica that runs it. (Whether it was stopped, whether it was relayed.)"""
+        the replica that runs it, with ``traceparent`` (the ``Cancel``'s span, when this
+        process traces). (Whether it was stopped, whether it was relayed.)"""
         generation = self.get(key)
         if generation is None or generation.task.done():
-            return await self.log.request_cancel(key, RELAY_CANCEL_WAIT_S), True
+            return await self.log.request_cancel(key, RELAY_CANCEL_WAIT_S, traceparent), True
         return generation.stop(Reason.CONSUMER_CANCELLED), False
 
     def watch(self, reply: LoggedReply) -> None:
         """A ``Cancel`` another replica relays through the shared log stops the generation
-        here as if it had come here (the log names the caller: it is the reply's own)."""
+        here as if it had come here (the log names the caller: it is the reply's own).
+        When this process traces, the stop is a span (``replywire.cancel_relayed``) in the
+        trace of the relaying replica's ``Cancel`` span, whose ``traceparent`` came with it."""
 
-        def relayed(caller: str) -> None:
+        def relayed(caller: str, traceparent: str | None) -> None:
+            tracing = active()
+            span = ids = None
+            if tracing is not None:
+                span = relayed_cancel_span(tracing, traceparent, reply.key.stream_id)
+                ids = tracing.bind_ids(span)
             generation = self.get(reply.key)
             cancelled = (
                 caller == reply.key.identity
@@ -293,5 +315,8 @@ class Generations:
             )
             self._log.info("stream_cancel_relayed", stream_id=reply.key.stream_id,
                            caller=caller, cancelled=cancelled)  # fmt: skip
+            if tracing is not None and span is not None and ids is not None:
+                tracing.unbind_ids(ids)
+                tracing.end(span, error=None, attributes={"replywire.cancelled": cancelled})
 
         reply.watch_cancel(relayed)

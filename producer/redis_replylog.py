@@ -5,14 +5,20 @@ Key layout, under a prefix (default ``replywire:replies:``), per reply: its key
 joined by ``/``) in braces, a Redis Cluster hash tag that keeps a reply's keys, which
 every script touches together, in one slot::
 
-    PREFIX{IDENTITY/ID}:meta   hash    binding (the binding hash), wire
+    PREFIX{IDENTITY/ID}:meta   hash    binding (the binding hash), wire; first_span
+                                       (the creating delivery's span as a W3C
+                                       ``traceparent``, when its replica traced: a
+                                       resume on any replica links to it)
     PREFIX{IDENTITY/ID}:log    stream  one entry per frame, id ``0-SEQUENCE``, field ``d``
                                        = its wire bytes; then one end entry, field ``e``
                                        = "" (the terminal frame was the last entry) or
                                        the error reason code
     PREFIX{IDENTITY/ID}:lease  string  the generating process's token, ``SET ... PX``
     PREFIX{IDENTITY/ID}:cancel list    ``Cancel`` requests that reached another replica:
-                                       the generator pops them (``BLPOP``) and stops
+                                       the generator pops them (``BLPOP``) and stops;
+                                       each the caller's name, or, from a replica that
+                                       traces, a JSON object ``{"caller": NAME,
+                                       "traceparent": ITS CANCEL SPAN}``
 
 Another identity's Open of the same stream id names other keys: it never attaches to,
 reads, blocks or learns of this reply.
@@ -32,7 +38,10 @@ that regenerates): the create claims the lease first, then empties the stream.
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
 the log (``request_cancel``): the caller's name is pushed on the cancel list while the
 lease is held, and the generator, which waits on that list between lease refreshes,
-sees it at once; the relaying replica waits (bounded) for the reply's end entry.
+sees it at once; the relaying replica waits (bounded) for the reply's end entry. The
+relay carries the W3C ``traceparent`` of the relaying replica's ``Cancel`` span when it
+traces (at most ``MAX_RELAYED_TRACEPARENT_CHARS``; nothing when it does not), so the
+generator's stop is in the caller's trace (``producer/spans.py``).
 
 Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
@@ -62,10 +72,14 @@ READ_COUNT: Final = 256
 #: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
 #: takes them.
 MAX_CANCEL_REQUESTS: Final = 16
+#: The longest ``traceparent`` a relayed ``Cancel`` or a reply's ``first_span`` carries (a
+#: W3C one of version 00 is 55 characters); a longer one is neither written nor read.
+MAX_RELAYED_TRACEPARENT_CHARS: Final = 256
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
 
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire. A reply
+# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire, first
+# span ("": none). A reply
 # that is being generated (its lease is held) or complete (its end entry is empty) is
 # never claimed: whoever claims the lease first generates it.
 _CREATE: Final = """
@@ -75,6 +89,7 @@ if tail and tail[2][1] == 'e' and tail[2][2] == '' then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'first_span', ARGV[6]) end
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
@@ -137,6 +152,8 @@ class RedisReply:
         frames: int = 0,
     ) -> None:
         self.key = key
+        #: The creating delivery's span (``replylog.LoggedReply.first_span``).
+        self.first_span: str | None = None
         self.binding_sha256 = binding_sha256
         self.wire = wire
         self.error = error
@@ -148,15 +165,15 @@ class RedisReply:
         self._size = 0
         self._ended = False
         self._refresher: asyncio.Task[None] | None = None
-        self._on_cancel: Callable[[str], None] | None = None
+        self._on_cancel: Callable[[str, str | None], None] | None = None
 
     @property
     def frames(self) -> int:
         return self._last
 
-    def watch_cancel(self, on_cancel: Callable[[str], None]) -> None:
-        """While this process generates the reply, call ``on_cancel(caller)`` for each
-        ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
+    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
+        """While this process generates the reply, call ``on_cancel(caller, traceparent)``
+        for each ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
         self._on_cancel = on_cancel
 
     def generate(self, token: str) -> None:
@@ -191,7 +208,7 @@ class RedisReply:
             await asyncio.sleep(timeout_s)
             return
         if popped:
-            self._on_cancel(popped[1].decode())
+            self._on_cancel(*relayed_cancel(popped[1]))
 
     async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
         limits = self._log.limits
@@ -326,7 +343,7 @@ class RedisReplyLog:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
             return None
-        return RedisReply(
+        reply = RedisReply(
             self,
             key,
             fields[b"binding"].decode(),
@@ -334,8 +351,12 @@ class RedisReplyLog:
             _ending(tail, bool(leased)),
             _frames(tail),
         )
+        reply.first_span = _bounded(fields.get(b"first_span", b"").decode(errors="replace"))
+        return reply
 
-    async def create(self, key: ReplyKey, binding_sha256: str, wire: str) -> RedisReply:
+    async def create(
+        self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
+    ) -> RedisReply:
         known = await self.find(key)
         if known is not None and known.error is None:
             raise ReplyBusy(f"reply {key} is being generated or complete")
@@ -349,6 +370,7 @@ class RedisReplyLog:
                     _ms(self.limits.lease_s + self.limits.ttl_s),
                     binding_sha256,
                     wire,
+                    _bounded(first_span) or "",
                 ],
             )
         except aioredis.RedisError as error:
@@ -356,17 +378,21 @@ class RedisReplyLog:
         if not claimed:
             raise ReplyBusy(f"reply {key} is being generated elsewhere")
         reply = RedisReply(self, key, binding_sha256, wire)
+        reply.first_span = _bounded(first_span)
         reply.generate(token)
         return reply
 
-    async def request_cancel(self, key: ReplyKey, wait_s: float) -> bool:
-        """Relay the key's caller's ``Cancel`` to the replica generating the reply; True once
+    async def request_cancel(
+        self, key: ReplyKey, wait_s: float, traceparent: str | None = None
+    ) -> bool:
+        """Relay the key's caller's ``Cancel`` (with ``traceparent``, this process's
+        ``Cancel`` span, when it traces) to the replica generating the reply; True once
         the reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody
         generates it, the generator did not stop in time, or Redis fails."""
         lease, _, _, cancel = self.keys(key)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            args = [key.identity, expire_ms, MAX_CANCEL_REQUESTS]
+            args = [relay_value(key.identity, traceparent), expire_ms, MAX_CANCEL_REQUESTS]
             if not await self.scripts.cancel(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(key, wait_s)
@@ -393,6 +419,38 @@ class RedisReplyLog:
     async def aclose(self) -> None:
         with contextlib.suppress(aioredis.RedisError):
             await self.client.aclose()
+
+
+def _bounded(traceparent: str | None) -> str | None:
+    """A trace context the log keeps: None when there is none or it is past the bound."""
+    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
+        return None
+    return traceparent
+
+
+def relay_value(caller: str, traceparent: str | None) -> str:
+    """A relayed ``Cancel`` as the cancel list holds it: the caller's name alone (no trace
+    context, or one past the bound), else a JSON object with its ``traceparent``."""
+    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
+        return caller
+    return json.dumps({"caller": caller, "traceparent": traceparent}, separators=(",", ":"))
+
+
+def relayed_cancel(value: bytes) -> tuple[str, str | None]:
+    """(caller, traceparent) of a cancel list entry; anything but ``relay_value``'s JSON
+    object is a caller's name alone (the generator compares it with the reply's own)."""
+    text = value.decode(errors="replace")
+    if text.startswith("{"):
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            return text, None
+        if isinstance(fields, dict) and isinstance(fields.get("caller"), str):
+            traceparent = fields.get("traceparent")
+            if isinstance(traceparent, str) and len(traceparent) <= MAX_RELAYED_TRACEPARENT_CHARS:
+                return fields["caller"], traceparent
+            return fields["caller"], None
+    return text, None
 
 
 Tail = list[tuple[bytes, dict[bytes, bytes]]]

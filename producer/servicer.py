@@ -189,7 +189,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         span = None if tracing is None else cancel_span(tracing, context)
         cancelled: bool | None = None
         try:
-            cancelled, relayed = await self.generations.cancel(ReplyKey(caller, stream_id))
+            traceparent = None
+            if tracing is not None and span is not None:
+                traceparent = dict(tracing.metadata(span)).get("traceparent")
+            key = ReplyKey(caller, stream_id)
+            cancelled, relayed = await self.generations.cancel(key, traceparent)
             self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
                            cancelled=cancelled, relayed=relayed)  # fmt: skip
         finally:

@@ -3,7 +3,9 @@
 ``replywire.serve``: one per delivery (an ``Open``), a child of the consumer's span when
 its ``traceparent`` came with the call (a malformed or oversized one is ignored with a
 ``trace_context_ignored`` record: the span starts a trace of its own). A resume is a
-new span in the same trace, linked to the stream's first one served here. Attributes:
+new span in the same trace, linked to the stream's first one (served here, or kept with
+the reply by a shared log: ``Generations.attach``). A ``Cancel`` relayed from another
+replica is ``replywire.cancel_relayed`` where it stops the generation. Attributes:
 the RPC (OpenTelemetry's semantic conventions), the stream (id, case, caller,
 resume_after), and at the end its final state, reason, chunks and bytes sent; each
 state transition is an event (``producer/states.py``). Status: OK for a completed
@@ -26,12 +28,13 @@ from producer.states import ProducerStream, StreamState
 from shared.pb import replywire_pb2 as pb
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
-    from opentelemetry.trace import Span
+    from opentelemetry.trace import Link, Span
 
     from runtime.otel import Tracing
 
 SPAN_NAME: Final = "replywire.serve"
 CANCEL_SPAN_NAME: Final = "replywire.cancel"
+RELAYED_CANCEL_SPAN_NAME: Final = "replywire.cancel_relayed"
 GENERATION_SPAN_NAME: Final = "replywire.generation"
 RPC_SERVICE: Final = "replywire.v1.ReplyStream"
 
@@ -59,6 +62,36 @@ def cancel_span(tracing: Tracing, context: grpc.aio.ServicerContext[Any, Any]) -
     )
     structlog.contextvars.bind_contextvars(**tracing.ids(span))
     return span
+
+
+def relayed_cancel_span(tracing: Tracing, traceparent: str | None, stream_id: str) -> Span:
+    """The stop of a generation here by a ``Cancel`` another replica relayed through the
+    shared reply log: an asynchronous message, so, as OpenTelemetry's messaging
+    conventions have a message's ``process`` span, a ``CONSUMER`` span whose parent is
+    the relaying replica's ``Cancel`` span (the message's creation context, its
+    ``traceparent`` carried in the relay) and which links to it as well. A missing one
+    starts a trace of its own; a malformed or oversized one too, with a
+    ``trace_context_ignored`` record (validated as an ``Open``'s is)."""
+    from opentelemetry.trace import Link, SpanKind, get_current_span  # noqa: PLC0415
+
+    parent, ignored = tracing.context_from(traceparent, None)
+    if ignored is not None:
+        structlog.get_logger().warning("trace_context_ignored", why=ignored, relayed=True)
+    links: tuple[Link, ...] = ()
+    if parent is not None:
+        creation = get_current_span(parent).get_span_context()
+        links = (Link(creation, {"replywire.link": "relayed_cancel"}),)
+    return tracing.start(
+        RELAYED_CANCEL_SPAN_NAME,
+        kind=SpanKind.CONSUMER,
+        parent=parent,
+        attributes={
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "cancel",
+            "replywire.stream_id": stream_id,
+        },
+        links=links,
+    )
 
 
 class ServeSpan:

@@ -296,6 +296,34 @@ class Tracing:
         first = self._first_spans.get(key)
         return None if first is None else Link(first, {"replywire.link": "first_delivery"})
 
+    def current_traceparent(self) -> str | None:
+        """The current span as a ``traceparent`` (a reply log keeps it for a resume
+        elsewhere), or None when no span is current."""
+        span = trace.get_current_span()
+        if not span.get_span_context().is_valid:
+            return None
+        return dict(self.metadata(span)).get(TRACEPARENT)
+
+    def link_current_to_first(self, traceparent: str) -> bool:
+        """Link the current span (a resume's) to the first delivery's span the reply log
+        kept (``traceparent``, validated as an incoming one), unless it links to one
+        already or is that span. Whether a link was added."""
+        span = trace.get_current_span()
+        own = span.get_span_context()
+        parent, _ = self.context_from(traceparent, None)
+        if parent is None or not own.is_valid or not span.is_recording():
+            return False
+        first = trace.get_current_span(parent).get_span_context()
+        links: Sequence[Link] = getattr(span, "links", ())
+        linked = any(
+            link.attributes and link.attributes.get("replywire.link") == "first_delivery"
+            for link in links
+        )
+        if linked or first.span_id == own.span_id:
+            return False
+        span.add_link(first, {"replywire.link": "first_delivery"})
+        return True
+
     def remember_first(self, key: Any, span: Span) -> None:
         """``span`` is the first of ``key``'s stream (bounded: the oldest are forgotten)."""
         self._first_spans[key] = span.get_span_context()

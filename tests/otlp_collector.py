@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from harness.otlp_collector import (
     KIND_CLIENT,
+    KIND_CONSUMER,
     KIND_INTERNAL,
+    KIND_PRODUCER,
     KIND_SERVER,
     STATUS_ERROR,
     STATUS_OK,
@@ -16,7 +18,9 @@ from harness.otlp_collector import (
 
 __all__ = [
     "KIND_CLIENT",
+    "KIND_CONSUMER",
     "KIND_INTERNAL",
+    "KIND_PRODUCER",
     "KIND_SERVER",
     "STATUS_ERROR",
     "STATUS_OK",

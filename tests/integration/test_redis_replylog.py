@@ -11,7 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer.redis_replylog import MAX_CANCEL_REQUESTS, RedisReply, RedisReplyLog
+from producer.redis_replylog import (
+    MAX_CANCEL_REQUESTS,
+    MAX_RELAYED_TRACEPARENT_CHARS,
+    RedisReply,
+    RedisReplyLog,
+    relay_value,
+    relayed_cancel,
+)
 from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
 from tests.redis_server import RedisServer, redis_server
@@ -21,6 +28,9 @@ from tests.redis_server import RedisServer, redis_server
 LEASE_S = 1.2
 #: A bounded wait for what must happen once a lease lapses (not for ever).
 PROMPTLY_S = 30.0
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def key(stream_id: str, identity: str = "anonymous") -> ReplyKey:
@@ -184,13 +194,19 @@ def test_a_cancel_relayed_by_another_replica_reaches_the_generator_at_once(
         alice, mallory = key("s", "alice"), key("s", "mallory")
         assert await b.request_cancel(alice, 0.1) is False  # nothing generated
         reply = await a.create(alice, "b" * 64, "lp")
-        heard: asyncio.Queue[str] = asyncio.Queue()
-        reply.watch_cancel(heard.put_nowait)
+        heard: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+        reply.watch_cancel(lambda caller, traceparent: heard.put_nowait((caller, traceparent)))
         await reply.append(Entry(1, b"x"))
         # Another identity's Cancel of the same stream id names its own (unused) reply.
         assert await b.request_cancel(mallory, 0.2) is False
+        # A relay from a replica that traces carries its Cancel span's context; one past the
+        # bound carries none.
+        await b.request_cancel(alice, 0, TRACEPARENT)
+        assert await asyncio.wait_for(heard.get(), 5) == ("alice", TRACEPARENT)
+        await b.request_cancel(alice, 0, "00-" + "a" * MAX_RELAYED_TRACEPARENT_CHARS)
+        assert await asyncio.wait_for(heard.get(), 5) == ("alice", None)
         relayed = asyncio.create_task(b.request_cancel(alice, 5))
-        assert await asyncio.wait_for(heard.get(), 5) == "alice"
+        assert await asyncio.wait_for(heard.get(), 5) == ("alice", None)
         assert heard.empty()  # mallory's never reached alice's generator
         await reply.end(Reason.CONSUMER_CANCELLED.value)
         assert await relayed is True
@@ -206,7 +222,7 @@ def test_a_cancel_relayed_by_another_replica_reaches_the_generator_at_once(
         await a.client.rpush(a.keys(alice)[3], "stale")
         again = await a.create(alice, "b" * 64, "lp")  # (after an error: generated again)
         heard_again: asyncio.Queue[str] = asyncio.Queue()
-        again.watch_cancel(heard_again.put_nowait)
+        again.watch_cancel(lambda caller, _: heard_again.put_nowait(caller))
         assert await a.client.llen(a.keys(alice)[3]) == 0
         await again.end()
         assert heard_again.empty()
@@ -302,3 +318,50 @@ def test_a_reader_and_a_writer_that_lose_redis_fail_with_reply_log_unavailable()
 
     with redis_server() as running:
         asyncio.run(scenario(running))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (relay_value("alice", None), ("alice", None)),
+        (relay_value("alice", TRACEPARENT), ("alice", TRACEPARENT)),
+        (relay_value('{"caller":"x"}', TRACEPARENT), ('{"caller":"x"}', TRACEPARENT)),
+        ('{"caller": 1}', ('{"caller": 1}', None)),
+        ("{not json", ("{not json", None)),
+        ('{"caller":"alice","traceparent":7}', ("alice", None)),
+        (
+            '{"caller":"alice","traceparent":"' + "f" * (MAX_RELAYED_TRACEPARENT_CHARS + 1) + '"}',
+            ("alice", None),
+        ),
+    ],
+)
+def test_a_relayed_cancel_is_read_back_as_written_and_anything_else_as_a_caller_alone(
+    value: str, expected: tuple[str, str | None]
+) -> None:
+    """A relayed Cancel's entry: what ``relay_value`` writes reads back; an old replica's
+    plain name, or anything malformed, is a caller's name alone, with no trace context."""
+    assert relayed_cancel(value.encode()) == expected
+
+
+def test_the_first_deliverys_span_is_kept_with_the_reply_bounded(server: RedisServer) -> None:
+    """A reply created by a delivery that traced keeps its span's traceparent: any replica
+    finds it (a resume there links to it); none, or one past the bound, keeps nothing."""
+
+    async def scenario() -> None:
+        a = RedisReplyLog(server.url, prefix="t-first:")
+        b = RedisReplyLog(server.url, prefix="t-first:")
+        oversized = "00-" + "a" * MAX_RELAYED_TRACEPARENT_CHARS
+        for stream_id, given, kept in [
+            ("traced", TRACEPARENT, TRACEPARENT),
+            ("untraced", None, None),
+            ("oversized", oversized, None),
+        ]:
+            reply = await a.create(key(stream_id), "b" * 64, "lp", given)
+            assert reply.first_span == kept
+            found = await b.find(key(stream_id))
+            assert found is not None and found.first_span == kept
+            assert await b.find(key(stream_id, "mallory")) is None
+            await reply.end()
+        await close(a, b)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
