@@ -8,7 +8,7 @@ descriptions here say what a vector exercises, never what it must conclude.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from conformance import craft, crafted_lp, crafted_text
 from conformance.craft import NDJSON_LAB, WIRES
@@ -17,28 +17,6 @@ from shared.digest import digest
 from shared.frames import Frame, FrameKind
 from shared.recording import BoundCase, Recording
 from shared.vectors import End
-
-#: Characters of each UTF-8 width, as they appear in the crafted answer.
-WIDE: Final = {2: "\u00e9", 3: "\u20ac", 4: "\U0001f600"}
-#: Byte sequences that are not UTF-8.
-BAD_UTF8: Final = {
-    "lone-continuation": b"\x80",
-    "cut-2-byte": b"\xc3x",
-    "cut-3-byte": b"\xe2\x82x",
-    "cut-4-byte": b"\xf0\x9f\x98x",
-    "overlong": b"\xc0\x80",
-    "surrogate": b"\xed\xa0\x80",
-    "over-max": b"\xf4\x90\x80\x80",
-    "ff": b"\xff",
-}
-
-
-def _frames(case: BoundCase, content: str, size: int = 13) -> list[Frame]:
-    return craft.content_frames(case, content, size)
-
-
-def _stream(wire: str, case: BoundCase, content: str, size: int = 13) -> bytes:
-    return b"".join(craft.encode(wire, _frames(case, content, size)))
 
 
 def frames_group(case: BoundCase) -> Group:
@@ -53,7 +31,7 @@ def _frames_on(group: Group, case: BoundCase, wire: str) -> None:
     content = case.content
     texts = craft.deltas(content)
     n = len(texts)
-    frames = _frames(case, content)
+    frames = craft.content_frames(case, content)
 
     def add(
         name: str,
@@ -379,9 +357,8 @@ def reply_group(case: BoundCase) -> Group:
                 }
                 else "#reply-schema"
             )
-            group.add(
-                name, description, rule, wire, craft.encode(wire, _frames(case, content)), case=case
-            )
+            chunks = craft.encode(wire, craft.content_frames(case, content))
+            group.add(name, description, rule, wire, chunks, case=case)
     return group
 
 
@@ -426,12 +403,12 @@ def canonical_group(case: BoundCase) -> Group:
                 f"a binding with {description}",
                 "#canonical-json",
                 wire,
-                craft.encode(wire, _frames(bound, case.content)),
+                craft.encode(wire, craft.content_frames(bound, case.content)),
                 case=case,
                 binding=bound.binding,
             )
         mismatched = _bound(case, {"b": 1, "a": 2})
-        frames = _frames(case, case.content)
+        frames = craft.content_frames(case, case.content)
         group.add(
             "digest-of-other-binding",
             "frames carrying the recording's digest, another binding bound",

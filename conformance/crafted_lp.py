@@ -5,35 +5,13 @@ digest, each with the core's verdict.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from conformance import craft
 from conformance.craft import LP
 from conformance.vectors import Group
-from shared.frames import Frame, content_sha256
+from shared.frames import content_sha256
 from shared.recording import BoundCase
-
-#: Characters of each UTF-8 width, as they appear in the crafted answer.
-WIDE: Final = {2: "\u00e9", 3: "\u20ac", 4: "\U0001f600"}
-#: Byte sequences that are not UTF-8.
-BAD_UTF8: Final = {
-    "lone-continuation": b"\x80",
-    "cut-2-byte": b"\xc3x",
-    "cut-3-byte": b"\xe2\x82x",
-    "cut-4-byte": b"\xf0\x9f\x98x",
-    "overlong": b"\xc0\x80",
-    "surrogate": b"\xed\xa0\x80",
-    "over-max": b"\xf4\x90\x80\x80",
-    "ff": b"\xff",
-}
-
-
-def _frames(case: BoundCase, content: str, size: int = 13) -> list[Frame]:
-    return craft.content_frames(case, content, size)
-
-
-def _stream(wire: str, case: BoundCase, content: str, size: int = 13) -> bytes:
-    return b"".join(craft.encode(wire, _frames(case, content, size)))
 
 
 def lp_group(case: BoundCase) -> Group:
@@ -41,7 +19,7 @@ def lp_group(case: BoundCase) -> Group:
     group = Group("lp")
     content = case.content
     texts = craft.deltas(content)
-    frames = _frames(case, content)
+    frames = craft.content_frames(case, content)
     encoded = craft.encode(LP, frames)
     wire_bytes = b"".join(encoded)
     rest = encoded[1:]

@@ -11,7 +11,6 @@ from typing import Final
 from conformance import craft
 from conformance.craft import LP, NDJSON, NDJSON_LAB, NDJSON_WIRES, WIRES
 from conformance.vectors import Group
-from shared.frames import Frame
 from shared.recording import BoundCase
 
 #: Characters of each UTF-8 width, as they appear in the crafted answer.
@@ -29,12 +28,8 @@ BAD_UTF8: Final = {
 }
 
 
-def _frames(case: BoundCase, content: str, size: int = 13) -> list[Frame]:
-    return craft.content_frames(case, content, size)
-
-
-def _stream(wire: str, case: BoundCase, content: str, size: int = 13) -> bytes:
-    return b"".join(craft.encode(wire, _frames(case, content, size)))
+def _stream(wire: str, case: BoundCase, content: str) -> bytes:
+    return b"".join(craft.encode(wire, craft.content_frames(case, content)))
 
 
 def utf8_group(case: BoundCase) -> Group:
@@ -139,7 +134,7 @@ def ndjson_group(case: BoundCase) -> Group:
     content = case.content
     texts = craft.deltas(content)
     for wire in NDJSON_WIRES:
-        encoded = craft.encode(wire, _frames(case, content))
+        encoded = craft.encode(wire, craft.content_frames(case, content))
         rest = encoded[1:]
         good = craft.delta_object(case, 1, texts[0])
 
