@@ -7,12 +7,17 @@ by their pid. Traces go to files so a test can read them while the process runs.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
+import pty
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -272,3 +277,45 @@ def concurrent_replies(
         return list(await asyncio.gather(*(one(i, sid) for i, sid in enumerate(stream_ids))))
 
     return asyncio.run(all_of_them())
+
+
+def consumer_on_a_pty(
+    argv: list[str], *, rows: int, columns: int, timeout: float = 60.0
+) -> tuple[int, bytes]:
+    """``python -m consumer ARGV`` with stdin, stdout and stderr one pseudo-terminal of
+    ``columns`` x ``rows``: its exit code and every byte it wrote to the terminal. Read until
+    the process closes its side (or exits), bounded by ``timeout``; stopped by pid after."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumer", *argv],
+        cwd=ROOT,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    written = bytearray()
+    ends_at = time.monotonic() + timeout
+    try:
+        while (left := ends_at - time.monotonic()) > 0:
+            ready, _, _ = select.select([leader], [], [], min(left, 0.5))
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: every writer closed its side
+                break
+            if not chunk:
+                break
+            written += chunk
+        code = process.wait(timeout=max(ends_at - time.monotonic(), 1))
+    finally:
+        if process.poll() is None:
+            stop_process(process)
+        os.close(leader)
+    return code, bytes(written)

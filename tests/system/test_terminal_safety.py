@@ -10,17 +10,10 @@ On the terminal no refused character arrives raw, their visible forms do, and th
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +25,7 @@ from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
 from tests import hostile_producer as hostile
 from tests.helpers import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
-from tests.processes import ROOT
+from tests.processes import ROOT, consumer_on_a_pty
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,42 +56,9 @@ def hostile_target() -> Iterator[str]:
 
 
 def on_a_pty(argv: list[str], timeout: float = 60.0) -> tuple[int, bytes]:
-    """``python -m consumer ARGV`` with stdin, stdout and stderr one pseudo-terminal
-    (COLUMNS x 40): its exit code and every byte it wrote to the terminal."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, COLUMNS, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS), "LINES": "40"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumer", *argv],
-        cwd=ROOT,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-    )
-    os.close(follower)
-    written = bytearray()
-    ends_at = time.monotonic() + timeout
-    try:
-        while (left := ends_at - time.monotonic()) > 0:
-            ready, _, _ = select.select([leader], [], [], min(left, 0.5))
-            if not ready:
-                if process.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: every writer closed its side
-                break
-            if not chunk:
-                break
-            written += chunk
-        code = process.wait(timeout=max(ends_at - time.monotonic(), 1))
-    finally:
-        if process.poll() is None:
-            stop_process(process)
-        os.close(leader)
-    return code, bytes(written)
+    """``python -m consumer ARGV`` on a COLUMNS x 40 pseudo-terminal: its exit code and
+    every byte it wrote to the terminal."""
+    return consumer_on_a_pty(argv, rows=40, columns=COLUMNS, timeout=timeout)
 
 
 def obeys_nothing(written: bytes) -> str:

@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import fcntl
 import io
 import json
 import os
-import pty
 import re
-import select
 import signal
 import socket
-import struct
-import subprocess
-import sys
-import termios
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -43,7 +36,7 @@ from tests.helpers import (
     rejected_rows,
     timeline_shape,
 )
-from tests.processes import ROOT, producer
+from tests.processes import ROOT, consumer_on_a_pty, producer
 from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)
@@ -217,38 +210,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 def on_a_terminal(argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
     """``python -m consumer ARGV`` with stdout and stderr on one 80x24 pseudo-terminal:
     its exit code and everything it drew (escape codes removed)."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumer", *argv],
-        cwd=ROOT,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-    )
-    os.close(follower)
-    drawn = bytearray()
-    ends_at = time.monotonic() + timeout
-    try:
-        while time.monotonic() < ends_at:
-            ready, _, _ = select.select([leader], [], [], max(ends_at - time.monotonic(), 0))
-            if not ready:
-                break
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other side closed
-                break
-            if not chunk:
-                break
-            drawn += chunk
-        code = process.wait(timeout=max(ends_at - time.monotonic(), 1))
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        os.close(leader)
+    code, drawn = consumer_on_a_pty(argv, rows=24, columns=80, timeout=timeout)
     # A live redraw erases its lines (ESC [2K): each erase starts a new line here.
     text = drawn.decode("utf-8", "replace").replace("\x1b[2K", "\n")
     return code, ANSI.sub("", text)
