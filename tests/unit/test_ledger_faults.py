@@ -1,12 +1,8 @@
-"""The ledger when its store fails: idempotent reserves, a reserve whose answer was lost asked
-again or abandoned, owner leases and their reconciliation, settles retried in the background
-and at shutdown, and the bounds that say how long all that may take.
-
-Real stores only: a private valkey/redis server (tests/redis_server.py), paused with SIGSTOP
-(its commands then wait in its socket buffers and run when it resumes, as a stalled server's
-do), and the JSON file. No producer process here: tests/system/test_gemini_ledger_faults.py runs the
-same faults through producers and the fake Gemini server.
-"""
+"""The ledger's bounds without a server: a file ledger held past its timeout refuses and
+writes nothing, a file lease runs to its last instant, a new call past the pending-moves bound
+is refused before the ledger is asked, the settle backoff, and the ledger settings and flags
+at and past their edges. The faults of a real store are tests/integration/test_ledger_faults.py's,
+through producers tests/system/test_gemini_ledger_faults.py's."""
 
 from __future__ import annotations
 

@@ -1,31 +1,8 @@
-"""The consumer's token never goes in clear to another host, and ``--tls`` trusts the
-system's store (consumer/security.py).
-
-On this machine: which targets are local (``target_locality``); a token with a
-plaintext target elsewhere is refused by ``StreamOptions`` itself, before any
-connection; a token to a local target (TCP loopback by address or ``localhost``, a
-multi-address target, a Unix socket) arrives as gRPC call credentials; on a real
-producer on loopback with tokens every call carries it (a resume, a ``Cancel``); a
-trust store named by a variable is checked at start.
-
-Across test hosts (tests/netns.py: root only, skipped elsewhere with the reason; under CI
-they must run; select them with ``-m cross_host``), a producer on one, the consumer on
-another, over real addresses:
-
-* A producer on a host's LAN address, started with ``--insecure`` and tokens (so it
-  would accept a token in clear). The consumer with a token (a file, or only
-  ``REPLYWIRE_AUTH_TOKEN`` in its environment) and a plaintext target refuses at start:
-  exit 2, one line; its host opened no TCP connection, the producer's host accepted
-  none and its trace has no request. With ``--insecure`` it is served as the token's
-  caller, and stderr says the token went in clear; every call carries it (a resume, a
-  ``Cancel``).
-* The producer with TLS (a certificate from a test CA) and tokens, no ``--insecure``.
-  The test CA is installed as a system root for the consumer's process (a copy of the
-  system's bundle with it added, named by ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, or by
-  ``SSL_CERT_FILE``): ``--tls`` alone connects, and the token goes as call credentials on
-  every call. Without the CA installed, with a wrong ``--tls-server-name``, or with
-  ``--tls-ca`` narrowing the trust to another CA, the handshake is refused with the reason.
-"""
+"""The consumer's token rule without a connection (consumer/security.py): which targets are
+local (``target_locality``, from the target's text alone), a token with a plaintext target
+elsewhere refused by ``StreamOptions`` itself before any connection, and the order in which
+``--tls`` finds the system's trust store. The token on real connections, on loopback and
+across test hosts, is tests/system/test_token_transport.py's."""
 
 from __future__ import annotations
 
