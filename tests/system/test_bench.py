@@ -364,3 +364,24 @@ def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) ->
     first = next(iter(by_stream.values()))  # the ok stream ran first
     assert first[3]["to_state"] == "completed"
     assert first[3]["chunks_sent"] == first[1]["planned_chunks"] > 1
+
+
+def test_with_the_pure_build_running_there_is_no_second_pass(tmp_path: Path) -> None:
+    """REPLYWIRE_PURE=1 (or no compiled build): the pure pass is skipped, and says why."""
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom bench.pure import pure_pass\n"
+        "print(pure_pass('tiny', Path(sys.argv[1])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "pure.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "REPLYWIRE_PURE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    expected = {"skipped": "compiled build not available: pure (REPLYWIRE_PURE=1)"}
+    assert done.stdout == f"{expected}\n"
+    assert not (tmp_path / "pure.json").exists()
