@@ -13,16 +13,19 @@ import argparse
 import asyncio
 import json
 import platform
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, memory, paced, streams, tracing_cost
+from bench import decoders, memory, paced, pure, streams, tracing_cost
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
+from bench.profile import reply_log_share
 from bench.report import markdown
+from bench.targets import verdicts
 from consumer.channels import channel_options
 from consumer.options import StreamOptions
 from native import running
@@ -56,13 +59,21 @@ def run(size: Size) -> dict[str, Any]:
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.tracing_cost",
             ".venv/bin/python -m bench.flow_window",
+            f"REPLYWIRE_PURE=1 BENCH_SIZE={size} .venv/bin/python -m bench.pure --out FILE"
+            "  # the pure pass, when the compiled build runs",
         ],
     }
     results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
     results["tracing"] = tracing_cost.run(size)  # OpenTelemetry off against on, exporting
+    with tempfile.TemporaryDirectory(prefix="replywire-profile-") as workdir:
+        # The reply log's share of the producer side, for the budget (a cProfile).
+        results["reply_log_profile"] = reply_log_share(size, Path(workdir))
     results["budget"] = budgets(results)  # where the time goes, from this run's sides
+    with tempfile.TemporaryDirectory(prefix="replywire-pure-") as workdir:
+        # The same sides with the hot modules pure (a child process), beside the compiled.
+        results["pure"] = pure.pure_pass(size, Path(workdir) / "pure.json")
     results["backpressure"] = memory.run(size)
     written = asyncio.run(flow_window(size))
     results["flow_window"] = {
@@ -70,6 +81,7 @@ def run(size: Size) -> dict[str, Any]:
         "chunk_bytes": 1024,
         "bytes_written_before_blocking": written,
     }
+    results["targets"] = verdicts(results)  # issue 22's, met or not, with their figures
     results["load_average_after"] = load_average()
     results["duration_s"] = round(time.time() - started, 1)
     results["python_implementation"] = platform.python_implementation()

@@ -7,8 +7,13 @@ run); the replywire consumer adds its records, reader, queue and session (of the
 records: the consumer at info against warning, ``bench.streams``' trace-cost rounds). The
 records-only server adds the producer's four records to the bare server; the producer adds
 the rest (the request checks, the plan, the reply log, the state machine, metrics, the
-pacing's sleeps). A part is the difference of two medians, so on a shared machine a small
-one can come out negative: it is shown as measured.
+pacing's sleeps). Of the rest, the reply log is not a side of its own: it is its share of
+the producer side's time in a cProfile of both sides in one process (``bench.profile``'s
+``reply_log_share``, the same run: the cumulative time of the functions of
+``producer/replylog.py`` and ``producer/redis_replylog.py`` entered from outside them, over
+that of the producer package's) times the producer's measured total. A part is the difference
+of two medians, so on a shared machine a small one can come out negative: it is shown as
+measured.
 """
 
 from __future__ import annotations
@@ -56,9 +61,22 @@ def consumer_budget(
     return _parts(pair, checks, ours, decoding, records)
 
 
-def producer_budget(sides: dict[str, Any], key: str, scale: float) -> dict[str, float]:
+def producer_budget(
+    sides: dict[str, Any], key: str, scale: float, reply_log_share: float | None
+) -> dict[str, float | None]:
+    """The producer's parts; of the rest, the reply log: its share of the producer side's
+    profiled time (``bench.profile.reply_log_share``) times the producer's measured total."""
     pair, records, ours = (sides[s][key] * scale for s in ("bare pair", RECORDS_ONLY, "replywire"))
-    return {"grpc": pair, "records": records - pair, "rest": ours - records, "total": ours}
+    rest = ours - records
+    reply_log = None if reply_log_share is None else reply_log_share * ours
+    return {
+        "grpc": pair,
+        "records": records - pair,
+        "reply_log": reply_log,
+        "rest_without_reply_log": None if reply_log is None else rest - reply_log,
+        "rest": rest,
+        "total": ours,
+    }
 
 
 def budgets(results: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +99,9 @@ def budgets(results: dict[str, Any]) -> dict[str, Any]:
             None if decoding is None else decoding * frames,
             (at_info - at_warning) * 1e3,
         ),
-        "producer": producer_budget(row["sides"], "server_cpu_ms_per_stream", 1e3),
+        "producer": producer_budget(
+            row["sides"], "server_cpu_ms_per_stream", 1e3, _share(results, "per_stream")
+        ),
         "producer_records_at_info_over_warning": (p_info - p_warning) * 1e3,
     }
     per_chunk = {
@@ -89,11 +109,25 @@ def budgets(results: dict[str, Any]) -> dict[str, Any]:
             "consumer": consumer_budget(
                 paced["sides"], "client_cpu_us_per_chunk", 1.0, decoding, None
             ),
-            "producer": producer_budget(paced["sides"], "server_cpu_us_per_chunk", 1.0),
+            "producer": producer_budget(
+                paced["sides"], "server_cpu_us_per_chunk", 1.0, _share(results, "per_chunk")
+            ),
         }
         for n, paced in results["paced"]["by_streams"].items()
     }
-    return {"per_stream": per_stream, "per_chunk": per_chunk, "decode_us_per_frame": decoding}
+    shares = {shape: _share(results, shape) for shape in ("per_stream", "per_chunk")}
+    return {
+        "per_stream": per_stream,
+        "per_chunk": per_chunk,
+        "decode_us_per_frame": decoding,
+        "reply_log_share": shares,
+    }
+
+
+def _share(results: dict[str, Any], shape: str) -> float | None:
+    """The reply log's share of the producer side, profiled in this run (None: not run)."""
+    profiled = results.get("reply_log_profile")
+    return None if profiled is None else profiled[shape]["share"]
 
 
 def frames_per_stream() -> int:

@@ -36,6 +36,11 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def middle(values: Sequence[int]) -> int:
+    """A plan's middle value: 1,000 of (100, 1,000, 3,000); the only one of one."""
+    return values[len(values) // 2]
+
+
 def ratio(ours: float, theirs: float) -> float | None:
     return round(ours / theirs, 3) if theirs else None
 

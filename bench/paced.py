@@ -32,6 +32,7 @@ The servers run pinned to one CPU, the clients to the other (``bench.common.pin`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -50,6 +51,7 @@ from bench.common import (
     Size,
     bench_size,
     median,
+    middle,
     pin,
     pinning,
     process_cpu_s,
@@ -314,7 +316,8 @@ def search(
     return {side: found.result() for side, found in searches.items()}
 
 
-def run_plan(plan: PacedPlan, workdir: Path) -> dict[str, Any]:
+def run_plan(plan: PacedPlan, workdir: Path, *, search_n: bool = True) -> dict[str, Any]:
+    """Every N of ``plan``, every side; with ``search_n``, the largest N each pair holds."""
     recording, sha256 = paced_recording(workdir, plan.content_frames)
     out: dict[str, Any] = {
         "case": CASE_ID,
@@ -340,6 +343,8 @@ def run_plan(plan: PacedPlan, workdir: Path) -> dict[str, Any]:
         for side, row in rows.items():
             tables[side][n] = row
         out["by_streams"][str(n)] = with_ratios(rows)
+    if not search_n:
+        return out
     grain = 10 if max(plan.streams) >= 100 else 1
 
     def probe(side: str, n: int) -> dict[str, Any]:
@@ -355,6 +360,15 @@ def run_plan(plan: PacedPlan, workdir: Path) -> dict[str, Any]:
 def run(size: Size) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="replywire-paced-") as workdir:
         return run_plan(PLANS[size], Path(workdir))
+
+
+def pure_pass(size: Size) -> dict[str, Any]:
+    """The plan's middle N alone (1,000 at the full size), every side, its rounds, no search
+    (``make bench``'s pass of the pure build: ``bench.pure``)."""
+    plan = PLANS[size]
+    one_n = dataclasses.replace(plan, streams=(middle(plan.streams),))
+    with tempfile.TemporaryDirectory(prefix="replywire-paced-") as workdir:
+        return run_plan(one_n, Path(workdir), search_n=False)
 
 
 def main() -> None:

@@ -18,15 +18,22 @@ import cProfile
 import io
 import os
 import pstats
-from typing import Any, TextIO
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TextIO
 
+import producer
+from bench.common import Size
 from bench.decoders import cut, frames_of, ours
+from bench.paced import PLANS as PACED_PLANS
+from bench.paced import paced_recording
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
 from producer.server import start_server
 from producer.settings import ServerSettings
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording
+from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
@@ -49,10 +56,12 @@ def decoders(frames: int) -> None:
         print(top(profile))
 
 
-async def streams_in_one_process(count: int, chunks: str, trace: TextIO) -> cProfile.Profile:
+async def streams_in_one_process(
+    count: int, chunks: str, trace: TextIO, recording: Recording | None = None
+) -> cProfile.Profile:
     # Both sides' traces at info, rendered as in production, into a file nobody reads.
     configure_logging("bench", log_format="json", level="info", stream=trace)
-    recording = load_recording()
+    recording = recording or load_recording()
     server, port, _ = await start_server(
         recording, ServerSettings(host="127.0.0.1", port=0, allow_faults=False)
     )
@@ -75,6 +84,68 @@ def streams(count: int, chunks: str) -> None:
         profile = asyncio.run(streams_in_one_process(count, chunks, trace))
     print(f"== {count} streams of utf8-write, lp wire, chunks {chunks}, both sides in one process")
     print(top(profile, 25))
+
+
+#: The producer package's folder: a function of the producer side is defined in it.
+PRODUCER_DIR: Final = Path(producer.__file__).resolve().parent
+#: Streams profiled for the reply log's share: the short streams (``bench.streams``' shape),
+#: and the paced shape (``bench.paced``'s reply, unpaced), by size.
+SHARE_STREAMS: Final[dict[Size, tuple[int, int]]] = {"tiny": (20, 2), "full": (200, 10)}
+
+
+def is_producer(path: str) -> bool:
+    return Path(path).resolve().parent == PRODUCER_DIR
+
+
+def is_reply_log(path: str) -> bool:
+    """``producer/replylog.py`` (the memory log, the one the bench's producer runs) and
+    ``producer/redis_replylog.py``."""
+    return is_producer(path) and Path(path).name.endswith("replylog.py")
+
+
+def entered(profile: cProfile.Profile, inside: Callable[[str], bool]) -> float:
+    """Seconds spent in the functions defined in the files ``inside`` accepts, with what they
+    call: each function's cumulative time over its calls from outside those files (its own
+    when it has no caller, as a coroutine stepped by the event loop), so a call from one of
+    them into another is not counted twice."""
+    table: dict[Any, Any] = getattr(pstats.Stats(profile), "stats")  # noqa: B009 (untyped)
+    total = 0.0
+    for (path, _, _), (_, _, _, cumulative, callers) in table.items():
+        if not inside(path):
+            continue
+        if not callers:
+            total += cumulative
+            continue
+        total += sum(edge[3] for caller, edge in callers.items() if not inside(caller[0]))
+    return total
+
+
+def share_of(profile: cProfile.Profile, streams: int) -> dict[str, Any]:
+    reply_log, producer_side = entered(profile, is_reply_log), entered(profile, is_producer)
+    return {
+        "streams": streams,
+        "reply_log_s": round(reply_log, 6),
+        "producer_s": round(producer_side, 6),
+        "share": round(reply_log / producer_side, 4) if producer_side else None,
+    }
+
+
+def reply_log_share(size: Size, workdir: Path) -> dict[str, Any]:
+    """The reply log's share of the producer side's profiled time (``bench.budget``'s reply
+    log part): short streams of ``bench.streams``' case, one frame per chunk, and streams of
+    ``bench.paced``' reply (one frame a chunk, unpaced), both sides in this one process."""
+    short, long = SHARE_STREAMS[size]
+    path, sha256 = paced_recording(workdir, PACED_PLANS[size].content_frames)
+    shaped = load_recording(path, expected_sha256=sha256)
+    with open(os.devnull, "w") as trace:
+        per_stream = asyncio.run(streams_in_one_process(short, "frame", trace))
+        per_chunk = asyncio.run(streams_in_one_process(long, "frame", trace, shaped))
+    return {
+        "method": "cProfile, both sides in one process; the reply log's functions entered "
+        "from outside them, over the producer package's",
+        "per_stream": share_of(per_stream, short),
+        "per_chunk": share_of(per_chunk, long),
+    }
 
 
 def main(argv: Any = None) -> None:

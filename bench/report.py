@@ -156,12 +156,12 @@ def budget_per_stream(budget: dict[str, Any]) -> list[str]:
     row = budget["per_stream"]
     ours, producer = row["consumer"], row["producer"]
     return table(
-        ["side", "gRPC's own work (bare pair)", "decoding", "checks", "records",
+        ["side", "gRPC's own work (bare pair)", "decoding", "checks", "records", "reply log",
          "session and the rest", "total"],
-        [["consumer", ours["grpc"], ours["decoding"], ours["checks"], ours["records"],
+        [["consumer", ours["grpc"], ours["decoding"], ours["checks"], ours["records"], None,
           ours["session"], ours["total"]],
-         ["producer", producer["grpc"], None, None, producer["records"], producer["rest"],
-          producer["total"]]],
+         ["producer", producer["grpc"], None, None, producer["records"], producer["reply_log"],
+          producer["rest_without_reply_log"], producer["total"]]],
     )  # fmt: skip
 
 
@@ -170,14 +170,14 @@ def budget_per_chunk(budget: dict[str, Any]) -> list[str]:
     for n, row in budget["per_chunk"].items():
         ours, producer = row["consumer"], row["producer"]
         cells += [
-            [n, "consumer", ours["grpc"], ours["decoding"], ours["checks"], None,
+            [n, "consumer", ours["grpc"], ours["decoding"], ours["checks"], None, None,
              ours["records_and_session"], ours["total"]],
-            [n, "producer", producer["grpc"], None, None, producer["records"], producer["rest"],
-             producer["total"]],
+            [n, "producer", producer["grpc"], None, None, producer["records"],
+             producer["reply_log"], producer["rest_without_reply_log"], producer["total"]],
         ]  # fmt: skip
     return table(
         ["paced streams", "side", "gRPC's own work (bare pair)", "decoding", "checks",
-         "records", "session and the rest (consumer: with its records)", "total"],
+         "records", "reply log", "session and the rest (consumer: with its records)", "total"],
         cells,
     )  # fmt: skip
 
@@ -193,8 +193,13 @@ def budget_section(budget: dict[str, Any]) -> list[str]:
         "checks only is its records (per stream: the consumer at info − at warning, the "
         "trace-cost rounds), reader, queue, session and verdict. Producer: records only − "
         "bare server is the four records; replywire − records only is the rest (request "
-        "checks, plan, reply log, state machine, metrics, the pacing's sleeps). Differences "
-        "of medians: on a shared machine a small part can come out negative.",
+        "checks, plan, reply log, state machine, metrics, the pacing's sleeps), of which the "
+        "reply log is its share of the producer side's time in a cProfile of both sides in "
+        "one process (the functions of producer/replylog.py and redis_replylog.py entered "
+        "from outside them, over the producer package's: "
+        f"{_share(budget, 'per_stream')} of the short streams, "
+        f"{_share(budget, 'per_chunk')} of the paced reply's) × the producer's total. "
+        "Differences of medians: on a shared machine a small part can come out negative.",
         "",
         f"Per stream (short streams, one frame per chunk, {per_stream['frames']} frames; the "
         "producer's records at info − at warning, the trace-cost rounds: "
@@ -205,6 +210,86 @@ def budget_section(budget: dict[str, Any]) -> list[str]:
         "",
         *budget_per_chunk(budget),
     ]
+
+
+def _share(budget: dict[str, Any], shape: str) -> str:
+    share = budget.get("reply_log_share", {}).get(shape)
+    return "not profiled" if share is None else f"{share:.1%}"
+
+
+def targets_section(results: dict[str, Any]) -> list[str]:
+    rows = [
+        [target["section"], target["what"],
+         ", ".join(f"{where} {_cell(figure)}" for where, figure in target["figures"]),
+         target["verdict"]]
+        for target in results["targets"]
+    ]  # fmt: skip
+    return [
+        "## Targets (issue 22; a target is met when every figure it names is)",
+        "",
+        f"Build: {results['build']}. Section 3's targets are read with the compiled build.",
+        "",
+        *table(["section", "target", "figures", "verdict"], rows),
+    ]
+
+
+def pure_against_compiled(results: dict[str, Any]) -> list[str]:
+    pure = results["pure"]
+    head = ["## Pure against compiled (the hot modules compiled by mypyc, or not)", ""]
+    if "skipped" in pure:
+        return [*head, f"No pure pass: {pure['skipped']}.", ""]
+    head += [
+        f"Compiled: this run ({results['build']}). Pure: the same sides in a child process "
+        f"with REPLYWIRE_PURE=1 ({pure['build']}), {pure['duration_s']} s, after the "
+        "compiled sides (not alternated with them: compare the ratios, each of its own "
+        "rounds).",
+        "",
+    ]
+    seq_p, seq_c = pure["streams"]["sequential"], results["streams"]["sequential"]
+    keys = ("checks_only_over_bare_pair", "records_only_server_cpu_over_bare_server",
+            "replywire_over_bare_pair", "producer_cpu_over_records_only")  # fmt: skip
+    rows = []
+    for chunking, row in seq_p.items():
+        compiled = seq_c[chunking]
+        cells: list[Any] = [chunking]
+        for key in keys:
+            cells += [row[key], compiled[key]]
+        cpu = "client_cpu_ms_per_stream"
+        cells += [row["sides"]["replywire"][cpu], compiled["sides"]["replywire"][cpu]]
+        rows.append(cells)
+    short = table(
+        ["chunks", "checks only / bare pair: pure", "compiled",
+         "records only / bare server CPU: pure", "compiled", "replywire / bare pair: pure",
+         "compiled", "producer CPU / records only: pure", "compiled",
+         "consumer CPU ms/stream: pure", "compiled"],
+        rows,
+    )  # fmt: skip
+    crows = []
+    for n, row in pure["streams"]["concurrency"].items():
+        compiled = results["streams"]["concurrency"].get(n, {})
+        crows.append([n, *(x for key in ("checks_only_over_bare_pair", "replywire_over_bare_pair",
+                                         "replywire_over_checks_only")
+                           for x in (row.get(key), compiled.get(key)))])  # fmt: skip
+    concurrent = table(
+        ["concurrent streams", "checks only / bare pair: pure", "compiled",
+         "replywire / bare pair: pure", "compiled", "replywire / checks only: pure", "compiled"],
+        crows,
+    )  # fmt: skip
+    prows = []
+    for n, row in pure["paced"]["by_streams"].items():
+        compiled_sides = results["paced"]["by_streams"].get(n, {}).get("sides", {})
+        for name, side in row["sides"].items():
+            other = compiled_sides.get(name, {})
+            prows.append([n, name, *(x for key in ("client_cpu_us_per_chunk",
+                                                  "server_cpu_us_per_chunk")
+                                    for x in (side[key], other.get(key)))])  # fmt: skip
+    paced_rows = table(
+        ["paced streams", "side", "consumer CPU µs/chunk: pure", "compiled",
+         "producer CPU µs/chunk: pure", "compiled"],
+        prows,
+    )  # fmt: skip
+    return [*head, *short, "Concurrent (one frame per chunk):", "", *concurrent,
+            "Paced, CPU per chunk of each side:", "", *paced_rows]  # fmt: skip
 
 
 def decoder_costs(decoders: dict[str, Any]) -> list[str]:
@@ -363,6 +448,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *over_limit(streams),
         *budget_section(results["budget"]),
+        *targets_section(results),
+        *pure_against_compiled(results),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",
         "",

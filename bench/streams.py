@@ -57,6 +57,7 @@ from bench.common import (
     Size,
     bench_size,
     median,
+    middle,
     pin,
     pinning,
     process_cpu_s,
@@ -484,6 +485,19 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
 async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
     out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
     out["pinning"] = pinning()
+    out.update(await sides_and_floors(plan, workdir, plan.concurrency))
+    out["over_limit"] = await over_limit(plan, workdir)
+    out["trace_cost"] = await trace_cost(plan, workdir)
+    out["consumer_trace_cost"] = await consumer_trace_cost(plan, trace)
+    return out
+
+
+async def sides_and_floors(
+    plan: Plan, workdir: Path, concurrency: tuple[int, ...]
+) -> dict[str, Any]:
+    """The sequential section (every chunking, all five sides) and the concurrency rows at
+    ``concurrency``: what ``make bench``'s pure pass runs again (``pure_pass``)."""
+    out: dict[str, Any] = {}
     records_trace = workdir / "records-only.trace.jsonl"
     with producer(workdir) as ours, bare_server() as bare, bare_server(records_trace) as records:
         sides = {
@@ -504,15 +518,12 @@ async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
             out["sequential"][chunking] = with_ratios({k: summary(v) for k, v in runs.items()})
         out["concurrency"] = {}
         pair = {"replywire": ours, "bare pair": bare, CHECKS_ONLY: bare}
-        for n in plan.concurrency:
+        for n in concurrency:
             runs = await compare(
                 concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds
             )
             out["concurrency"][str(n)] = with_ratios({k: summary(v) for k, v in runs.items()})
-    out["over_limit"] = await over_limit(plan, workdir)
-    out["trace_cost"] = await trace_cost(plan, workdir)
-    out["consumer_trace_cost"] = await consumer_trace_cost(plan, trace)
-    return out  # fmt: skip
+    return out
 
 
 #: Connections the over-limit burst is spread over: one connection queues its streams past
@@ -604,6 +615,24 @@ def consumer_round_at(
 def run(size: Size) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="replywire-bench-") as workdir:
         return asyncio.run(run_all(PLANS[size], Path(workdir)))
+
+
+async def _pure_pass(plan: Plan, workdir: Path) -> dict[str, Any]:
+    pin(os.getpid(), CLIENT_CPU)
+    trace = consumer_trace(workdir / "consumer.trace.jsonl")
+    try:
+        out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
+        out["pinning"] = pinning()
+        return {**out, **await sides_and_floors(plan, workdir, (middle(plan.concurrency),))}
+    finally:
+        trace.close()
+
+
+def pure_pass(size: Size) -> dict[str, Any]:
+    """The short-stream sequential section and the middle concurrency row alone (``make
+    bench``'s pass of the pure build: ``bench.pure``)."""
+    with tempfile.TemporaryDirectory(prefix="replywire-bench-") as workdir:
+        return asyncio.run(_pure_pass(PLANS[size], Path(workdir)))
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bench.common import process_cpu_s
+from bench.common import middle, process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
 from bench.paced import PLANS as PACED_PLANS
 from bench.paced import SEARCHED
@@ -33,6 +33,7 @@ from bench.streams import (
     request_for,
     shares_channel,
 )
+from bench.streams import PLANS as STREAM_PLANS
 from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from harness.children import stop_process
@@ -51,6 +52,8 @@ TABLES = (
     "## How far a producer runs ahead",
     "## Trace cost",
     "## Tracing cost",
+    "## Targets",
+    "## Pure against compiled",
 )
 
 
@@ -183,7 +186,7 @@ def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any],
     budget = tiny_run[0]["budget"]
     consumer = {"grpc", "decoding", "checks", "core", "records", "session"}
     consumer |= {"records_and_session", "total"}
-    producer = {"grpc", "records", "rest", "total"}
+    producer = {"grpc", "records", "reply_log", "rest_without_reply_log", "rest", "total"}
     per_stream = budget["per_stream"]
     assert per_stream["frames"] == 15 and budget["decode_us_per_frame"] > 0
     assert set(per_stream["consumer"]) == consumer
@@ -197,6 +200,56 @@ def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any],
             parts["total"]
         )
         assert parts["decoding"] + parts["checks"] == pytest.approx(parts["core"])
+    # The producer's rest: the reply log (its profiled share of the total) and the others.
+    profiled = tiny_run[0]["reply_log_profile"]
+    for shape, rows in (("per_stream", [per_stream]), ("per_chunk", budget["per_chunk"].values())):
+        assert profiled[shape]["reply_log_s"] > 0 and 0 < profiled[shape]["share"] < 1
+        for row in rows:
+            parts = row["producer"]
+            assert parts["reply_log"] == pytest.approx(profiled[shape]["share"] * parts["total"])
+            assert parts["reply_log"] + parts["rest_without_reply_log"] == pytest.approx(
+                parts["rest"]
+            )
+    assert "| reply log |" in tiny_run[1]
+
+
+def test_the_pure_pass_runs_beside_the_compiled_build(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    """With the compiled build, the same sides again in a pure child process: the sequential
+    section, the middle concurrency row, the paced streams at the middle N (no search);
+    without it, the results say why there is no second pass."""
+    results, markdown = tiny_run
+    pure = results["pure"]
+    if not results["build"].startswith("compiled"):
+        assert pure == {"skipped": f"compiled build not available: {results['build']}"}
+        assert "No pure pass: compiled build not available" in markdown
+        return
+    assert pure["build"] == "pure (REPLYWIRE_PURE=1)"
+    streams = pure["streams"]
+    assert list(streams["sequential"]) == list(CHUNKINGS)
+    for row in streams["sequential"].values():
+        assert set(row["sides"]) == set(results["streams"]["sequential"]["frame"]["sides"])
+        assert all(side["failures"] == {} for side in row["sides"].values())
+    assert list(streams["concurrency"]) == [str(middle(STREAM_PLANS["tiny"].concurrency))]
+    paced = pure["paced"]
+    assert list(paced["by_streams"]) == [str(middle(PACED_PLANS["tiny"].streams))]
+    assert "largest_n_held" not in paced
+    for side in paced["by_streams"]["4"]["sides"].values():
+        assert side["failures"] == {}
+        assert side["chunks_per_round"] == 4 * paced["chunks_per_stream"]
+    assert "| chunks | checks only / bare pair: pure | compiled |" in markdown
+
+
+def test_every_target_has_a_verdict(tiny_run: tuple[dict[str, Any], str]) -> None:
+    """Issue 22's targets, sections 2 and 3, each with its figures and a verdict (which one
+    is not asserted: the tiny run's figures mean nothing)."""
+    targets = tiny_run[0]["targets"]
+    assert [target["section"] for target in targets] == [2, 2, 2, 2, 2, 2, 3, 3]
+    for target in targets:
+        assert target["figures"]
+        assert target["verdict"].split(" (")[0] in {"met", "not met", "not measured"}
+        assert f"| {target['verdict']} |" in tiny_run[1]
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:
@@ -311,3 +364,24 @@ def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) ->
     first = next(iter(by_stream.values()))  # the ok stream ran first
     assert first[3]["to_state"] == "completed"
     assert first[3]["chunks_sent"] == first[1]["planned_chunks"] > 1
+
+
+def test_with_the_pure_build_running_there_is_no_second_pass(tmp_path: Path) -> None:
+    """REPLYWIRE_PURE=1 (or no compiled build): the pure pass is skipped, and says why."""
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom bench.pure import pure_pass\n"
+        "print(pure_pass('tiny', Path(sys.argv[1])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "pure.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "REPLYWIRE_PURE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    expected = {"skipped": "compiled build not available: pure (REPLYWIRE_PURE=1)"}
+    assert done.stdout == f"{expected}\n"
+    assert not (tmp_path / "pure.json").exists()

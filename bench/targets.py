@@ -1,0 +1,97 @@
+"""Issue 22's targets, each met or not met with its figures, from one ``make bench`` run.
+
+Section 2 (replywire against the floor sides, whatever the build): the consumer's
+streams/s ≥ 0.9 times the checks-only client's at every chunking and at the middle concurrency
+row (1,000 streams at the full size); its CPU per paced chunk ≤ 1.1 times the checks-only
+client's; the producer's CPU per stream ≤ 1.1 times the records-only server's at every chunking,
+and per paced chunk; memory per open paced stream ≤ 1.3 times the bare pair's, each side; the
+largest paced N held ≥ 0.85 times the bare pair's. Section 3 (the floor sides against the bare
+pair, with the compiled build): checks only ≥ 0.9 times the bare pair's streams/s and records
+only ≤ 1.15 times the bare server's CPU per stream, at every chunking. A target is met when
+every figure it names is; a figure that was not measured (None) leaves it not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.common import middle
+
+
+@dataclass(frozen=True)
+class Target:
+    section: int
+    what: str
+    #: ≥ bound when ``at_least``, else ≤ bound.
+    bound: float
+    at_least: bool
+    #: (where, figure) for every point the target is read at.
+    figures: tuple[tuple[str, float | None], ...]
+    #: Why its figures do not count (the build was not the one the target names), or "".
+    not_applicable: str = ""
+
+    def misses(self) -> list[str]:
+        return [
+            where for where, figure in self.figures if figure is not None and not self.holds(figure)
+        ]
+
+    def holds(self, figure: float) -> bool:
+        return figure >= self.bound if self.at_least else figure <= self.bound
+
+    @property
+    def verdict(self) -> str:
+        if self.not_applicable:
+            return f"not measured ({self.not_applicable})"
+        missed = self.misses()
+        if missed:
+            return f"not met ({', '.join(missed)})"
+        if not self.figures or any(figure is None for _, figure in self.figures):
+            return "not measured"
+        return "met"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict}
+
+
+def _by_chunking(streams: dict[str, Any], key: str) -> tuple[tuple[str, float | None], ...]:
+    return tuple((chunking, row.get(key)) for chunking, row in streams["sequential"].items())
+
+
+def _by_n(paced: dict[str, Any], key: str, label: str = "") -> tuple[tuple[str, Any], ...]:
+    return tuple((f"N {n}{label}", row.get(key)) for n, row in paced["by_streams"].items())
+
+
+def targets(results: dict[str, Any]) -> list[Target]:
+    streams, paced = results["streams"], results["paced"]
+    concurrency = streams["concurrency"]
+    n = str(middle([int(key) for key in concurrency]))
+    compiled = results["build"].startswith("compiled")
+    pure = "" if compiled else f"the run's build: {results['build']}"
+    return [
+        Target(2, "consumer streams/s ≥ 0.9× checks only", 0.9, True, (
+            *_by_chunking(streams, "replywire_over_checks_only"),
+            (f"{n} concurrent", concurrency[n].get("replywire_over_checks_only")),
+        )),
+        Target(2, "paced consumer CPU/chunk ≤ 1.1× checks only", 1.1, False,
+               _by_n(paced, "consumer_cpu_over_checks_only")),
+        Target(2, "producer CPU/stream ≤ 1.1× records only", 1.1, False,
+               _by_chunking(streams, "producer_cpu_over_records_only")),
+        Target(2, "paced producer CPU/chunk ≤ 1.1× records only", 1.1, False,
+               _by_n(paced, "producer_cpu_over_records_only")),
+        Target(2, "memory per open paced stream ≤ 1.3× the bare pair's, each side", 1.3, False, (
+            *_by_n(paced, "consumer_memory_over_bare_pair", " consumer"),
+            *_by_n(paced, "producer_memory_over_bare_pair", " producer"),
+        )),
+        Target(2, "largest paced N held ≥ 0.85× the bare pair's", 0.85, True,
+               (("largest N held", paced.get("paced_n_over_bare_pair")),)),
+        Target(3, "checks only streams/s ≥ 0.9× bare pair (compiled)", 0.9, True,
+               _by_chunking(streams, "checks_only_over_bare_pair"), pure),
+        Target(3, "records only CPU/stream ≤ 1.15× bare server (compiled)", 1.15, False,
+               _by_chunking(streams, "records_only_server_cpu_over_bare_server"), pure),
+    ]  # fmt: skip
+
+
+def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target as data (results.json's ``targets``)."""
+    return [target.as_dict() for target in targets(results)]
