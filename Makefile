@@ -71,7 +71,9 @@ check: setup
 # Everything. First the tests marked serial, alone (make protos rewrites shared/pb/, which
 # any process started meanwhile would import), then the rest in parallel. Coverage covers
 # both passes (--cov-append) and the producer and consumer processes the tests start
-# (coverage's subprocess patch); the table lists the files not fully covered.
+# (coverage's subprocess patch), but those of the tests marked no_cover: loads (the benchmarks,
+# every vector through each consumer, the core's mutants, 3,000 streams) through code the
+# other tests measure. The table lists the files not fully covered.
 #
 # The whole suite runs on the build make setup made (compiled where a compiler is), then
 # test-pure runs tests/unit and tests/integration again on the pure build (REPLYWIRE_PURE=1):

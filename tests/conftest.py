@@ -34,6 +34,7 @@ import structlog
 
 from runtime.recording_file import load_recording
 from shared.recording import Recording
+from tests.helpers import COVERAGE_HOOK
 
 # `make test` runs pytest inside make: a `make` command a test runs (the README's) would
 # then print "Entering directory" lines around its output, unlike the same command typed
@@ -117,6 +118,17 @@ def _refuse_network(monkeypatch: pytest.MonkeyPatch, tier: str) -> None:
     for module in (grpc, grpc.aio):
         for name in ("server", "insecure_channel", "secure_channel"):
             monkeypatch.setattr(module, name, _refusal(tier, f"open a gRPC {name.split('_')[0]}"))
+
+
+@pytest.fixture(autouse=True)
+def _no_cover_children(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``no_cover`` drives a load (thousands of vectors, mutants of the core,
+    the benchmarks, thousands of streams) through code other tests measure: the processes it
+    starts are not measured either. Traced, they were a sixth of ``make test``'s time and
+    measured nothing new."""
+    if request.node.get_closest_marker("no_cover") is not None:
+        for name in COVERAGE_HOOK:
+            monkeypatch.delenv(name, raising=False)
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside pytest-cov's own wrapper

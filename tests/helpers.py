@@ -103,6 +103,19 @@ async def until(
         await asyncio.sleep(interval)
 
 
+#: Coverage's subprocess hook: set in a test process's environment, every Python process the
+#: test starts is measured too (pyproject.toml: ``patch = ["subprocess"]``).
+COVERAGE_HOOK = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+
+
+def unmeasured_environ(**extra: str) -> dict[str, str]:
+    """This process's environment (and ``extra``) without coverage's subprocess hook: for
+    what a test marked ``no_cover`` starts in a fixture wider than the test (the processes
+    the test itself starts are unmeasured by tests/conftest.py)."""
+    environ = {key: value for key, value in os.environ.items() if key not in COVERAGE_HOOK}
+    return {**environ, **extra}
+
+
 def once_per_run(
     tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[], Any]
 ) -> Any:

@@ -38,8 +38,12 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from harness.children import stop_process
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import unmeasured_environ
 from tests.processes import wait_for
 
+# The benchmarks drive thousands of streams through code the other tests measure: their
+# processes are not measured (tests/conftest.py, ``_no_cover_children``).
+pytestmark = pytest.mark.no_cover
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = (
     "## Paced streams",
@@ -67,7 +71,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
         text=True,
         timeout=240,
         check=False,
-        env={**os.environ, "BENCH_SIZE": "tiny"},
+        env=unmeasured_environ(BENCH_SIZE="tiny"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()

@@ -516,6 +516,8 @@ def test_build_commands() -> None:
         assert "the pure build ran where another was asked for" in done.stdout
 
 
+# The benchmarks are a load, not paths: their processes are not measured (tests/conftest.py).
+@pytest.mark.no_cover
 def test_benchmarks() -> None:
     for what in ("decoders", "streams"):
         done = shell(f".venv/bin/python -m bench.profile {what}")
