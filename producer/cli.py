@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import redis
 import structlog
 
 from native import running, version_line
@@ -38,14 +37,13 @@ from producer.gemini.keeper import (
 from producer.gemini.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
 from producer.gemini.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
 from producer.gemini.ledger import Ledger, Owner, Rates
+from producer.gemini.ledger_options import DEFAULT_PREFIX, RedisOptions
+from producer.gemini.ledger_options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.ledgers import open_ledger
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.redis_ledger import DEFAULT_PREFIX, RedisOptions
-from producer.gemini.redis_ledger import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
-from producer.redis_replylog import RedisReplyLog
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
@@ -577,6 +575,11 @@ async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLo
     store = store_of("--reply-log", args.reply_log)
     if store.kind is StoreKind.MEMORY:
         return MemoryReplyLog(limits)
+    # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
+    import redis  # noqa: PLC0415
+
+    from producer.redis_replylog import RedisReplyLog  # noqa: PLC0415
+
     try:
         log = RedisReplyLog(store.target, limits)
     except ValueError as error:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from producer.gemini.ledger import BudgetLedger, Ledger, Owner, Rates
-from producer.gemini.redis_ledger import RedisLedger, RedisOptions
+from producer.gemini.ledger_options import RedisOptions
 from producer.store_urls import StoreKind, parse_store
 
 
@@ -33,6 +33,9 @@ def open_ledger(
     options = options or RedisOptions()
     store = parse_store(spec, files=True)
     if store.kind is StoreKind.REDIS:
+        # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
+        from producer.gemini.redis_ledger import RedisLedger  # noqa: PLC0415
+
         return RedisLedger(
             store.target,
             budget_usd=budget_usd,

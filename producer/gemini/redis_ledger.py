@@ -59,7 +59,6 @@ import functools
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -73,7 +72,6 @@ from producer.gemini.ledger import (
     RELEASED,
     RESERVED,
     SETTLED,
-    TIMEOUT_S,
     AlreadyLeft,
     Owner,
     Rates,
@@ -83,12 +81,10 @@ from producer.gemini.ledger import (
     estimate_prompt_tokens,
     shown,
 )
+from producer.gemini.ledger_options import RedisOptions
 from producer.store_urls import redacted as safe_location
 from shared.errors import Reason, RequestRefused
 
-DEFAULT_PREFIX: Final = "replywire:ledger:"
-#: A settled or released call's hash is kept this long (7 days).
-DEFAULT_TTL_S: Final = 7 * 24 * 3600
 PICO_PER_USD: Final = 10**12
 #: Sums below 2**53 (exact in Lua), even with a reservation as large as the budget on top.
 MAX_BUDGET_USD: Final = 4000.0
@@ -251,16 +247,6 @@ def pico_rate(usd_per_mtok: float) -> int:
 def key_part(name: str) -> str:
     """A name (identity, call id, owner) as one part of a key: percent-encoded, no ``:``."""
     return quote(name, safe="")
-
-
-@dataclass(frozen=True, slots=True)
-class RedisOptions:
-    """Where the ledger's keys live, how long finished calls are kept (Redis only), how long
-    one operation waits (both ledgers: a Redis round trip, the file ledger's lock)."""
-
-    prefix: str = DEFAULT_PREFIX
-    ttl_s: int = DEFAULT_TTL_S
-    timeout_s: float = TIMEOUT_S
 
 
 class RedisLedger:

@@ -22,8 +22,9 @@ from producer.gemini.ledger import (
     estimate_prompt_tokens,
     usage_cost,
 )
+from producer.gemini.ledger_options import RedisOptions
 from producer.gemini.ledgers import open_ledger
-from producer.gemini.redis_ledger import RedisLedger, RedisOptions
+from producer.gemini.redis_ledger import RedisLedger
 from shared.errors import Reason, RequestRefused
 from tests.helpers import BODY, GOOD_USAGE, PROMPT_ESTIMATE
 from tests.redis_server import RedisServer, free_port, redis_server

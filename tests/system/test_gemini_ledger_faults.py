@@ -29,7 +29,8 @@ import pytest
 from harness.children import stop_process
 from harness.fake_gemini import FakeGemini, _validate
 from producer.gemini.ledger import BudgetLedger, Ledger, Rates, estimate_prompt_tokens, usage_cost
-from producer.gemini.redis_ledger import RedisLedger, RedisOptions
+from producer.gemini.ledger_options import RedisOptions
+from producer.gemini.redis_ledger import RedisLedger
 from tests.processes import (
     FakeGeminiProcess,
     Producer,

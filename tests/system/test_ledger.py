@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from producer.gemini.ledger import Rates, estimate_prompt_tokens
+from producer.gemini.ledger_options import RedisOptions
 from producer.gemini.ledgers import open_ledger
-from producer.gemini.redis_ledger import RedisOptions
 from shared.errors import Reason, RequestRefused
 from tests.helpers import BODY
 from tests.redis_server import redis_server
