@@ -43,7 +43,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     "does not know).",
     R.STREAM_LIMIT: "The producer is already serving as many streams as it allows.",
     R.PRODUCER_OVERLOADED: "The producer's gRPC dropped the request before its servicer saw "
-    "it: too many new streams were waiting.",
+    "it: too many new streams were waiting, or the producer was too busy to take it within "
+    "30 s.",
     R.CONNECTION_AGED_OUT: "The connection reached the producer's maximum age and was closed "
     "before the stream ended.",
     R.RESUME_UNAVAILABLE: "The stream could not be resumed: the producer neither kept this "
@@ -217,7 +218,10 @@ def _busy(result: StreamResult, facts: Facts) -> str:
 
 
 def _overloaded(result: StreamResult, facts: Facts) -> str:
-    return "too many streams arrived at once (its --max-pending); try again in a moment"
+    return (
+        "too many streams arrived at once (its --max-pending), or it was too busy to take "
+        "this one within 30 s; try again in a moment"
+    )
 
 
 def _rate_limited(result: StreamResult, facts: Facts) -> str | None:

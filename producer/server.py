@@ -22,6 +22,7 @@ from producer.settings import (
     DEFAULT_MAX_CONNECTION_AGE_S,
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
+    MAX_PENDING_S,
     MAX_PING_STRIKES,
     MIN_PING_INTERVAL_S,
     ServerSettings,
@@ -56,6 +57,9 @@ def server_options(
         ("grpc.max_concurrent_streams", max_streams + 1),
         ("grpc.server.max_pending_requests", max_pending),
         ("grpc.server.max_pending_requests_hard_limit", max_pending),
+        # And one that waits longer than this for the servicer (an event loop too busy to
+        # take it: 3,000 paced streams on one core, bench/README.md) is dropped the same way.
+        ("grpc.server_max_unrequested_time_in_server", MAX_PENDING_S),
         # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
         # bind the same port silently and split the traffic.
         ("grpc.so_reuseport", 0),

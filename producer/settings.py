@@ -25,6 +25,10 @@ MAX_PING_STRIKES: Final = 2
 
 #: RPCs gRPC holds for the servicer (``--max-pending``): past it gRPC drops one at once.
 DEFAULT_MAX_PENDING: Final = 10_000
+#: The longest gRPC holds one of them for the servicer before it drops it (gRPC's own
+#: default, stated): an event loop too busy to take a new stream within this long is
+#: overloaded, and the consumer hears the same bare CANCELLED (``producer_overloaded``).
+MAX_PENDING_S: Final = 30
 
 
 @dataclass(frozen=True, slots=True)

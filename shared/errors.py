@@ -371,8 +371,8 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.PRODUCER_OVERLOADED: _info(
         _R,
         "CANCELLED",
-        "gRPC dropped the request before the producer saw it (over --max-pending waiting); "
-        "try later",
+        "gRPC dropped the request before the producer saw it (over --max-pending waiting, "
+        "or one waited 30 s); try later",
     ),
     Reason.CONNECTION_AGED_OUT: _info(
         _E, "UNAVAILABLE", "the stream's connection outlived --max-connection-age-s and its grace"

@@ -16,7 +16,7 @@ from consumer.reader import StreamEnded
 from consumer.session import StreamSession
 from producer.cli import build_parser
 from producer.server import server_options
-from producer.settings import DEFAULT_MAX_PENDING
+from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording
 from shared.requests import ReplyRequest
@@ -28,6 +28,7 @@ def test_pending_bound_is_one_limit_soft_and_hard() -> None:
     options = dict(server_options(max_streams=3, max_pending=7))
     assert options["grpc.server.max_pending_requests"] == 7
     assert options["grpc.server.max_pending_requests_hard_limit"] == 7
+    assert options["grpc.server_max_unrequested_time_in_server"] == MAX_PENDING_S == 30
     default = dict(server_options())
     assert default["grpc.server.max_pending_requests"] == DEFAULT_MAX_PENDING == 10_000
 
