@@ -159,10 +159,10 @@ RUN_BY = {
     "make vectors": "tests/unit/test_conformance.py::"
     "test_the_committed_vectors_are_what_the_generator_writes (the same generator, its files "
     "compared rather than written)",
-    "make ts": f"{TYPESCRIPT}::test_make_ts",
-    "npm ci": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
-    "npm run build": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
-    "npm test": f"{TYPESCRIPT}::test_npm_ci_build_and_test",
+    "make ts": f"{TYPESCRIPT}::test_make_ts_runs_the_readme_steps",
+    "npm ci": f"{TYPESCRIPT}::test_make_ts_runs_the_readme_steps (through make ts)",
+    "npm run build": f"{TYPESCRIPT}::test_make_ts_runs_the_readme_steps (through make ts)",
+    "npm test": f"{TYPESCRIPT}::test_make_ts_runs_the_readme_steps (through make ts)",
     "node dist/testee.js < cases.jsonl > answers.jsonl": f"{TYPESCRIPT}::test_the_testee_command"
     " (cases.jsonl written from the core fixtures)",
     ".venv/bin/python clients/typescript/scripts/make_tables.py": (

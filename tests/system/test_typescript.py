@@ -2,12 +2,12 @@
 Python consumer over real gRPC.
 
 Its checks run here, not as a step of the Makefile's recipe, so a failure is reported with
-the others, every step is bounded (a hung npm or node is killed, with its children), and
-the build is made once per run (``once_per_run``: the first worker builds, the others
-wait for it and read the outcome) for every test below that needs ``dist/``. The steps
-are those its README shows, from the committed package-lock.json: ``npm ci``, ``npm run
-build`` (strict tsc over src/) and ``npm test`` (strict tsc over src/ and test/, then the
-node:test tests). ``make ts`` runs the same for people.
+the others, the build is bounded (a hung npm or node is killed, with its children), and
+it is made once per run (``once_per_run``: the first worker builds, the others wait for
+it and read the outcome) for every test below that needs ``dist/``. The build is ``make
+ts``, which runs the steps its README shows, from the committed package-lock.json: ``npm
+ci``, ``npm run build`` (strict tsc over src/) and ``npm test`` (strict tsc over src/ and
+test/, then the node:test tests).
 
 Then every command its README shows, as written (the producer on a free port, through the
 ready file), and the wire-mode smoke test: a real producer, the TypeScript CLI and the
@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.processes import ROOT, Producer, producer
-from tests.typescript import OUTPUT_TAIL, STEP_TIMEOUT_S, STEPS, TS, run_bounded
+from tests.typescript import STEP_TIMEOUT_S, STEPS, TS, run_bounded
 
 README = (TS / "README.md").read_text(encoding="utf-8")
 RUN_TIMEOUT_S = 60.0
@@ -47,25 +47,18 @@ pytestmark = [
 ]
 
 
-def test_npm_ci_build_and_test(typescript_build: list[dict[str, Any]]) -> None:
-    """npm ci from the lockfile, the strict build, the node:test tests: each exits 0. The
-    steps are the README's first block, as written."""
+def test_make_ts_runs_the_readme_steps(typescript_build: dict[str, Any]) -> None:
+    """The root README's `make ts` runs this README's first block, as written, in
+    clients/typescript/ (npm ci from the lockfile, the strict build, the node:test tests),
+    and it exits 0 with every node:test test passed. Run once for the whole run (the
+    fixture), in the parallel pass: every test that needs dist/ waits for it."""
     assert block_with("npm ci").splitlines() == list(STEPS)
-    for outcome in typescript_build:
-        assert outcome["returncode"] == 0, f"{outcome['step']}:\n{outcome['output']}"
-    assert [o["step"] for o in typescript_build] == list(STEPS)
-    tests = typescript_build[-1]["output"]
-    assert "\n# fail 0\n" in tests and "\n# pass " in tests
-
-
-# `make ts` reinstalls node_modules/ and rewrites dist/: alone (make test's serial pass), so
-# no test meanwhile runs what it replaces.
-@pytest.mark.serial
-def test_make_ts() -> None:
-    """The README's `make ts`: the same steps, from the root, through make."""
-    done = run_bounded("make ts", ROOT, 3 * STEP_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout[-OUTPUT_TAIL:] + done.stderr[-OUTPUT_TAIL:]
-    assert "\n# fail 0\n" in done.stdout
+    recipe = run_bounded("make --no-print-directory -n ts", ROOT, STEP_TIMEOUT_S).stdout
+    ran = [line.removeprefix("cd clients/typescript && ") for line in recipe.splitlines()]
+    assert [line for line in ran if line in STEPS] == list(STEPS), recipe
+    output = typescript_build["output"]
+    assert typescript_build["returncode"] == 0, f"{typescript_build['command']}:\n{output}"
+    assert "\n# fail 0\n" in output and "\n# pass " in output
 
 
 def test_the_packages_are_pinned_exactly() -> None:
