@@ -91,7 +91,7 @@ class PacedPlan:
 
 
 PLANS: Final[dict[Size, PacedPlan]] = {
-    "tiny": PacedPlan((4,), 80, 20, 1, 1, 0.2),
+    "tiny": PacedPlan((4,), 40, 20, 1, 1, 0.2),
     # 300 frames 40 ms apart (25 a second): 12 s a stream; opened over its first 3 s.
     "full": PacedPlan((100, 1_000, 3_000), 300, 40, 3, 4, 3.0),
 }

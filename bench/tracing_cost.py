@@ -15,8 +15,10 @@ Each process's CPU per stream (the consumer: this process; the producer: its chi
 the ratio on / off of each, after one warm-up stream a round. The exporters batch
 (OpenTelemetry's ``BatchSpanProcessor`` with its defaults: a batch every 5 s or 512 spans):
 so that a round's export is counted in that round, the consumer flushes its spans before
-its CPU is read (before the wait below), and every round, on both sides, waits
-``EXPORT_SETTLE_S`` (the producer's schedule and a second) before reading the producer's.
+its CPU is read (before the wait below), and every round, on both sides, waits the
+producer's schedule and a second (``Plan.settle_s``) before reading the producer's. At the
+tiny size the producers batch every 200 ms (``OTEL_BSP_SCHEDULE_DELAY``), not every 5 s:
+the tiny run checks the table, its figures are noise.
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.tracing_cost
 """
@@ -57,8 +59,9 @@ from shared.wire.chunking import ChunkPlan
 CHUNKING: Final = "frame"
 OFF: Final = "replywire (tracing off)"
 ON: Final = "replywire (tracing on)"
-#: OpenTelemetry's default batch schedule (OTEL_BSP_SCHEDULE_DELAY, 5 s) and a second.
-EXPORT_SETTLE_S: Final = 6.0
+#: OpenTelemetry's default batch schedule (OTEL_BSP_SCHEDULE_DELAY): 5 s.
+DEFAULT_SCHEDULE_MS: Final = 5000
+SCHEDULE_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"
 COLLECTOR_START_S: Final = 10.0
 
 
@@ -66,9 +69,16 @@ COLLECTOR_START_S: Final = 10.0
 class Plan:
     streams: int
     rounds: int
+    #: The producers' batch schedule (their ``OTEL_BSP_SCHEDULE_DELAY``).
+    schedule_ms: int = DEFAULT_SCHEDULE_MS
+
+    @property
+    def settle_s(self) -> float:
+        """How long a round waits for the producer's batch: its schedule and a second."""
+        return self.schedule_ms / 1000 + 1.0
 
 
-PLANS: Final[dict[Size, Plan]] = {"tiny": Plan(3, 1), "full": Plan(200, 3)}
+PLANS: Final[dict[Size, Plan]] = {"tiny": Plan(3, 1, 200), "full": Plan(200, 3)}
 
 
 @dataclass
@@ -113,9 +123,17 @@ def collector(workdir: Path) -> Iterator[Collector]:
 
 
 @contextmanager
-def producer(workdir: Path, name: str, *flags: str) -> Iterator[Server]:
+def producer(workdir: Path, name: str, schedule_ms: int, *flags: str) -> Iterator[Server]:
     trace = workdir / f"producer-{name}.trace.jsonl"
-    process, port = start_producer(trace, DEFAULT_RECORDING_PATH, "info", *flags)
+    before = os.environ.get(SCHEDULE_ENV)
+    os.environ[SCHEDULE_ENV] = str(schedule_ms)  # the child's batch schedule
+    try:
+        process, port = start_producer(trace, DEFAULT_RECORDING_PATH, "info", *flags)
+    finally:
+        if before is None:
+            del os.environ[SCHEDULE_ENV]
+        else:
+            os.environ[SCHEDULE_ENV] = before
     pin(process.pid, SERVER_CPU)
     try:
         yield Server(f"producer ({name})", process, port)
@@ -132,10 +150,14 @@ class Exported:
 
 
 async def tracing_round(
-    server: Server, request: ReplyRequest, n: int, endpoint: str | None, exported: Exported
+    server: Server,
+    request: ReplyRequest,
+    plan: Plan,
+    endpoint: str | None,
+    exported: Exported,
 ) -> Round:
-    """``n`` sequential replywire streams; with ``endpoint``, the consumer's tracing on for
-    the round, its spans flushed to the collector before the CPU is read."""
+    """``plan.streams`` sequential replywire streams; with ``endpoint``, the consumer's
+    tracing on for the round, its spans flushed to the collector before the CPU is read."""
     tracing = (
         None if endpoint is None else start_tracing(TracingConfig("replywire-consumer", endpoint))
     )
@@ -143,12 +165,13 @@ async def tracing_round(
         async with replywire_client(StreamOptions(target=server.target)) as client:
             await replywire_once(client, request)  # warm-up: the channel, the first span
             cpu, server_cpu, started = time.process_time(), server.cpu_s(), time.perf_counter()
+            n = plan.streams
             outcomes = [await replywire_once(client, request) for _ in range(n)]
             wall = time.perf_counter() - started
             if tracing is not None:
-                tracing.provider.force_flush(int(EXPORT_SETTLE_S * 1000))
+                tracing.provider.force_flush(int(plan.settle_s * 1000))
             client_cpu = time.process_time() - cpu  # its own export flushed: not the wait
-            await asyncio.sleep(EXPORT_SETTLE_S)  # the producer's batch, on both sides
+            await asyncio.sleep(plan.settle_s)  # the producer's batch, on both sides
             return Round(n, wall, client_cpu, server.cpu_s() - server_cpu, outcomes)
     finally:
         if tracing is not None:
@@ -179,12 +202,12 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
         with collector(workdir) as sink:
             flags = ("--otlp-endpoint", sink.endpoint)
             with (
-                producer(workdir, "tracing off") as off,
-                producer(workdir, "tracing on", *flags) as on,
+                producer(workdir, "tracing off", plan.schedule_ms) as off,
+                producer(workdir, "tracing on", plan.schedule_ms, *flags) as on,
             ):
 
                 def side(server: Server, endpoint: str | None) -> Callable[[], Awaitable[Round]]:
-                    return lambda: tracing_round(server, request, plan.streams, endpoint, exported)
+                    return lambda: tracing_round(server, request, plan, endpoint, exported)
 
                 sides = {OFF: side(off, None), ON: side(on, sink.endpoint)}
                 runs = await alternate_rounds(sides, plan.rounds)
@@ -198,7 +221,8 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
         "chunking": CHUNKING,
         "rounds": plan.rounds,
         "pinning": pinning(),
-        "export_settle_s": EXPORT_SETTLE_S,
+        "export_settle_s": plan.settle_s,
+        "producer_schedule_ms": plan.schedule_ms,
         **row,
         "consumer_spans_exported": exported.spans,
         "consumer_spans_dropped": exported.dropped,
