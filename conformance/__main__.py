@@ -82,7 +82,9 @@ def mutants(args: argparse.Namespace) -> int:
     caught = True
     for name in sorted(MUTANTS):
         command = f"{sys.executable} -m conformance.testee --mutant {name}"
-        outcomes = core_mode.run_core(command, vectors, cwd=ROOT, timeout_s=args.timeout_s)
+        outcomes = core_mode.run_core(
+            command, vectors, cwd=ROOT, timeout_s=args.timeout_s, batch=len(vectors) or 1
+        )
         failed = [outcome.vector.id for outcome in outcomes if not outcome.passed]
         caught &= bool(failed)
         print(f"{name:<16}  {len(failed):>6}  {len(outcomes):>3}  {', '.join(failed[:3])}")
