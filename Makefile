@@ -68,28 +68,26 @@ check: setup
 	$(PY) -m pytest -q -m serial tests/unit tests/integration
 	$(PY) -m pytest $(PARALLEL) -m "not serial" tests/unit tests/integration
 
-# Everything. First the tests marked serial, alone (make protos rewrites shared/pb/, which
-# any process started meanwhile would import), then the rest in parallel.
+# Everything, on the build make setup made (compiled where a compiler is): first the tests
+# marked serial, alone (make protos rewrites shared/pb/, which any process started meanwhile
+# would import), then the rest in parallel. CI (.ci/run) then runs test-pure: tests/unit and
+# tests/integration again on the pure build (REPLYWIRE_PURE=1), the same behaviour from the
+# same source, compiled or not.
 #
-# The whole suite runs on the build make setup made (compiled where a compiler is), then
-# test-pure runs tests/unit and tests/integration again on the pure build (REPLYWIRE_PURE=1):
-# the same behaviour from the same source, compiled or not.
-#
-# make coverage is the same, measured: coverage covers the three passes (--cov-append) and
-# the producer and consumer processes the tests start (coverage's subprocess patch), but
-# those of the tests marked no_cover: loads (the benchmarks, every vector through each
-# consumer, the core's mutants, 3,000 streams) through code the other tests measure. The
-# compiled modules' lines are measured in the pure pass. The table lists the files not fully
-# covered. Tracing costs make test a fifth of its time, so make test leaves it out.
+# make coverage is both, measured: coverage covers the three passes (--cov-append) and the
+# producer and consumer processes the tests start (coverage's subprocess patch), but those
+# of the tests marked no_cover: loads (the benchmarks, every vector through each consumer,
+# the core's mutants, 3,000 streams) through code the other tests measure. The compiled
+# modules' lines are measured in the pure pass. The table lists the files not fully
+# covered. Tracing costs a fifth of the time, so make test leaves it out.
 COVERAGE ?=
 test: setup lint
 	$(PY) -m pytest -m serial $(if $(COVERAGE),--cov --cov-report=)
 	$(PY) -m pytest $(PARALLEL) -m "not serial" $(if $(COVERAGE),--cov --cov-append --cov-report=)
-	$(MAKE) --no-print-directory test-pure \
-	    $(if $(COVERAGE),PURE_COV="--cov --cov-append --cov-report=term")
 
 coverage:
 	$(MAKE) --no-print-directory test COVERAGE=1
+	$(MAKE) --no-print-directory test-pure PURE_COV="--cov --cov-append --cov-report=term"
 
 # tests/unit and tests/integration on the pure-Python build. Under make coverage it adds to
 # the coverage of the passes above (the compiled modules' lines are measured here), prints it.

@@ -197,7 +197,8 @@ NOT_RUN = {
     "make test": (
         "it runs this test suite; CI runs it (tests/unit/test_docs.py::test_ci_runs_make_test)"
     ),
-    "make test-pure": "make test runs it, after the whole suite on the compiled build",
+    "make test-pure": "CI runs it after make test (.ci/run; tests/unit/test_docs.py::"
+    "test_ci_runs_make_test)",
     "make check": "it runs tests/unit and tests/integration (make test runs them too)",
     "make lock": "re-resolves the pins from the package index (network); run by hand",
     "make fuzz": "100,000 inputs (many minutes); make test runs tests/system/test_fuzz.py with 400",
