@@ -42,6 +42,7 @@ be read from two places.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
@@ -187,11 +188,22 @@ class Verdict:
             self._machine.fire(event, sequence=sequence, reason=reason, detail=detail)
 
 
+#: Content parts joined into one every this many frames (``Content``).
+JOIN_EVERY: Final = 16
+
+
 class Content:
-    """The reply as it is assembled: its parts, length, frame count and running digest."""
+    """The reply as it is assembled: its parts, length, frame count and running digest.
+
+    A stream open for minutes holds what it received: kept as one string per frame it was
+    about 70 bytes a frame beyond the text. Every ``JOIN_EVERY`` frames the newest parts
+    are joined into one (each character copied once more), so a reply costs about its
+    text plus a part per ``JOIN_EVERY`` frames."""
 
     def __init__(self) -> None:
         self._parts: list[str] = []
+        #: Parts at the front already joined (each ``JOIN_EVERY`` frames).
+        self._joined = 0
         self.characters = 0
         self.frames = 0
         self._hash = hashlib.sha256()
@@ -201,16 +213,71 @@ class Content:
         return "".join(self._parts)
 
     def append(self, text: str, encoded: bytes) -> None:
-        self._parts.append(text)
+        parts = self._parts
+        parts.append(text)
         self.characters += len(text)
         self.frames += 1
         self._hash.update(encoded)
+        joined = self._joined
+        if len(parts) - joined >= JOIN_EVERY:
+            tail = "".join(parts[joined:])
+            del parts[joined:]
+            parts.append(tail)
+            self._joined = joined + 1
 
     def matches(self, claim: DoneDigest) -> bool:
         """Whether done's claim is exactly the content applied."""
         return claim.content_frames == self.frames and claim.content_sha256 == (
             self._hash.hexdigest()
         )
+
+
+class _ContentRun:
+    """Consecutive content deltas of the event log: the first one's sequence, and each
+    one's ``characters_received`` (the reply's length so far) in an ``array``."""
+
+    def __init__(self, sequence: int, characters: int) -> None:
+        self.first = sequence
+        self.characters = array("q", (characters,))
+
+    @property
+    def next_sequence(self) -> int:
+        return self.first + len(self.characters)
+
+    def events(self) -> list[Event]:
+        first = self.first
+        return [content_received(first + i, n) for i, n in enumerate(self.characters)]
+
+
+class EventLog:
+    """The result document's events in the order they happened. The lab's result has one
+    per content delta; held as an object each they were about 56 bytes a frame for as long
+    as the stream lasts: a run of consecutive deltas is kept as 8 bytes a delta instead
+    (``_ContentRun``), and ``events()`` makes the same events."""
+
+    def __init__(self) -> None:
+        self._items: list[Event | _ContentRun] = []
+
+    def content(self, sequence: int, characters: int) -> None:
+        items = self._items
+        if items:
+            last = items[-1]
+            if isinstance(last, _ContentRun) and last.next_sequence == sequence:
+                last.characters.append(characters)
+                return
+        items.append(_ContentRun(sequence, characters))
+
+    def append(self, event: Event) -> None:
+        self._items.append(event)
+
+    def events(self) -> tuple[Event, ...]:
+        out: list[Event] = []
+        for item in self._items:
+            if isinstance(item, _ContentRun):
+                out.extend(item.events())
+            else:
+                out.append(item)
+        return tuple(out)
 
 
 class FrameChecks:
@@ -305,7 +372,7 @@ class ReplyConsumer:
         self._terminal_reason: str | None = None
         self._accepted: dict[str, Any] | None = None
         self._citations: list[dict[str, Any]] = []
-        self._events: list[Event] = []
+        self._events = EventLog()
         self.transport: dict[str, Any] | None = None
 
     # --- state ------------------------------------------------------------------
@@ -396,7 +463,7 @@ class ReplyConsumer:
         characters = content.characters
         if characters > self._max_content_chars:
             raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{characters} characters")
-        self._events.append(content_received(sequence, characters))
+        self._events.content(sequence, characters)
 
     def _dropped(self, frame: Frame) -> None:
         """Under the duplicate policy, an exact replay of an applied frame."""
@@ -534,7 +601,7 @@ class ReplyConsumer:
             provisional_content=self.content.text,
             local_terminal=self._terminal.value if self._terminal else None,
             stats=self.stats,
-            events=tuple(self._events),
+            events=self._events.events(),
             case_id=self.binding.get("case_id"),
             request_sha256=self.binding.get("request_sha256"),
             binding_sha256=self.binding_sha256,
