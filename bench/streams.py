@@ -473,18 +473,22 @@ PLANS: Final[dict[Size, Plan]] = {
 }
 
 
-async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
+async def run_all(plan: Plan, workdir: Path, *, floors_only: bool = False) -> dict[str, Any]:
+    """Every section; with ``floors_only``, the sequential section and the middle concurrency
+    row alone (``pure_pass``)."""
     pin(os.getpid(), CLIENT_CPU)
     trace = consumer_trace(workdir / "consumer.trace.jsonl")
     try:
-        return await _run_all(plan, workdir, trace)
+        return await _run_all(plan, workdir, trace, floors_only)
     finally:
         trace.close()
 
 
-async def _run_all(plan: Plan, workdir: Path, trace: TextIO) -> dict[str, Any]:
+async def _run_all(plan: Plan, workdir: Path, trace: TextIO, floors_only: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
     out["pinning"] = pinning()
+    if floors_only:
+        return {**out, **await sides_and_floors(plan, workdir, (middle(plan.concurrency),))}
     out.update(await sides_and_floors(plan, workdir, plan.concurrency))
     out["over_limit"] = await over_limit(plan, workdir)
     out["trace_cost"] = await trace_cost(plan, workdir)
@@ -617,22 +621,11 @@ def run(size: Size) -> dict[str, Any]:
         return asyncio.run(run_all(PLANS[size], Path(workdir)))
 
 
-async def _pure_pass(plan: Plan, workdir: Path) -> dict[str, Any]:
-    pin(os.getpid(), CLIENT_CPU)
-    trace = consumer_trace(workdir / "consumer.trace.jsonl")
-    try:
-        out: dict[str, Any] = {"case": CASE_ID, "wire": "lp", "rounds": plan.rounds}
-        out["pinning"] = pinning()
-        return {**out, **await sides_and_floors(plan, workdir, (middle(plan.concurrency),))}
-    finally:
-        trace.close()
-
-
 def pure_pass(size: Size) -> dict[str, Any]:
     """The short-stream sequential section and the middle concurrency row alone (``make
     bench``'s pass of the pure build: ``bench.pure``)."""
     with tempfile.TemporaryDirectory(prefix="replywire-bench-") as workdir:
-        return asyncio.run(_pure_pass(PLANS[size], Path(workdir)))
+        return asyncio.run(run_all(PLANS[size], Path(workdir), floors_only=True))
 
 
 def main() -> None:

@@ -125,15 +125,9 @@ def collector(workdir: Path) -> Iterator[Collector]:
 @contextmanager
 def producer(workdir: Path, name: str, schedule_ms: int, *flags: str) -> Iterator[Server]:
     trace = workdir / f"producer-{name}.trace.jsonl"
-    before = os.environ.get(SCHEDULE_ENV)
-    os.environ[SCHEDULE_ENV] = str(schedule_ms)  # the child's batch schedule
-    try:
-        process, port = start_producer(trace, DEFAULT_RECORDING_PATH, "info", *flags)
-    finally:
-        if before is None:
-            del os.environ[SCHEDULE_ENV]
-        else:
-            os.environ[SCHEDULE_ENV] = before
+    process, port = start_producer(
+        trace, DEFAULT_RECORDING_PATH, "info", *flags, env={SCHEDULE_ENV: str(schedule_ms)}
+    )
     pin(process.pid, SERVER_CPU)
     try:
         yield Server(f"producer ({name})", process, port)

@@ -22,15 +22,25 @@ STOP_TIMEOUT_S = 10.0
 
 
 def start_producer(
-    trace: Path, recording_path: Path, log_level: str = "info", *flags: str
+    trace: Path,
+    recording_path: Path,
+    log_level: str = "info",
+    *flags: str,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
+    """A producer (its trace in ``trace``) and its port; ``env``: variables set for it alone."""
     command = [
         sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
         "--recording", str(recording_path), "--log-format", "json", "--log-level", log_level,
         *flags,
     ]  # fmt: skip
     with trace.open("w") as trace_file:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=trace_file)
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=trace_file,
+            env=None if env is None else {**os.environ, **env},
+        )
     port = read_listening_port(process)
     if port is None:
         stop_producer(process)
