@@ -21,7 +21,7 @@ import termios
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,33 @@ def fake_gemini(
         stop_process(process)
         if process.stdout:
             process.stdout.close()
+
+
+@contextmanager
+def gemini_replicas(
+    tmp_path: Path, fake: FakeGeminiProcess, reply_log: str, *flags: str, api_key: str
+) -> Iterator[tuple[Producer, Producer]]:
+    """Replicas a and b of the Gemini source (the fake's slow drip) sharing the reply log
+    ``reply_log``, each with its own file ledger (``a/ledger.json``, ``b/ledger.json``), a
+    detach grace of two minutes, traces at debug; ``flags`` for both."""
+    with ExitStack() as stack:
+        replicas = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            args = (
+                "--source", "gemini", "--gemini-base-url", fake.base_url,
+                "--model", "fake-slow-drip",
+                "--ledger", str(tmp_path / name / "ledger.json"), "--budget-usd", "1.0",
+                "--reply-log", reply_log, "--detach-grace-s", REPLICA_GRACE_S,
+                "--log-level", "debug", *flags,
+            )  # fmt: skip
+            running = producer(tmp_path, *args, name=name, env={"GEMINI_API_KEY": api_key})
+            replicas.append(stack.enter_context(running))
+        yield replicas[0], replicas[1]
+
+
+#: ``gemini_replicas``' detach grace: no reply is abandoned within a test.
+REPLICA_GRACE_S = "120"
 
 
 def _read_port(process: subprocess.Popen[bytes]) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import grpc
@@ -29,11 +29,12 @@ from shared.wire.chunking import ChunkPlan
 from tests.helpers import API_KEY
 from tests.otlp_collector import KIND_CONSUMER, KIND_SERVER, Collector, otlp_collector
 from tests.processes import (
+    REPLICA_GRACE_S,
     FakeGeminiProcess,
     Producer,
     consumer_process,
     fake_gemini,
-    producer,
+    gemini_replicas,
     wait_for,
 )
 from tests.redis_server import RedisServer, redis_server
@@ -46,7 +47,7 @@ CASE = "backup-schedule"
 SERVE = "replywire.serve"
 CONSUME, CANCEL, RELAYED = "replywire.consume", "replywire.cancel", "replywire.cancel_relayed"
 #: A consumer that left keeps its reply generated this long (the Cancel stops it first).
-GRACE_S = "120"
+GRACE_S = REPLICA_GRACE_S
 
 
 @pytest.fixture(scope="module")
@@ -62,27 +63,15 @@ def prompt_export(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 
 
-@contextmanager
 def two_traced_replicas(
     tmp_path: Path, fake: FakeGeminiProcess, server: RedisServer, collector: Collector
-) -> Iterator[tuple[Producer, Producer]]:
-    """Replicas a and b: the fake's slow drip, one Redis reply log, their own ledgers, both
-    exporting to ``collector``."""
-    with ExitStack() as stack:
-        replicas = []
-        for name in ("a", "b"):
-            (tmp_path / name).mkdir()
-            args = (
-                "--source", "gemini", "--gemini-base-url", fake.base_url,
-                "--model", "fake-slow-drip",
-                "--ledger", str(tmp_path / name / "ledger.json"), "--budget-usd", "1.0",
-                "--reply-log", server.url, "--reply-log-lease-s", "2.0",
-                "--detach-grace-s", GRACE_S, "--log-level", "debug",
-                "--otlp-endpoint", collector.endpoint,
-            )  # fmt: skip
-            running = producer(tmp_path, *args, name=name, env={"GEMINI_API_KEY": API_KEY})
-            replicas.append(stack.enter_context(running))
-        yield replicas[0], replicas[1]
+) -> AbstractContextManager[tuple[Producer, Producer]]:
+    """Replicas a and b (``tests.processes.gemini_replicas``) sharing ``server``'s reply
+    log, both exporting to ``collector``."""
+    return gemini_replicas(
+        tmp_path, fake, server.url, "--reply-log-lease-s", "2.0",
+        "--otlp-endpoint", collector.endpoint, api_key=API_KEY,
+    )  # fmt: skip
 
 
 def sent(p: Producer, stream_id: str) -> int:

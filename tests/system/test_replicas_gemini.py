@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,14 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.helpers import API_KEY
 from tests.processes import (
+    REPLICA_GRACE_S,
     ROOT,
     FakeGeminiProcess,
     Producer,
     consumer_command,
     consumer_process,
     fake_gemini,
-    producer,
+    gemini_replicas,
     read_trace,
     run_consumer,
     wait_for,
@@ -49,8 +50,9 @@ CASE = "backup-schedule"
 #: The replicas' lease (``--reply-log-lease-s``): a lost generator's readers end within
 #: it and a quarter of it (the readers' XREAD BLOCK) after its last refresh.
 LEASE_S = 2.0
-#: Far longer than every bounded wait here: whatever stops within them was not the grace.
-GRACE_S = "120"
+#: The replicas' detach grace, far longer than every bounded wait here: whatever stops
+#: within them was not the grace.
+GRACE_S = REPLICA_GRACE_S
 #: A bounded wait for what must happen at once.
 PROMPTLY_S = 10.0
 #: A bounded wait for the readers of a lost generator: the lease and a quarter, with room
@@ -70,26 +72,14 @@ def fake() -> Iterator[FakeGeminiProcess]:
         yield server
 
 
-@contextmanager
 def two_replicas(
     tmp_path: Path, fake: FakeGeminiProcess, server: RedisServer
-) -> Iterator[tuple[Producer, Producer]]:
-    """Replicas a and b: the Gemini source (the fake's slow drip), one Redis reply log, each
-    its own file ledger (``a/ledger.json``, ``b/ledger.json``)."""
-    with ExitStack() as stack:
-        replicas = []
-        for name in ("a", "b"):
-            (tmp_path / name).mkdir()
-            args = (
-                "--source", "gemini", "--gemini-base-url", fake.base_url,
-                "--model", "fake-slow-drip",
-                "--ledger", str(tmp_path / name / "ledger.json"), "--budget-usd", "1.0",
-                "--reply-log", server.url, "--reply-log-lease-s", str(LEASE_S),
-                "--detach-grace-s", GRACE_S, "--log-level", "debug",
-            )  # fmt: skip
-            running = producer(tmp_path, *args, name=name, env={"GEMINI_API_KEY": API_KEY})
-            replicas.append(stack.enter_context(running))
-        yield replicas[0], replicas[1]
+) -> AbstractContextManager[tuple[Producer, Producer]]:
+    """Replicas a and b (``tests.processes.gemini_replicas``) sharing ``server``'s reply
+    log, with the lease ``LEASE_S``."""
+    return gemini_replicas(
+        tmp_path, fake, server.url, "--reply-log-lease-s", str(LEASE_S), api_key=API_KEY
+    )
 
 
 def sent(p: Producer, stream_id: str) -> int:

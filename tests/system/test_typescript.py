@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.processes import ROOT, Producer, producer
-from tests.typescript import STEP_TIMEOUT_S, STEPS, TS, run_bounded
+from tests.typescript import MAKE_TS, STEP_TIMEOUT_S, STEPS, TS, run_bounded
 
 README = (TS / "README.md").read_text(encoding="utf-8")
 RUN_TIMEOUT_S = 60.0
@@ -53,7 +53,7 @@ def test_make_ts_runs_the_readme_steps(typescript_build: dict[str, Any]) -> None
     and it exits 0 with every node:test test passed. Run once for the whole run (the
     fixture), in the parallel pass: every test that needs dist/ waits for it."""
     assert block_with("npm ci").splitlines() == list(STEPS)
-    recipe = run_bounded("make --no-print-directory -n ts", ROOT, STEP_TIMEOUT_S).stdout
+    recipe = run_bounded(f"{MAKE_TS} --dry-run", ROOT, STEP_TIMEOUT_S).stdout
     ran = [line.removeprefix("cd clients/typescript && ") for line in recipe.splitlines()]
     assert [line for line in ran if line in STEPS] == list(STEPS), recipe
     output = typescript_build["output"]
