@@ -25,6 +25,7 @@ from consumer.options import StreamOptions
 from consumer.session import StreamSession
 from consumer.spans import ConsumeSpan
 from runtime.tracing import active
+from shared.pb import replywire_pb2 as pb
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
 
@@ -73,18 +74,23 @@ class ReplyClient(ChannelPool):
         if tracing is not None:
             return await self._traced(tracing, request, options, log, interrupted, observer)
         sent = request.open_request()
+        return await self._session(sent, request, options, log, observer).run(interrupted)
+
+    def _session(
+        self,
+        sent: pb.OpenRequest,
+        request: ReplyRequest,
+        options: StreamOptions,
+        log: structlog.typing.FilteringBoundLogger,
+        observer: Callable[[StreamSession], None] | None,
+    ) -> StreamSession:
+        """The session of ``request`` (sent as ``sent``; its core logging to ``log`` too),
+        handed to ``observer``."""
         consumer = request.consumer(log.bind(component="core"), sent=sent)
         session = StreamSession(sent, consumer, options, log, self)
         if observer is not None:
             observer(session)
-        result = await session.run(interrupted)
-        log.info(
-            "stream_finished",
-            status=result.status.value,
-            reason=result.reason,
-            **result.stats.to_dict(),
-        )
-        return result
+        return session
 
     async def _traced(
         self,
@@ -100,11 +106,7 @@ class ReplyClient(ChannelPool):
         sent = request.open_request()
         span = ConsumeSpan(tracing, sent, options.target, wire=request.wire.value)
         log = span.events_of(log)
-        consumer = request.consumer(log.bind(component="core"), sent=sent)
-        session = StreamSession(sent, consumer, options, log, self)
-        if observer is not None:
-            observer(session)
-        return await span.run(session, log, interrupted)
+        return await span.run(self._session(sent, request, options, log, observer), interrupted)
 
 
 async def stream_reply(

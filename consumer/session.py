@@ -169,6 +169,12 @@ class StreamSession:
             reads_paused=self._pauses,
             paused_ms=round(self._paused_s * 1000, 3),
         )
+        self._log.info(
+            "stream_finished",
+            status=result.status.value,
+            reason=result.reason,
+            **result.stats.to_dict(),
+        )
         return result.with_stream(self.request.stream_id, flow)
 
     async def _deliver(

@@ -77,24 +77,13 @@ class ConsumeSpan:
         """``log``, with each ``state_changed`` record also an event of the span."""
         return cast(structlog.typing.FilteringBoundLogger, TransitionEvents(log, self.span))
 
-    async def run(
-        self,
-        session: StreamSession,
-        log: structlog.typing.FilteringBoundLogger,
-        interrupted: asyncio.Event | None,
-    ) -> StreamResult:
+    async def run(self, session: StreamSession, interrupted: asyncio.Event | None) -> StreamResult:
         span = self.span
         session.trace_metadata = self.tracing.metadata(span)
         session.on_event = lambda name, **fields: span.add_event(name, fields)
         result: StreamResult | None = None
         try:
             result = await session.run(interrupted)
-            log.info(
-                "stream_finished",
-                status=result.status.value,
-                reason=result.reason,
-                **result.stats.to_dict(),
-            )
             return result
         finally:
             self.tracing.end(span, **ended(result))
