@@ -233,16 +233,14 @@ class Content:
 
 
 class _ContentRun:
-    """Consecutive content deltas of the event log: the first one's sequence, and each
-    one's ``characters_received`` (the reply's length so far) in an ``array``."""
+    """Consecutive content deltas of the event log: the first one's sequence, the one that
+    would continue the run, and each one's ``characters_received`` (the reply's length so
+    far) in an ``array``."""
 
     def __init__(self, sequence: int, characters: int) -> None:
         self.first = sequence
+        self.next = sequence + 1
         self.characters = array("q", (characters,))
-
-    @property
-    def next_sequence(self) -> int:
-        return self.first + len(self.characters)
 
     def events(self) -> list[Event]:
         first = self.first
@@ -257,18 +255,21 @@ class EventLog:
 
     def __init__(self) -> None:
         self._items: list[Event | _ContentRun] = []
+        #: The run a next delta continues (None after any other event).
+        self._run: _ContentRun | None = None
 
     def content(self, sequence: int, characters: int) -> None:
-        items = self._items
-        if items:
-            last = items[-1]
-            if isinstance(last, _ContentRun) and last.next_sequence == sequence:
-                last.characters.append(characters)
-                return
-        items.append(_ContentRun(sequence, characters))
+        run = self._run
+        if run is not None and run.next == sequence:
+            run.characters.append(characters)
+            run.next = sequence + 1
+            return
+        run = self._run = _ContentRun(sequence, characters)
+        self._items.append(run)
 
     def append(self, event: Event) -> None:
         self._items.append(event)
+        self._run = None
 
     def events(self) -> tuple[Event, ...]:
         out: list[Event] = []
