@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, memory, paced, pure, streams, tracing_cost
+from bench import decoders, memory, paced, pure, record_floor, streams, tracing_cost
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
@@ -56,6 +56,7 @@ def run(size: Size) -> dict[str, Any]:
             f"BENCH_SIZE={size} .venv/bin/python -m bench.paced",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.decoders",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.streams",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.record_floor",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.tracing_cost",
             ".venv/bin/python -m bench.flow_window",
@@ -66,6 +67,7 @@ def run(size: Size) -> dict[str, Any]:
     results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
+    results["record_floor"] = record_floor.run(size)  # the floors taken apart, layer by layer
     results["tracing"] = tracing_cost.run(size)  # OpenTelemetry off against on, exporting
     with tempfile.TemporaryDirectory(prefix="replywire-profile-") as workdir:
         # The reply log's share of the producer side, for the budget (a cProfile).

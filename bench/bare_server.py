@@ -16,9 +16,13 @@ earn a GOAWAY, so long or many streams would fail for a setting, not for their c
 With ``--trace-file PATH`` it also writes, per stream, the four transition records the
 producer writes at info (``producer.states.ProducerStream``: received, verified,
 streaming, completed; the same fields, the same batched JSON trace): what those records
-alone cost a server, the producer's floor (``bench.streams``, "records only").
+alone cost a server, the producer's floor (``bench.streams``, "records only"). With
+``--trace-level warning`` the same stream code runs and no record is written; with
+``--least-records`` the same records are written as the least a JSON line costs
+(``bench.least_records``): the parts of that floor (``bench.record_floor``).
 
     .venv/bin/python -m bench.bare_server [--port 0] [--trace-file PATH]
+        [--trace-level info|warning] [--least-records]
         [--recording PATH --recording-sha256 HEX] [--producer-options]
 """
 
@@ -34,6 +38,7 @@ from typing import Any
 import grpc
 import structlog
 
+from bench.least_records import LeastLogger, LeastWriter
 from producer.security import ANONYMOUS
 from producer.server import server_options
 from producer.states import ProducerStream, StreamInput
@@ -94,11 +99,14 @@ class Bare(pb_grpc.ReplyStreamServicer):
 
 class Recorded(Bare):
     """The bare server and the producer's four transition records per stream, nothing else:
-    no checks, no plan, no reply log."""
+    no checks, no plan, no reply log. ``log``: the records' logger (the producer's trace by
+    default; ``bench.least_records``' for the least a record costs)."""
 
-    def __init__(self, table: dict[Key, tuple[pb.Chunk, ...]]) -> None:
+    def __init__(self, table: dict[Key, tuple[pb.Chunk, ...]], log: Any = None) -> None:
         super().__init__(table)
-        self._log = structlog.get_logger().bind()
+        self._log = structlog.get_logger().bind() if log is None else log
+        #: The least records have no stream context: their logger is bound the stream id.
+        self._stream_id_bound = log is not None
 
     async def Open(  # noqa: N802
         self, request: pb.OpenRequest, context: Any
@@ -106,6 +114,8 @@ class Recorded(Bare):
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         log = self._log.bind(case_id=request.case_id, peer=context.peer(), caller=ANONYMOUS)
+        if self._stream_id_bound:
+            log = log.bind(stream_id=request.stream_id or None)
         stream = ProducerStream(log, ANONYMOUS)
         chunks = self.table[key_of(request)]
         stream.fire(
@@ -139,13 +149,24 @@ WIRE_NAMES = {code: wire.value for wire, code in WIRE_CODES.items()}
 
 
 async def serve(
-    port: int, trace_file: str | None, recording: Recording, *, producer_options: bool = False
+    port: int,
+    trace_file: str | None,
+    recording: Recording,
+    *,
+    producer_options: bool = False,
+    trace_level: str = "info",
+    least_records: bool = False,
 ) -> None:
     server = grpc.aio.server(options=server_options() if producer_options else None)
     servicer = Bare(precut(recording))
-    if trace_file is not None:
+    if trace_file is not None and least_records:
+        least = open(trace_file, "ab")  # noqa: SIM115 - the process's life
+        servicer = Recorded(servicer.table, LeastLogger(LeastWriter(least), {"side": "producer"}))
+    elif trace_file is not None:
         trace = open(trace_file, "a", encoding="utf-8")  # noqa: SIM115 - the process's life
-        configure_logging("producer", log_format="json", level="info", stream=trace, batched=True)
+        configure_logging(
+            "producer", log_format="json", level=trace_level, stream=trace, batched=True
+        )
         servicer = Recorded(servicer.table)
     pb_grpc.add_ReplyStreamServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
@@ -168,10 +189,28 @@ def main() -> None:
     parser.add_argument(
         "--producer-options", action="store_true", help="the producer's gRPC server options"
     )
+    parser.add_argument(
+        "--trace-level",
+        choices=("info", "warning"),
+        default="info",
+        help="the records' trace level (warning: the stream's code runs, no record is written)",
+    )
+    parser.add_argument(
+        "--least-records",
+        action="store_true",
+        help="write the records as the least a JSON line costs (bench.least_records)",
+    )
     args = parser.parse_args()
     recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
     asyncio.run(
-        serve(args.port, args.trace_file, recording, producer_options=args.producer_options)
+        serve(
+            args.port,
+            args.trace_file,
+            recording,
+            producer_options=args.producer_options,
+            trace_level=args.trace_level,
+            least_records=args.least_records,
+        )
     )
 
 

@@ -401,6 +401,77 @@ def paced_section(rows: dict[str, Any]) -> list[str]:
     ]
 
 
+def record_floor(floor: dict[str, Any]) -> list[str]:
+    """The floor's own parts (``bench.record_floor``): each layer by difference of two sides."""
+    out = [
+        f"## The floor's own parts ({floor['streams']} sequential streams a side, median of "
+        f"{floor['rounds']} rounds; bench/record_floor.py)",
+        "",
+        "What the records-only server and the consumer's records cost, taken apart by sides "
+        "that differ by one layer, alternated in one run: the stream's code with its trace at "
+        "warning (no record written); the same records written as the least a JSON line "
+        "costs in CPython (a dict, orjson, batched writes: bench/least_records.py); the "
+        "records through the trace. µs of CPU per stream, and per record.",
+        "",
+    ]
+    out += table(
+        [
+            "chunking",
+            "bare server",
+            "+ stream code",
+            "+ least records",
+            "+ records (records only)",
+            "stream code",
+            "least records (per record)",
+            "records (per record)",
+            "least / bare",
+            "records only / bare",
+        ],
+        [
+            [
+                chunking,
+                row["server_cpu_us_per_stream"]["bare server"],
+                row["server_cpu_us_per_stream"]["stream code only"],
+                row["server_cpu_us_per_stream"]["least records"],
+                row["server_cpu_us_per_stream"]["records only"],
+                row["stream_code_us"],
+                f"{_cell(row['least_records_us'])} ({_cell(row['least_us_per_record'])})",
+                f"{_cell(row['records_us'])} ({_cell(row['us_per_record'])})",
+                row["least_records_over_bare_server"],
+                row["records_only_over_bare_server"],
+            ]
+            for chunking, row in floor["server"].items()
+        ],
+    )
+    out += [
+        f"The consumer, against the bare server: its {len(floor['consumer_records'])} records "
+        f"of a stream ({', '.join(floor['consumer_records'])}) as least lines beside the "
+        "checks, and the consumer at warning and at info.",
+        "",
+    ]
+    out += table(
+        ["chunking", "checks only", "+ least records", "replywire at warning", "replywire",
+         "least records (per record)", "records (per record)", "session",
+         "checks and least / checks only, streams/s", "replywire / checks only, streams/s"],
+        [
+            [
+                chunking,
+                row["client_cpu_us_per_stream"]["checks only"],
+                row["client_cpu_us_per_stream"]["checks and least records"],
+                row["client_cpu_us_per_stream"]["replywire (consumer at warning)"],
+                row["client_cpu_us_per_stream"]["replywire"],
+                f"{_cell(row['least_records_us'])} ({_cell(row['least_us_per_record'])})",
+                f"{_cell(row['records_us'])} ({_cell(row['us_per_record'])})",
+                row["session_us"],
+                row["checks_and_least_over_checks_only"],
+                row["replywire_over_checks_only"],
+            ]
+            for chunking, row in floor["client"].items()
+        ],
+    )  # fmt: skip
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     streams, decoders = results["streams"], results["decoders"]
@@ -449,6 +520,7 @@ def markdown(results: dict[str, Any]) -> str:
         *over_limit(streams),
         *budget_section(results["budget"]),
         *targets_section(results),
+        *record_floor(results["record_floor"]),
         *pure_against_compiled(results),
         f"## Decoder cost per frame (CPU µs, median of {decoders['rounds']} rounds; "
         "the lab's algorithm is the labelled baseline)",

@@ -196,10 +196,10 @@ def producer(workdir: Path, log_level: str = "info", *flags: str) -> Iterator[Se
 
 
 @contextmanager
-def bare_server(trace: Path | None = None) -> Iterator[Server]:
+def bare_server(trace: Path | None = None, *more: str, name: str = "") -> Iterator[Server]:
     """``bench.bare_server``; with ``trace``, writing the producer's four records per stream
-    there (the records-only server)."""
-    flags = [] if trace is None else ["--trace-file", str(trace)]
+    there (the records-only server); ``more``: its other flags (``bench.record_floor``)."""
+    flags = ([] if trace is None else ["--trace-file", str(trace)]) + list(more)
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.bare_server", "--port", "0", *flags],
         stdout=subprocess.PIPE,
@@ -210,7 +210,7 @@ def bare_server(trace: Path | None = None) -> Iterator[Server]:
         if port is None:
             raise RuntimeError("bench.bare_server did not start")
         pin(process.pid, SERVER_CPU)
-        yield Server("bare server" if trace is None else "records only", process, port)
+        yield Server(name or ("bare server" if trace is None else "records only"), process, port)
     finally:
         stop_producer(process)
 

@@ -37,6 +37,7 @@ from bench.streams import PLANS as STREAM_PLANS
 from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from harness.children import stop_process
+from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
 from tests.helpers import unmeasured_environ
 from tests.processes import wait_for
@@ -58,6 +59,7 @@ TABLES = (
     "## Tracing cost",
     "## Targets",
     "## Pure against compiled",
+    "## The floor's own parts",
 )
 
 
@@ -331,6 +333,57 @@ def test_a_process_s_cpu_is_read_to_below_a_clock_tick() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_the_floor_s_parts_ran_every_side(tiny_run: tuple[dict[str, Any], str]) -> None:
+    floor = tiny_run[0]["record_floor"]
+    assert floor["consumer_records"] == [
+        "stream_opening",
+        *["state_changed"] * 5,
+        "stream_finished",
+    ]
+    for row in floor["server"].values():
+        assert list(row["failures"]) == [
+            "bare server", "stream code only", "least records", "records only"
+        ]  # fmt: skip
+        assert set(row["failures"].values()) == {0}
+        assert row["records_only_over_bare_server"] > 0
+    for row in floor["client"].values():
+        assert list(row["failures"]) == [
+            "bare client", "checks only", "checks and least records",
+            "replywire (consumer at warning)", "replywire",
+        ]  # fmt: skip
+        assert set(row["failures"].values()) == {0}
+        assert row["records"] == 7
+
+
+def test_least_records_are_the_trace_s_records(tmp_path: Path) -> None:
+    """The least records' yardstick writes what the trace writes, field for field (but the
+    trace's own: side first, the stream context): the same records, a cheaper way."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for name, flags in {
+        "trace": [],
+        "least": ["--least-records"],
+        "code": ["--trace-level", "warning"],
+    }.items():
+        path = tmp_path / f"{name}.jsonl"
+        with bare_server(path, *flags) as server:
+            asyncio.run(bare_streams(server.target, request_for(ChunkPlan.parse("frame"))))
+        lines[name] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines["code"] == []
+    assert len(lines["trace"]) == len(lines["least"]) == 4
+    for ours, least in zip(lines["trace"], lines["least"], strict=True):
+        for record in (ours, least):
+            record.pop("timestamp"), record.pop("stream_id"), record.pop("peer")
+        assert ours == least
+
+
+async def bare_streams(target: str, request: ReplyRequest) -> None:
+    client = BareClient(target, StreamOptions(target=target), True)
+    try:
+        assert (await client.once(request)).ok
+    finally:
+        await client.close()
+
+
 def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) -> None:
     """The checks-only client judges each reply with the consumer's core (a reply bound to
     another request is refused by name); the records-only server writes the producer's four
