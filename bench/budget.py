@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import CHECKS_ONLY, RECORDS_ONLY, median
+from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY, median
 from bench.streams import CASE_ID, request_for
 from runtime.recording_file import load_recording
 from shared.faults import transmit
@@ -57,7 +57,10 @@ def _parts(
 def consumer_budget(
     sides: dict[str, Any], key: str, scale: float, decoding: float | None, records: float | None
 ) -> dict[str, float | None]:
-    pair, checks, ours = (sides[s][key] * scale for s in ("bare pair", CHECKS_ONLY, "replywire"))
+    """The consumer's parts, of the replywire consumer against the bare server (the checks-only
+    client's server) when the run has that side, else of the replywire pair's consumer."""
+    consumer = CONSUMER_ALONE if CONSUMER_ALONE in sides else "replywire"
+    pair, checks, ours = (sides[s][key] * scale for s in ("bare pair", CHECKS_ONLY, consumer))
     return _parts(pair, checks, ours, decoding, records)
 
 

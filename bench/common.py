@@ -22,6 +22,10 @@ SIZES: Final[tuple[Size, ...]] = ("tiny", "full")
 #: each against the bare other half: what the checks and the records alone cost.
 CHECKS_ONLY: Final = "checks only"
 RECORDS_ONLY: Final = "records only"
+#: The replywire consumer reading the bare server, as the checks-only client does: the
+#: consumer's own cost against the checks', with the server the same (the replywire pair's
+#: streams/s also carries what its producer costs beyond a bare server's).
+CONSUMER_ALONE: Final = "replywire → bare server"
 
 
 def bench_size(default: Size = "full") -> Size:

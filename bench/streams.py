@@ -9,7 +9,10 @@ channel options (bounded window, no BDP probing, no retries):
 * ``bare client``: a bare grpc.aio client of the same producer, reading the
   same chunks without judging them (what the consumer side costs);
 * ``bare pair``: the same bare client against ``bench.bare_server`` (a child
-  process) writing the same pre-cut chunks (what gRPC alone costs).
+  process) writing the same pre-cut chunks (what gRPC alone costs);
+* the floor sides: ``checks only`` (a bare client with the consumer's checks) and
+  ``replywire → bare server`` (the replywire consumer) against the bare server, and
+  ``records only`` (the bare server writing the producer's records) read by the bare client.
 
 Both bare sides use the replywire side's channel policy: a new channel per
 stream while ``replywire_client`` opens one per stream, one channel for the
@@ -52,6 +55,7 @@ import structlog
 from bench.common import (
     CHECKS_ONLY,
     CLIENT_CPU,
+    CONSUMER_ALONE,
     RECORDS_ONLY,
     SERVER_CPU,
     Size,
@@ -445,8 +449,17 @@ def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
         row["checks_only_client_cpu_over_bare_pair"] = ratio(
             checks["client_cpu_ms_per_stream"], pair["client_cpu_ms_per_stream"]
         )
-        # Issue 22's consumer target: against what the checks alone reach, not bare gRPC.
+        # The pair against the checks-only client and the bare server: the consumer's and the
+        # producer's costs together.
         row["replywire_over_checks_only"] = ratio(ours["streams_per_s"], checks["streams_per_s"])
+        if CONSUMER_ALONE in sides:  # issue 22's consumer target: the same server, both
+            row["consumer_over_checks_only"] = ratio(
+                sides[CONSUMER_ALONE]["streams_per_s"], checks["streams_per_s"]
+            )
+            row["consumer_cpu_over_checks_only"] = ratio(
+                sides[CONSUMER_ALONE]["client_cpu_ms_per_stream"],
+                checks["client_cpu_ms_per_stream"],
+            )
     if RECORDS_ONLY in sides:  # the floor of a producer that records every transition
         row["records_only_server_cpu_over_bare_server"] = ratio(
             sides[RECORDS_ONLY]["server_cpu_ms_per_stream"], pair["server_cpu_ms_per_stream"]
@@ -509,6 +522,7 @@ async def sides_and_floors(
             "bare client": ours,
             "bare pair": bare,
             CHECKS_ONLY: bare,
+            CONSUMER_ALONE: bare,
             RECORDS_ONLY: records,
         }
         policy = shares_channel(replywire_client(StreamOptions(target=ours.target)))
@@ -521,7 +535,7 @@ async def sides_and_floors(
             )
             out["sequential"][chunking] = with_ratios({k: summary(v) for k, v in runs.items()})
         out["concurrency"] = {}
-        pair = {"replywire": ours, "bare pair": bare, CHECKS_ONLY: bare}
+        pair = {"replywire": ours, "bare pair": bare, CHECKS_ONLY: bare, CONSUMER_ALONE: bare}
         for n in concurrency:
             runs = await compare(
                 concurrent_round, pair, request_for(ChunkPlan.parse("frame")), n, plan.rounds

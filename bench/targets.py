@@ -1,14 +1,16 @@
 """Issue 22's targets, each met or not met with its figures, from one ``make bench`` run.
 
-Section 2 (replywire against the floor sides, whatever the build): the consumer's
-streams/s ≥ 0.9 times the checks-only client's at every chunking and at the middle concurrency
-row (1,000 streams at the full size); its CPU per paced chunk ≤ 1.1 times the checks-only
-client's; the producer's CPU per stream ≤ 1.1 times the records-only server's at every chunking,
-and per paced chunk; memory per open paced stream ≤ 1.3 times the bare pair's, each side; the
-largest paced N held ≥ 0.85 times the bare pair's. Section 3 (the floor sides against the bare
-pair, with the compiled build): checks only ≥ 0.9 times the bare pair's streams/s and records
-only ≤ 1.15 times the bare server's CPU per stream, at every chunking. A target is met when
-every figure it names is; a figure that was not measured (None) leaves it not measured.
+Section 2 (replywire against the floor sides, whatever the build): the consumer's streams/s ≥
+0.9 times the checks-only client's at every chunking and at the middle concurrency row (1,000
+streams at the full size), each reading the bare server (``CONSUMER_ALONE``: the replywire
+pair's streams/s would charge the consumer with its producer's cost too); its CPU per paced
+chunk ≤ 1.1 times the checks-only client's; the producer's CPU per stream ≤ 1.1 times the
+records-only server's at every chunking, and per paced chunk; memory per open paced stream ≤
+1.3 times the bare pair's, each side; the largest paced N held ≥ 0.85 times the bare pair's.
+Section 3 (the floor sides against the bare pair, with the compiled build): checks only ≥ 0.9
+times the bare pair's streams/s and records only ≤ 1.15 times the bare server's CPU per stream,
+at every chunking. A target is met when every figure it names is; a figure that was not
+measured (None) leaves it not measured.
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ def targets(results: dict[str, Any]) -> list[Target]:
     compiled = results["build"].startswith("compiled")
     pure = "" if compiled else f"the run's build: {results['build']}"
     return [
-        Target(2, "consumer streams/s ≥ 0.9× checks only", 0.9, True, (
-            *_by_chunking(streams, "replywire_over_checks_only"),
-            (f"{n} concurrent", concurrency[n].get("replywire_over_checks_only")),
+        Target(2, "consumer streams/s ≥ 0.9× checks only (both against the bare server)", 0.9,
+               True, (
+            *_by_chunking(streams, "consumer_over_checks_only"),
+            (f"{n} concurrent", concurrency[n].get("consumer_over_checks_only")),
         )),
         Target(2, "paced consumer CPU/chunk ≤ 1.1× checks only", 1.1, False,
                _by_n(paced, "consumer_cpu_over_checks_only")),

@@ -105,6 +105,7 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
             "bare client",
             "bare pair",
             "checks only",
+            "replywire → bare server",
             "records only",
         }
         assert all(side["failures"] == {} for side in row["sides"].values())
@@ -114,7 +115,9 @@ def test_every_stream_of_every_side_completed(tiny_run: tuple[dict[str, Any], st
         assert row["checks_only_over_bare_pair"] > 0
         assert row["records_only_server_cpu_over_bare_server"] > 0
     for row in streams["concurrency"].values():
-        assert set(row["sides"]) == {"replywire", "bare pair", "checks only"}
+        assert set(row["sides"]) == {
+            "replywire", "bare pair", "checks only", "replywire → bare server"
+        }  # fmt: skip
         assert row["checks_only_over_bare_pair"] > 0
         for side in row["sides"].values():
             assert side["failures"] == {}
@@ -183,9 +186,12 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
     # Issue 22's ratios against the floor sides, in the short-stream rows of the same run.
     for row in tiny_run[0]["streams"]["sequential"].values():
         assert row["replywire_over_checks_only"] > 0
+        assert row["consumer_over_checks_only"] > 0
+        assert row["consumer_cpu_over_checks_only"] > 0
         assert row["producer_cpu_over_records_only"] > 0
     for row in tiny_run[0]["streams"]["concurrency"].values():
         assert row["replywire_over_checks_only"] > 0
+        assert row["consumer_over_checks_only"] > 0
 
 
 def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any], str]) -> None:
