@@ -131,6 +131,7 @@ RUN_BY = {
     ".venv/bin/python -m producer.convert_capture RUN_DIR OUT_DIR": WALKTHROUGH
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
     "BENCH_SIZE=tiny .venv/bin/python -m bench.paced": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor": BENCH,
     ".venv/bin/python -m bench.flow_window": BENCH,
     ".venv/bin/python -m bench.profile decoders": BENCH,
     ".venv/bin/python -m bench.profile streams": BENCH,
@@ -533,6 +534,10 @@ def test_benchmarks() -> None:
         "checks only",
         "records only",
     }
+    done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor")
+    assert done.returncode == 0, done.stderr
+    floor = json.loads(done.stdout)
+    assert set(floor["server"]) == set(floor["client"]) == {"frame", "4096"}
     done = shell(".venv/bin/python -m bench.flow_window")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
