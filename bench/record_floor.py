@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import grpc
 import orjson
 
 from bench.common import CHECKS_ONLY, CLIENT_CPU, RECORDS_ONLY, Size, bench_size, median, pin
@@ -54,8 +53,9 @@ from bench.streams import (
     Round,
     Server,
     alternate_rounds,
+    bare_read,
     bare_server,
-    consumer_at,
+    consumer_round_at,
     consumer_trace,
     fresh,
     replywire_client,
@@ -66,7 +66,6 @@ from bench.streams import (
 )
 from consumer.options import StreamOptions
 from runtime.logs import flush_trace
-from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
 
@@ -88,28 +87,20 @@ class Plan:
 PLANS: Final[dict[Size, Plan]] = {"tiny": Plan(3, 1), "full": Plan(400, 11)}
 
 
-def stream_records(trace_path: Path, stream_id: str) -> list[dict[str, Any]]:
-    """A stream's records from a trace, without what each record's own moment fills in."""
-    records = []
-    for line in trace_path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record.get("stream_id") == stream_id:
-            for key in ("timestamp", "stream_id"):
-                record.pop(key, None)
-            records.append(record)
-    return records
-
-
 async def consumer_records(server: Server, trace_path: Path) -> list[dict[str, Any]]:
-    """The records one replywire stream writes at info (the consumer's trace is at info)."""
+    """The records one replywire stream writes at info, the trace's first stream (the
+    consumer's trace is at info), without what each record's own moment fills in."""
     async with replywire_client(StreamOptions(target=server.target)) as client:
-        outcome = await replywire_once(client, fresh(request_for(ChunkPlan.parse("frame"))))
+        outcome = await replywire_once(client, request_for(ChunkPlan.parse("frame")))
     if not outcome.ok:
         raise RuntimeError(f"the replywire stream did not complete: {outcome.code}")
     flush_trace()
-    ids = {json.loads(line).get("stream_id") for line in trace_path.read_text().splitlines()}
-    (last,) = sorted(i for i in ids if i)[-1:]
-    return stream_records(trace_path, last)
+    records = [json.loads(line) for line in trace_path.read_text(encoding="utf-8").splitlines()]
+    (stream_id,) = {record["stream_id"] for record in records if record.get("stream_id")}
+    ours = [record for record in records if record.get("stream_id") == stream_id]
+    for record in ours:
+        del record["timestamp"], record["stream_id"]
+    return ours
 
 
 class LeastClient:
@@ -129,24 +120,20 @@ class LeastClient:
 
     async def once(self, request: ReplyRequest) -> Outcome:
         request = fresh(request)
+        stream_id = request.stream_id
         opening, first, *ending = self._records
-        self._write(request.stream_id, [opening])
+        self._write(stream_id, [opening])
         message = request.open_request()
-        core = request.consumer(sent=message)
         channel = self._bare.shared
         assert channel is not None  # the replywire side shares one channel
-        written = False
-        try:
-            async for chunk in pb_grpc.ReplyStreamStub(channel).Open(message):
-                if not written:
-                    self._write(request.stream_id, [first])
-                    written = True
-                core.receive_data(chunk.data)
-        except grpc.aio.AioRpcError as error:
-            return Outcome(False, error.code().name, None)
-        result = core.end_of_stream()
-        self._write(request.stream_id, ending)
-        return Outcome(result.status.value == "complete", result.status.value, None)
+        outcome = await bare_read(
+            channel,
+            message,
+            request.consumer(sent=message),
+            on_first=lambda: self._write(stream_id, [first]),
+        )
+        self._write(stream_id, ending)
+        return outcome
 
 
 async def least_round(
@@ -257,7 +244,9 @@ async def run_all(plan: Plan, workdir: Path) -> dict[str, Any]:
                     "bare client": _round("bare", bare, request, plan.streams),
                     CHECKS_ONLY: _round("checks", bare, request, plan.streams),
                     CHECKS_AND_LEAST: _least(bare, request, plan.streams, records, least_out),
-                    REPLYWIRE_AT_WARNING: _at_warning(trace, bare, request, plan.streams),
+                    REPLYWIRE_AT_WARNING: consumer_round_at(
+                        trace, "warning", bare, request, plan.streams
+                    ),
                     "replywire": _round("replywire", bare, request, plan.streams),
                 }
                 runs = await alternate_rounds(client_sides, plan.rounds)
@@ -279,16 +268,6 @@ def _least(
     server: Server, request: ReplyRequest, n: int, records: list[dict[str, Any]], out: Any
 ) -> Callable[[], Awaitable[Round]]:
     return lambda: least_round(server, request, n, records, out)
-
-
-def _at_warning(
-    trace: Any, server: Server, request: ReplyRequest, n: int
-) -> Callable[[], Awaitable[Round]]:
-    async def round_at_warning() -> Round:
-        with consumer_at(trace, "warning"):
-            return await sequential_round("replywire", server, request, n)
-
-    return round_at_warning
 
 
 def run(size: Size) -> dict[str, Any]:

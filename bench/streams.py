@@ -251,17 +251,23 @@ async def replywire_once(client: Any, request: ReplyRequest) -> Outcome:
 
 
 async def bare_read(
-    channel: grpc.aio.Channel, request: pb.OpenRequest, core: ReplyConsumer | None = None
+    channel: grpc.aio.Channel,
+    request: pb.OpenRequest,
+    core: ReplyConsumer | None = None,
+    on_first: Callable[[], None] | None = None,
 ) -> Outcome:
     """One stream read by a bare client; with ``core``, with the consumer's checks and
     nothing else: each chunk into the sans-IO core (made with no logger: no records), then
-    its verdict; no session, reader or queue."""
+    its verdict; no session, reader or queue. ``on_first``: called at the first chunk
+    (``bench.record_floor``'s records)."""
     started = time.perf_counter()
     first: float | None = None
     try:
         async for chunk in pb_grpc.ReplyStreamStub(channel).Open(request):
             if first is None:
                 first = time.perf_counter() - started
+                if on_first is not None:
+                    on_first()
             if core is not None:
                 core.receive_data(chunk.data)
     except grpc.aio.AioRpcError as error:

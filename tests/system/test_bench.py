@@ -338,7 +338,6 @@ def test_a_process_s_cpu_is_read_to_below_a_clock_tick() -> None:
         stop_process(burner)
 
 
-@pytest.mark.timeout(60)
 def test_the_floor_s_parts_ran_every_side(tiny_run: tuple[dict[str, Any], str]) -> None:
     floor = tiny_run[0]["record_floor"]
     assert floor["consumer_records"] == [
@@ -361,6 +360,7 @@ def test_the_floor_s_parts_ran_every_side(tiny_run: tuple[dict[str, Any], str]) 
         assert row["records"] == 7
 
 
+@pytest.mark.timeout(60)
 def test_least_records_are_the_trace_s_records(tmp_path: Path) -> None:
     """The least records' yardstick writes what the trace writes, field for field (but the
     trace's own: side first, the stream context): the same records, a cheaper way."""
@@ -390,6 +390,7 @@ async def bare_streams(target: str, request: ReplyRequest) -> None:
         await client.close()
 
 
+@pytest.mark.timeout(60)
 def test_the_floor_sides_check_and_record_what_replywire_does(tmp_path: Path) -> None:
     """The checks-only client judges each reply with the consumer's core (a reply bound to
     another request is refused by name); the records-only server writes the producer's four
