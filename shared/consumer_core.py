@@ -47,15 +47,13 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
-import structlog
-
 # Limits lives in a module mypyc leaves pure: a compiled dataclass would refuse a field of
 # the wrong type with its own TypeError before __post_init__ says which limit is wrong.
 from shared.consumer_limits import Limits
 from shared.digest import digest
 from shared.errors import ProtocolFailure, Reason, Status, registered, scrubbed_detail
 from shared.frames import DoneDigest, Frame, FrameKind
-from shared.fsm import NULL_LOGGER, Machine, MachineSpec
+from shared.fsm import Machine, MachineSpec
 from shared.reply import validate_reply
 from shared.result import (
     AnswerValidated,
@@ -68,6 +66,7 @@ from shared.result import (
     TransportFailed,
     content_received,
 )
+from shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
 
@@ -132,8 +131,6 @@ STATUS_OF: Final = {
     S.INVALID: Status.INVALID,
 }
 _CONTENT_DELTA: Final = FrameKind.CONTENT_DELTA
-#: ``logging.DEBUG`` (no ``logging`` here: the core is pure).
-DEBUG: Final = 10
 _END_AFTER: Final = {
     FrameKind.DONE: In.END_AFTER_DONE,
     FrameKind.CANCEL: In.END_AFTER_CANCEL,
@@ -151,7 +148,7 @@ class Verdict:
     truth for the state, the status, the reason (a registered code, or None on the way to
     complete) and its detail (a failure is the INVALID state)."""
 
-    def __init__(self, logger: structlog.typing.FilteringBoundLogger) -> None:
+    def __init__(self, logger: TraceLogger) -> None:
         self._machine = Machine(SPEC, logger)
         self.reason: str | None = None
         #: Free text from the peer behind the reason (scrubbed and bounded), or None.
@@ -341,7 +338,7 @@ class ReplyConsumer:
         wire: WireFormat = WireFormat.LENGTH_PREFIXED,
         limits: Limits | None = None,
         ignore_duplicates: bool = False,
-        logger: structlog.typing.FilteringBoundLogger | None = None,
+        logger: TraceLogger | None = None,
         binding_sha256: str | None = None,
     ) -> None:
         """``binding_sha256``: ``digest(binding)`` when the caller has it already (the
@@ -350,7 +347,7 @@ class ReplyConsumer:
         self.binding_sha256 = binding_sha256 or digest(binding)
         self.wire = wire
         self.limits = limits or Limits()
-        self._log: structlog.typing.FilteringBoundLogger = logger or NULL_LOGGER
+        self._log: TraceLogger = logger or NULL_LOGGER
         #: The per-chunk and per-frame debug records are built only when they are written.
         self._debug = self._log.is_enabled_for(DEBUG)
         self._codec = codec_for(wire)

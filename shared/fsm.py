@@ -12,36 +12,22 @@ caller's fields. A pair that is not in the table is a bug in the caller
 (:class:`InvalidTransition`), never a verdict: a verdict is a named input.
 
 Final states have no way out, and every table is checked for that (and for
-states and inputs of the right kind) when the spec is made. The logger defaults
-to one that drops everything, so a machine used without logging configured
-prints nothing.
+states and inputs of the right kind) when the spec is made. The logger (a
+:class:`shared.trace_logger.TraceLogger`) defaults to one that drops everything, so a
+machine used without logging configured prints nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
-
-import structlog
+from typing import Generic, TypeVar
 
 from shared.errors import InvalidTransition
+from shared.trace_logger import NULL_LOGGER, TraceLogger
 
 S = TypeVar("S", bound=StrEnum)
 I = TypeVar("I", bound=StrEnum)  # noqa: E741 - the conventional name of an input type
-
-
-def _drop(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
-    raise structlog.DropEvent
-
-
-#: A logger that does nothing (h2's ``DummyLogger``): the default of every machine.
-#: Bound once: a lazy proxy (what ``wrap_logger`` returns) binds anew on every call.
-NULL_LOGGER: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
-    structlog.ReturnLogger(),
-    processors=[_drop],
-    wrapper_class=structlog.make_filtering_bound_logger(50),  # logging.CRITICAL
-).bind()
 
 
 class MachineSpec(Generic[S, I]):
@@ -107,7 +93,7 @@ class Machine(Generic[S, I]):
     def __init__(
         self,
         spec: MachineSpec[S, I],
-        logger: structlog.typing.FilteringBoundLogger | None = None,
+        logger: TraceLogger | None = None,
         *,
         on_final: Callable[[S], None] | None = None,
         log_initial: bool = False,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import structlog
-
 from shared.consumer_core import ReplyConsumer
 from shared.errors import ProtocolFailure
 from shared.faults import Ending, Transmission, transmit
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+from shared.trace_logger import TraceLogger
 
 
 def consume(consumer: ReplyConsumer, transmission: Transmission) -> StreamResult:
@@ -28,7 +27,7 @@ def replay(
     recording: Recording,
     request: ReplyRequest,
     *,
-    logger: structlog.typing.FilteringBoundLogger | None = None,
+    logger: TraceLogger | None = None,
 ) -> StreamResult:
     """Produce the recorded transmission of ``request``'s case and consume it.
 

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import structlog
-
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
@@ -19,6 +17,7 @@ from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
+from shared.trace_logger import TraceLogger
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkMode, ChunkPlan
 
@@ -234,7 +233,7 @@ class ReplyRequest:
 
     def consumer(
         self,
-        logger: structlog.typing.FilteringBoundLogger | None = None,
+        logger: TraceLogger | None = None,
         *,
         sent: pb.OpenRequest | None = None,
     ) -> ReplyConsumer:

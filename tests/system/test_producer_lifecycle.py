@@ -316,17 +316,3 @@ def test_records_held_for_a_batch_are_written_when_the_producer_stops(
         ("streaming", "completed"),
     ]
     assert_counters_add_up(p.trace())
-
-
-def test_a_producer_start_imports_neither_redis_nor_opentelemetry() -> None:
-    """What a producer imports to start (``-X importtime`` lists every module): the Redis
-    client only when a Redis is named (--reply-log, --ledger), OpenTelemetry only with
-    tracing on. Each is a tenth of a second of every start, and the tests start hundreds."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "producer", "--version"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    assert "producer.cli" in imported
-    roots = {name.split(".")[0] for name in imported}
-    assert not roots & {"redis", "opentelemetry"}, sorted(roots & {"redis", "opentelemetry"})
