@@ -60,13 +60,15 @@ lint: setup
 WORKERS ?= 4
 PARALLEL := -n $(WORKERS) --dist worksteal
 
-# The quick loop: the linters but mypy (make lint has it), then tests/unit and
-# tests/integration (no process but a private Redis server) in parallel: about a minute.
+# The quick loop, before every commit, with no server started: the linters and mypy, then
+# tests/unit but the tests marked slow (the property and linearity checks, which make test
+# runs): well under a minute.
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -m serial tests/unit tests/integration
-	$(PY) -m pytest $(PARALLEL) -m "not serial" tests/unit tests/integration
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -m "serial and not slow" tests/unit
+	$(PY) -m pytest -q $(PARALLEL) -m "not serial and not slow" tests/unit
 
 # Everything, on the build make setup made (compiled where a compiler is): first the tests
 # marked serial, alone (make protos rewrites shared/pb/, which any process started meanwhile

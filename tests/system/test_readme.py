@@ -200,7 +200,7 @@ NOT_RUN = {
     ),
     "make test-pure": "CI runs it after make test (.ci/run; tests/unit/test_docs.py::"
     "test_ci_runs_make_test)",
-    "make check": "it runs tests/unit and tests/integration (make test runs them too)",
+    "make check": "it runs lint and tests/unit (make test runs them too)",
     "make lock": "re-resolves the pins from the package index (network); run by hand",
     "make fuzz": "100,000 inputs (many minutes); make test runs tests/system/test_fuzz.py with 400",
     "export GEMINI_API_KEY=...": "a real key; the same flow runs keyless in " + WALKTHROUGH,
