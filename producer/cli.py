@@ -24,9 +24,7 @@ import structlog
 from native import running, version_line
 from producer import conformance
 from producer.admission import default_per_identity
-from producer.files import write_atomically
-from producer.gemini.capture import RunCapture
-from producer.gemini.keeper import (
+from producer.budget.keeper import (
     DEFAULT_FINAL_TRY_S,
     DEFAULT_RECONCILE_S,
     DEFAULT_RETRY_CAP_S,
@@ -34,12 +32,15 @@ from producer.gemini.keeper import (
     DEFAULT_RETRY_S,
     LedgerPolicy,
 )
-from producer.gemini.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
-from producer.gemini.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
-from producer.gemini.ledger import Ledger, Owner, Rates
-from producer.gemini.ledger_options import DEFAULT_PREFIX, RedisOptions
-from producer.gemini.ledger_options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
-from producer.gemini.ledgers import open_ledger
+from producer.budget.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
+from producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
+from producer.budget.ledger import Ledger, Owner
+from producer.budget.options import DEFAULT_PREFIX, RedisOptions
+from producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
+from producer.budget.stores import open_ledger
+from producer.budget.usage import Rates
+from producer.files import write_atomically
+from producer.gemini.capture import RunCapture
 from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.health import DEFAULT_MAX_HEALTH_WATCHES

@@ -33,10 +33,7 @@ from harness.fake_gemini import (
     PublishedCase,
     load_published_cases,
 )
-from producer.gemini.ledger import (
-    Rates,
-    estimate_prompt_tokens,
-)
+from producer.budget.usage import Rates, estimate_prompt_tokens
 from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
 from producer.states import FINAL_STATES
 from shared.recording import Recording

@@ -53,21 +53,12 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
+from producer.budget.file_ledger import FAILED, RELEASED, SETTLED
+from producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
+from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
+from producer.budget.usage import estimate_prompt_tokens, shown
 from producer.gemini.call_span import end_call_span, start_call_span
 from producer.gemini.capture import CallCapture, RunCapture
-from producer.gemini.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
-from producer.gemini.ledger import (
-    ANONYMOUS,
-    FAILED,
-    RELEASED,
-    SETTLED,
-    AlreadyLeft,
-    Ledger,
-    NotWritten,
-    Settlement,
-    estimate_prompt_tokens,
-    shown,
-)
 from producer.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,

@@ -16,15 +16,11 @@ from typing import Any
 
 import pytest
 
-from producer.gemini.ledger import (
-    Ledger,
-    Rates,
-    estimate_prompt_tokens,
-    usage_cost,
-)
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.ledgers import open_ledger
-from producer.gemini.redis_ledger import RedisLedger
+from producer.budget.ledger import Ledger
+from producer.budget.options import RedisOptions
+from producer.budget.redis_ledger import RedisLedger
+from producer.budget.stores import open_ledger
+from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from shared.errors import Reason, RequestRefused
 from tests.helpers import BODY, GOOD_USAGE, PROMPT_ESTIMATE
 from tests.redis_server import RedisServer, free_port, redis_server

@@ -20,20 +20,13 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from producer.gemini.keeper import Job, LedgerKeeper, LedgerPolicy
-from producer.gemini.ledger import (
-    AlreadyLeft,
-    BudgetLedger,
-    Ledger,
-    Owner,
-    Rates,
-    Settlement,
-    estimate_prompt_tokens,
-    usage_cost,
-)
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.ledgers import open_ledger
-from producer.gemini.redis_ledger import RedisLedger
+from producer.budget.file_ledger import BudgetLedger
+from producer.budget.keeper import Job, LedgerKeeper, LedgerPolicy
+from producer.budget.ledger import AlreadyLeft, Ledger, Owner, Settlement
+from producer.budget.options import RedisOptions
+from producer.budget.redis_ledger import RedisLedger
+from producer.budget.stores import open_ledger
+from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from shared.errors import Reason, RequestRefused
 from tests.processes import wait_for
 from tests.redis_server import RedisServer, redis_server

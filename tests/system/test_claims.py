@@ -25,7 +25,7 @@ import structlog
 
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
-from producer.gemini.ledger import BudgetLedger
+from producer.budget.file_ledger import BudgetLedger
 from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.server import start_server, stop_server
 from producer.settings import ServerSettings

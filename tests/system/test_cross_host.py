@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.redis_ledger import RedisLedger
+from producer.budget.options import RedisOptions
+from producer.budget.redis_ledger import RedisLedger
 from producer.states import FINAL_STATES
 from shared.recording import Recording
 from tests.certs import make_pki

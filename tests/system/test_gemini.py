@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.children import stop_process
-from producer.gemini.ledger import BudgetLedger
+from producer.budget.file_ledger import BudgetLedger
 from shared.recording import Recording
 from shared.result import lab_view
 from tests.helpers import API_KEY, SCRIPTS, gemini_producer

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from harness.fake_gemini import BAD_USAGE
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.redis_ledger import RedisLedger
+from producer.budget.options import RedisOptions
+from producer.budget.redis_ledger import RedisLedger
 from shared.recording import Recording
 from tests.helpers import worst_case
 from tests.processes import (

@@ -28,9 +28,11 @@ import pytest
 
 from harness.children import stop_process
 from harness.fake_gemini import FakeGemini, _validate
-from producer.gemini.ledger import BudgetLedger, Ledger, Rates, estimate_prompt_tokens, usage_cost
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.redis_ledger import RedisLedger
+from producer.budget.file_ledger import BudgetLedger
+from producer.budget.ledger import Ledger
+from producer.budget.options import RedisOptions
+from producer.budget.redis_ledger import RedisLedger
+from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from tests.processes import (
     FakeGeminiProcess,
     Producer,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from producer.gemini.ledger import Rates, estimate_prompt_tokens
-from producer.gemini.ledger_options import RedisOptions
-from producer.gemini.ledgers import open_ledger
+from producer.budget.options import RedisOptions
+from producer.budget.stores import open_ledger
+from producer.budget.usage import Rates, estimate_prompt_tokens
 from shared.errors import Reason, RequestRefused
 from tests.helpers import BODY
 from tests.redis_server import redis_server

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.gemini.ledger import (
-    BudgetLedger,
-    Rates,
-    check_usage,
-    usage_cost,
-)
+from producer.budget.file_ledger import BudgetLedger
+from producer.budget.usage import Rates, check_usage, usage_cost
 from shared.errors import Reason, RequestRefused
 from tests.helpers import GOOD_USAGE, PROMPT_ESTIMATE
 

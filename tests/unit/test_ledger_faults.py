@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 import structlog
 
+from producer.budget.file_ledger import BudgetLedger
+from producer.budget.keeper import Job, LedgerPolicy
+from producer.budget.ledger import Ledger, NotWritten, Owner
 from producer.cli import build_parser
-from producer.gemini.keeper import Job, LedgerPolicy
-from producer.gemini.ledger import (
-    BudgetLedger,
-    Ledger,
-    NotWritten,
-    Owner,
-)
 from producer.gemini.source import Call, GeminiSettings, GeminiSource
 from shared.errors import Reason, RequestRefused
 from shared.recording import Recording

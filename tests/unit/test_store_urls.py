@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import pytest
 import redis
 
-from producer.gemini.ledgers import open_ledger
+from producer.budget.stores import open_ledger
 from producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
 from tests.helpers import ACCEPTED, PASSWORD, QUOTED
 

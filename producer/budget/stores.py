@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producer.gemini.ledger import BudgetLedger, Ledger, Owner, Rates
-from producer.gemini.ledger_options import RedisOptions
+from producer.budget.file_ledger import BudgetLedger
+from producer.budget.ledger import Ledger, Owner
+from producer.budget.options import RedisOptions
+from producer.budget.usage import Rates
 from producer.store_urls import StoreKind, parse_store
 
 
@@ -34,7 +36,7 @@ def open_ledger(
     store = parse_store(spec, files=True)
     if store.kind is StoreKind.REDIS:
         # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
-        from producer.gemini.redis_ledger import RedisLedger  # noqa: PLC0415
+        from producer.budget.redis_ledger import RedisLedger  # noqa: PLC0415
 
         return RedisLedger(
             store.target,

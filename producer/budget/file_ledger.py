@@ -1,324 +1,41 @@
-"""The budget ledger: no paid request starts unless its worst case fits the budget.
-
-Before each provider request the producer *reserves* its worst-case cost (the
-prompt estimate at the input rate plus ``maxOutputTokens`` at the output rate)
-under an exclusive ``flock`` on ``LEDGER.lock``; the ledger JSON is rewritten
-atomically (temporary file, fsync, ``os.replace``). A reservation is charged to
-the caller's *identity* as well as to the total: it is refused
-(``budget_exhausted``) if it would take either the identity's committed amount
-past the per-identity limit or the committed total past the budget, so one
-caller cannot starve the others. Several producer processes may share one ledger.
-An entry is named by its identity and its call id together.
-
-Every entry leaves ``reserved`` exactly once:
-
-* ``settled`` with the usage the provider reported, if that usage is plausible
-  (``check_usage``: non-negative integers within the call's worst case);
-  otherwise settled *at its reservation* (``usage_rejected`` says why): a
-  hostile or broken provider can neither lower the total nor push it past the
-  reservation;
-* ``failed`` (the reservation is kept) once the request may have reached the
-  provider but no usage came back: nobody knows what it cost, the worst case stands;
-* ``released`` (not counted) when the request never started to be sent.
-
-A ledger whose store fails (a slow, paused or restarted Redis; a file that cannot be
-locked or written) must not leave an entry ``reserved`` for good, so:
-
-* **Each reservation has an owner**: the producer process that made it (``Owner``: host,
-  pid, start time and a random part), which holds a *lease* on the ledger (the file
-  ledger: ``owners`` in the JSON, each with ``lease_until``; Redis: a key with a PX
-  expiry). Every reserve and every sending mark refreshes it; ``producer.gemini.keeper``
-  refreshes it every third of its length while the process holds reservations.
-* **A reserve is idempotent per call id**: the same call id with the same fields answers
-  the same reservation again, never a second one; so a reserve whose answer was lost is
-  simply asked again. One the producer gave up on is ``abandon``-ed: released if it was
-  written, or a ``released`` tombstone written in its place so that a late copy of the
-  reserve (still on its way to a paused Redis) finds it and reserves nothing.
-* **Nothing is sent before the entry says so**: ``mark_sending`` (``sending_at``) moves
-  nothing but succeeds only while the entry is ``reserved`` and its owner's; if it fails
-  the request is not sent and the reservation is released.
-* **Reservations of a lapsed owner are reconciled** (``reconcile``) by any other producer
-  on the ledger: ``released`` (``owner_lease_lapsed (never sent)``) when not marked
-  sending, ``failed`` (``owner_lease_lapsed``, worst case kept) when it may have been
-  sent. A lease judged lapsed too early can only cost money, never lose it: the owner can
-  no longer mark a released entry sending, and its late settle of a kept entry finds it
-  ``failed`` (``AlreadyLeft``).
-
-``Ledger`` is the interface the Gemini source uses; ``BudgetLedger`` (this file)
-and ``redis_ledger.RedisLedger`` (``--ledger redis://HOST:PORT/DB``) implement
-it with the same rules; ``ledgers.open_ledger`` picks one from the ``--ledger`` value.
-
-Why one file: the ``Ledger`` interface, the rules both ledgers share (usage checks, owner
-leases) and the file ledger that is their reference implementation.
-"""
+"""The file ledger (``--ledger PATH``): the ledger's JSON under an exclusive ``flock`` on
+``PATH.lock``, rewritten atomically (temporary file, fsync, ``os.replace``); several producer
+processes on one host may share it. The reference implementation of the rules in
+``producer.budget.ledger``; each move of an entry is checked against ``entry_states``."""
 
 from __future__ import annotations
 
 import fcntl
 import json
-import math
-import os
-import secrets
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
+from producer.budget.entry_states import EntryInput, EntryState, allowed
+from producer.budget.ledger import (
+    ANONYMOUS,
+    LEASE_LAPSED,
+    TIMEOUT_S,
+    AlreadyLeft,
+    NotWritten,
+    Owner,
+    Settlement,
+)
+from producer.budget.usage import Rates, check_usage, estimate_prompt_tokens, shown, usage_cost
 from producer.files import write_atomically
-from producer.gemini.protocol import USAGE_KEYS
 from shared.errors import Reason, RequestRefused
 
 FORMAT: Final = "replywire-ledger/1"
-#: A deliberately high estimate: about 3 bytes per token (Gemini averages about 4 characters).
-BYTES_PER_TOKEN_ESTIMATE: Final = 3
-PROMPT_OVERHEAD_TOKENS: Final = 16
-#: Who is charged when the caller is not authenticated.
-ANONYMOUS: Final = "anonymous"
-#: Entry states; a ``released`` entry is not counted (the request was never sent).
-RESERVED, SETTLED, FAILED, RELEASED = "reserved", "settled", "failed", "released"
-MAX_SHOWN_CHARS: Final = 40
-#: How long an owner's lease lasts without a refresh (``--ledger-lease-s``).
-DEFAULT_LEASE_S: Final = 30.0
-#: The longest one ledger operation waits: a Redis round trip, the file ledger's lock.
-TIMEOUT_S: Final = 5.0
-#: Why a reconciler moved a lapsed owner's reservation.
-LEASE_LAPSED: Final = "owner_lease_lapsed"
 #: How often the file ledger tries its lock while another process holds it.
 LOCK_POLL_S: Final = 0.005
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    input_usd_per_mtok: float = 0.25
-    output_usd_per_mtok: float = 1.50
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (
-            input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok
-        ) / 1_000_000
-
-
-def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
-    size = len(json.dumps(body, ensure_ascii=False).encode("utf-8"))
-    return math.ceil(size / BYTES_PER_TOKEN_ESTIMATE) + PROMPT_OVERHEAD_TOKENS
-
-
-def _count(usage: Mapping[str, object], key: str) -> int:
-    value = usage.get(key, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def charged_tokens(usage: Mapping[str, object]) -> tuple[int, int]:
-    """The input and output tokens reported usage is charged for (cached and thinking tokens
-    in full, never discounted).
-
-    Output is what the total counts beyond the prompt, if that is more than the
-    candidates and thoughts reported (a count left out is still paid for).
-    """
-    prompt = _count(usage, "promptTokenCount")
-    output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
-    beyond_prompt = _count(usage, "totalTokenCount") - prompt
-    return prompt, max(output, beyond_prompt)
-
-
-def usage_cost(usage: Mapping[str, object], rates: Rates) -> float:
-    """Reported usage at our rates (``charged_tokens``)."""
-    return rates.cost(*charged_tokens(usage))
-
-
-def shown(value: object) -> object:
-    """A reported value as a log or ledger field: bounded, never the provider's whole text."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**15:
-        return value
-    return repr(value)[:MAX_SHOWN_CHARS]
-
-
-def _first_malformed_count(usage: Mapping[str, object]) -> str | None:
-    """The first of ``USAGE_KEYS`` present but not a JSON integer >= 0, or None."""
-    for key in USAGE_KEYS:
-        if key in usage:
-            value = usage[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                return key
-    return None
-
-
-def check_usage(
-    usage: Mapping[str, object], *, prompt_estimate: int, max_output_tokens: int
-) -> str | None:
-    """Why the reported usage cannot be what the call cost, or None if it can be.
-
-    Every count is a JSON integer >= 0; ``promptTokenCount`` is present (a call
-    always has a prompt; Gemini leaves out only the counts that are 0); the
-    prompt count is at most the reservation's prompt estimate (deliberately
-    high, so a count above it is a provider's error, not ours); cached tokens
-    are part of the prompt; candidates plus thoughts, and the total beyond the
-    prompt, are at most ``maxOutputTokens``. So a settled cost is never more
-    than the reservation.
-    """
-    malformed = _first_malformed_count(usage)
-    if malformed is not None:
-        return f"{malformed} is not a non-negative integer"
-    if "promptTokenCount" not in usage:
-        return "promptTokenCount is missing"
-    prompt = _count(usage, "promptTokenCount")
-    output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
-    if prompt > prompt_estimate:
-        return f"promptTokenCount exceeds the prompt estimate {prompt_estimate}"
-    if _count(usage, "cachedContentTokenCount") > prompt:
-        return "cachedContentTokenCount exceeds promptTokenCount"
-    if output > max_output_tokens:
-        return f"candidates + thoughts exceed maxOutputTokens {max_output_tokens}"
-    if "totalTokenCount" in usage:
-        total = _count(usage, "totalTokenCount")
-        if total < prompt + output:
-            return "totalTokenCount is less than its parts"
-        if total - prompt > max_output_tokens:
-            return f"totalTokenCount beyond the prompt exceeds maxOutputTokens {max_output_tokens}"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """What settling one call charged, against what was reserved for it."""
-
-    cost_usd: float
-    reserved_usd: float
-    #: Why the reported usage was not believed (the reservation was charged), or None.
-    usage_rejected: str | None = None
-
-
-class NotWritten(RequestRefused):
-    """``ledger_unavailable`` from a ledger that certainly changed nothing (it could not be
-    locked or read): unlike a lost answer, there is nothing to look for or abandon."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(Reason.LEDGER_UNAVAILABLE, detail)
-
-
-class AlreadyLeft(ValueError):
-    """The call is no longer ``reserved``: ``state`` is what it became, ``by`` who moved it
-    (an owner id, or ``reconcile:OWNER``), ``settlement`` what a settle charged. A retried
-    move finds its own earlier move this way (its answer was lost on the way back)."""
-
-    def __init__(
-        self, call_id: str, state: str, by: str = "", settlement: Settlement | None = None
-    ) -> None:
-        super().__init__(f"call {call_id} is already {state}")
-        self.call_id = call_id
-        self.state = state
-        self.by = by
-        self.settlement = settlement
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """The producer process that makes reservations, and how long its lease lasts."""
-
-    id: str
-    lease_s: float = DEFAULT_LEASE_S
-    host: str = ""
-    pid: int = 0
-    started_at: float = 0.0
-
-    @classmethod
-    def new(cls, lease_s: float = DEFAULT_LEASE_S) -> Owner:
-        """This process: host, pid, start time (ms) and a random part (a pid is reused)."""
-        host, pid, started = socket.gethostname(), os.getpid(), time.time()
-        owner_id = f"{host}:{pid}:{round(started * 1000)}:{secrets.token_hex(3)}"
-        return cls(owner_id, lease_s, host, pid, started)
-
-    def describe(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "started_at": self.started_at}
-
-    @property
-    def reconciler(self) -> str:
-        """Who a reconciled entry says moved it."""
-        return f"reconcile:{self.id}"
-
-
-class Ledger(Protocol):
-    """What the Gemini source needs of a budget ledger. Every method is synchronous (the
-    source runs it in a thread), waits at most its timeout, and fails closed with
-    ``ledger_unavailable``. An entry is named by ``identity`` and ``call_id`` together."""
-
-    budget_usd: float
-    budget_per_identity_usd: float
-    owner: Owner
-
-    def check(self) -> None:
-        """Reach the ledger once (at start): a broken one stops the producer, not a call."""
-
-    def reserve(
-        self,
-        call_id: str,
-        *,
-        body: Mapping[str, Any],
-        max_output_tokens: int,
-        identity: str = ANONYMOUS,
-        **meta: Any,
-    ) -> float:
-        """Reserve the worst case of one call (its cost in USD), owned by ``owner``, or refuse
-        with ``budget_exhausted``. Idempotent: the same call asked again (same identity,
-        owner and worst case) answers the same reservation; anything else already under the
-        call id raises ``AlreadyLeft``."""
-        ...
-
-    def mark_sending(self, call_id: str, *, identity: str = ANONYMOUS) -> None:
-        """Say (before the request is sent) that the call may reach the provider; raises
-        ``AlreadyLeft`` if the entry is no longer this owner's ``reserved`` one."""
-
-    def settle(
-        self, call_id: str, usage: Mapping[str, object], *, identity: str = ANONYMOUS
-    ) -> Settlement:
-        """Charge the reported usage if it is plausible (``check_usage``), else the reservation."""
-        ...
-
-    def keep_reservation(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
-        """The request may have reached the provider but no usage came back."""
-
-    def release(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
-        """The request never started to be sent: the reservation goes."""
-
-    def abandon(
-        self,
-        call_id: str,
-        *,
-        body: Mapping[str, Any],
-        max_output_tokens: int,
-        why: str,
-        identity: str = ANONYMOUS,
-    ) -> str:
-        """A reserve the producer gave up on (its answer was lost): release the reservation
-        if it was written (``released``), else write a released tombstone that a late copy
-        of the reserve finds (``tombstoned``)."""
-        ...
-
-    def refresh_lease(self) -> bool:
-        """Extend this owner's lease; whether it was still alive."""
-        ...
-
-    def drop_lease(self) -> None:
-        """End this owner's lease (at shutdown): what it still holds may be reconciled."""
-
-    def reconcile(self) -> list[dict[str, Any]]:
-        """Move every ``reserved`` entry whose owner's lease lapsed: released if it was never
-        marked sending, failed (kept) if it may have been sent. What was moved."""
-        ...
-
-    def close(self) -> None:
-        """Let go of connections."""
-
-    def totals(self, identity: str | None = None) -> dict[str, Any]:
-        """``committed_usd`` (of one identity, or of all), the budgets, ``entries``."""
-        ...
-
-    def entries(self) -> list[dict[str, Any]]:
-        """Every entry still held, oldest first (for operators and tests)."""
-        ...
+RESERVED, SETTLED, FAILED, RELEASED = (
+    EntryState.RESERVED.value,
+    EntryState.SETTLED.value,
+    EntryState.FAILED.value,
+    EntryState.RELEASED.value,
+)
 
 
 def _same_reservation(entry: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
@@ -477,7 +194,8 @@ class BudgetLedger:
         with self._locked() as ledger:
             existing = self._find(ledger, identity, call_id)
             if existing is not None:
-                if existing["state"] == RESERVED and _same_reservation(existing, fields):
+                again = allowed(existing["state"], EntryInput.RESERVE) is not None
+                if again and _same_reservation(existing, fields):
                     self._hold_lease(ledger)
                     return worst
                 raise AlreadyLeft(call_id, existing["state"], existing.get("settled_by", ""))
@@ -507,22 +225,25 @@ class BudgetLedger:
             self._hold_lease(ledger)
         return worst
 
-    def _reserved_entry(
-        self, ledger: Mapping[str, Any], identity: str, call_id: str
-    ) -> dict[str, Any]:
+    def _entry_to_move(
+        self, ledger: Mapping[str, Any], identity: str, call_id: str, event: EntryInput
+    ) -> tuple[dict[str, Any], EntryState]:
+        """The entry ``event`` moves, and where to (``entry_states``' table); ``AlreadyLeft``
+        when the table has no such move from the entry's state."""
         entry = self._find(ledger, identity, call_id)
         if entry is None:
             raise KeyError(call_id)
-        if entry["state"] != RESERVED:
+        target = allowed(entry["state"], event)
+        if target is None:
             raise AlreadyLeft(
                 call_id, entry["state"], entry.get("settled_by", ""), _settlement_of(entry)
             )
-        return entry
+        return entry, target
 
     def mark_sending(self, call_id: str, *, identity: str = ANONYMOUS) -> None:
         """Say the request may reach the provider from now on (before it is sent)."""
         with self._locked() as ledger:
-            entry = self._reserved_entry(ledger, identity, call_id)
+            entry, _ = self._entry_to_move(ledger, identity, call_id, EntryInput.MARK_SENDING)
             if entry.get("owner") != self.owner.id:
                 raise AlreadyLeft(call_id, "reserved", str(entry.get("owner")))
             entry["sending_at"] = self.clock()
@@ -532,12 +253,15 @@ class BudgetLedger:
         self,
         call_id: str,
         identity: str,
+        event: EntryInput,
         decide: Callable[[Mapping[str, Any]], dict[str, Any]],
     ) -> dict[str, Any]:
-        """Move one ``reserved`` entry to its final state (``decide(entry)`` gives the fields)."""
+        """Move one ``reserved`` entry on ``event`` to its final state (the table's);
+        ``decide(entry)`` gives the other fields."""
         with self._locked() as ledger:
-            entry = self._reserved_entry(ledger, identity, call_id)
-            entry.update(decide(entry), settled_at=self.clock(), settled_by=self.owner.id)
+            entry, target = self._entry_to_move(ledger, identity, call_id, event)
+            entry.update(decide(entry), state=target.value)
+            entry.update(settled_at=self.clock(), settled_by=self.owner.id)
             return dict(entry)
 
     def settle(
@@ -553,26 +277,27 @@ class BudgetLedger:
             )
             if rejected is None:
                 cost = usage_cost(usage, self.rates)
-                return {"state": SETTLED, "cost_usd": cost, "usage": dict(usage)}
+                return {"cost_usd": cost, "usage": dict(usage)}
             return {
-                "state": SETTLED,
                 "cost_usd": float(entry["reserved_usd"]),
                 "usage_rejected": rejected,
                 "reported_usage": {key: shown(value) for key, value in usage.items()},
             }
 
-        settlement = _settlement_of(self._leave_reserved(call_id, identity, decide))
+        settlement = _settlement_of(
+            self._leave_reserved(call_id, identity, EntryInput.SETTLE, decide)
+        )
         assert settlement is not None  # settled above
         return settlement
 
     def keep_reservation(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
         """The request may have reached the provider but no usage came back: the worst case
         stays committed."""
-        self._leave_reserved(call_id, identity, lambda entry: {"state": FAILED, "failure": why})
+        self._leave_reserved(call_id, identity, EntryInput.KEEP, lambda entry: {"failure": why})
 
     def release(self, call_id: str, why: str, *, identity: str = ANONYMOUS) -> None:
         """The request never started to be sent: nothing was spent, the reservation goes."""
-        self._leave_reserved(call_id, identity, lambda entry: {"state": RELEASED, "released": why})
+        self._leave_reserved(call_id, identity, EntryInput.RELEASE, lambda entry: {"released": why})
 
     def abandon(
         self,
@@ -589,16 +314,18 @@ class BudgetLedger:
             entry = self._find(ledger, identity, call_id)
             if entry is None:
                 fields = self._reservation(call_id, body, max_output_tokens, identity)
+                tombstone = allowed(EntryState.ABSENT, EntryInput.ABANDON)
+                assert tombstone is not None  # the table has it
                 ledger["entries"].append(
-                    {**fields, "state": RELEASED, "released": why, "tombstone": True,
+                    {**fields, "state": tombstone.value, "released": why, "tombstone": True,
                      "cost_usd": None, "usage": None, "settled_at": now,
                      "settled_by": self.owner.id}
                 )  # fmt: skip
                 return "tombstoned"
-            self._reserved_entry(ledger, identity, call_id)
+            _, target = self._entry_to_move(ledger, identity, call_id, EntryInput.ABANDON)
             if entry.get("owner") != self.owner.id:
                 raise AlreadyLeft(call_id, "reserved", str(entry.get("owner")))
-            entry.update(state=RELEASED, released=why, settled_at=now, settled_by=self.owner.id)
+            entry.update(state=target.value, released=why, settled_at=now, settled_by=self.owner.id)
             return "released"
 
     def refresh_lease(self) -> bool:
@@ -625,10 +352,14 @@ class BudgetLedger:
                     continue  # (an entry of an older producer has no owner: left alone)
                 if _lease_alive(owners.get(owner), now):
                     continue
-                if entry.get("sending_at") is not None:
-                    entry.update(state=FAILED, failure=LEASE_LAPSED)
+                sent = entry.get("sending_at") is not None
+                event = EntryInput.RECONCILE_SENT if sent else EntryInput.RECONCILE_UNSENT
+                target = allowed(entry["state"], event)
+                assert target is not None  # reserved, checked above
+                if sent:
+                    entry.update(state=target.value, failure=LEASE_LAPSED)
                 else:
-                    entry.update(state=RELEASED, released=f"{LEASE_LAPSED} (never sent)")
+                    entry.update(state=target.value, released=f"{LEASE_LAPSED} (never sent)")
                 entry.update(settled_at=now, settled_by=self.owner.reconciler)
                 moved.append(_reconciled(entry, owner))
             holding = {e.get("owner") for e in ledger["entries"] if e["state"] == RESERVED}
