@@ -27,8 +27,8 @@ import json
 import secrets
 import sys
 import tempfile
-from collections.abc import Sequence
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -42,8 +42,8 @@ from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
 from tests.helpers import API_KEY
-from tests.processes import fake_gemini, producer
-from tests.redis_server import redis_server
+from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer
+from tests.redis_server import RedisServer, redis_server
 
 SIZES: Final = (50, 95, 105, 150, 1000)
 CASE: Final = "backup-schedule"
@@ -68,9 +68,12 @@ class Row:
     provider_calls: int = 0
     peak_connections: int = 0
     peak_reader_connections: int = 0
+    #: Once every stream ended: the connections the producer's pools hold open, by name
+    #: (a pool keeps what it opened: the most it used at once).
+    open_connections: dict[str, int] = field(default_factory=dict)
 
 
-async def _read(stub: Any, request: pb.OpenRequest, token: str) -> tuple[str, bytes]:
+async def read_stream(stub: Any, request: pb.OpenRequest, token: str) -> tuple[str, bytes]:
     """(``ok`` or the reason code the stream ended with, every chunk's bytes)."""
     metadata = (("authorization", f"Bearer {token}"),)
     call = stub.Open(request, metadata=metadata, timeout=READ_TIMEOUT_S)
@@ -81,6 +84,17 @@ async def _read(stub: Any, request: pb.OpenRequest, token: str) -> tuple[str, by
     except grpc.aio.AioRpcError as error:
         return error.details() or error.code().name, bytes(data)
     return "ok", bytes(data)
+
+
+async def open_connections(url: str) -> dict[str, int]:
+    """The server's clients by name (``CLIENT LIST``), this look's own not counted."""
+    client: Any = aioredis.Redis.from_url(url, client_name=SAMPLER)
+    try:
+        clients = await client.client_list()
+    finally:
+        await client.aclose()
+    named = collections.Counter(c.get("name") or "" for c in clients if c.get("name") != SAMPLER)
+    return dict(sorted(named.items()))
 
 
 async def _sample(url: str, peaks: list[int], stop: asyncio.Event) -> None:
@@ -109,13 +123,15 @@ async def _streams(target: str, url: str, readers: int, tokens: dict[str, str]) 
     sampler = asyncio.create_task(_sample(url, peaks, stop))
     try:
         stubs = [pb_grpc.ReplyStreamStub(channel) for channel in channels]
+        alice = shared.open_request()
         tasks = [
-            asyncio.create_task(_read(stubs[i % CHANNELS], shared.open_request(), tokens["alice"]))
+            asyncio.create_task(read_stream(stubs[i % CHANNELS], alice, tokens["alice"]))
             for i in range(readers)
         ]
         await asyncio.sleep(0)  # every one of them started before bob's
-        other = await _read(stubs[0], own.open_request(), tokens["bob"])
+        other = await read_stream(stubs[0], own.open_request(), tokens["bob"])
         ended = await asyncio.gather(*tasks)
+        still_open = await open_connections(url)
     finally:
         stop.set()
         await sampler
@@ -131,14 +147,26 @@ async def _streams(target: str, url: str, readers: int, tokens: dict[str, str]) 
         other_identity=other[0],
         peak_connections=peaks[0],
         peak_reader_connections=peaks[1],
+        open_connections=still_open,
     )
 
 
-def run_row(readers: int, workdir: Path, *flags: str) -> Row:
-    """One row: fresh servers and producer, ``readers`` readers of alice's one reply."""
+def tokens_in(workdir: Path) -> tuple[dict[str, str], Path]:
+    """Tokens for alice and bob, and the ``--auth-tokens`` file that holds them."""
     tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob")}
     token_file = workdir / "tokens"
     token_file.write_text("".join(f"{name} {token}\n" for name, token in tokens.items()))
+    return tokens, token_file
+
+
+@contextmanager
+def deployment(
+    workdir: Path, readers: int, *flags: str
+) -> Iterator[tuple[Producer, RedisServer, FakeGeminiProcess, dict[str, str]]]:
+    """A private Redis server, the fake Gemini server, and one producer of the Gemini
+    source on the Redis reply log with tokens for alice and bob (``readers`` streams of a
+    caller allowed at once, and more); the tokens."""
+    tokens, token_file = tokens_in(workdir)
     with ExitStack() as stack:
         server = stack.enter_context(redis_server())
         fake = stack.enter_context(fake_gemini(API_KEY, "--drip-delay-s", DRIP_DELAY_S))
@@ -152,6 +180,12 @@ def run_row(readers: int, workdir: Path, *flags: str) -> Row:
         running = stack.enter_context(
             producer(workdir, *args, name=f"readers-{readers}", env={"GEMINI_API_KEY": API_KEY})
         )
+        yield running, server, fake, tokens
+
+
+def run_row(readers: int, workdir: Path, *flags: str) -> Row:
+    """One row: fresh servers and producer, ``readers`` readers of alice's one reply."""
+    with deployment(workdir, readers, *flags) as (running, server, fake, tokens):
         before = len(fake.log())
         row = asyncio.run(_streams(running.target, server.url, readers, tokens))
         row.provider_calls = len(fake.log()) - before
