@@ -40,6 +40,8 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
+from tests.helpers import metrics_port, scrape
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,13 +79,20 @@ def test_past_a_callers_share_a_new_reply_is_refused_reply_log_busy_before_its_c
     def request(stream_id: str) -> Any:
         return ReplyRequest.for_case(recording, CASE, plan=plan, stream_id=stream_id)
 
-    async def scenario(target: str, tokens: dict[str, str]) -> list[str]:
+    def readers_gauges(port: int) -> tuple[float, float]:
+        got = scrape(port)
+        return got[("replywire_reply_log_followers", ())], got[
+            ("replywire_reply_log_replies_read", ())
+        ]
+
+    async def scenario(target: str, tokens: dict[str, str], port: int) -> list[object]:
         alice = (("authorization", f"Bearer {tokens['alice']}"),)
         async with grpc.aio.insecure_channel(target) as channel:
             stub = pb_grpc.ReplyStreamStub(channel)
             # Alice's first reply is read here once its first chunk came.
             call = stub.Open(request("one").open_request(), metadata=alice)
             chunks = [await call.read()]
+            live = await asyncio.to_thread(readers_gauges, port)
             try:
                 second = await stub.Open(request("two").open_request(), metadata=alice).read()
                 refused = f"read {second!r}"
@@ -92,14 +101,17 @@ def test_past_a_callers_share_a_new_reply_is_refused_reply_log_busy_before_its_c
             bob = await read_stream(stub, request("own").open_request(), tokens["bob"])
             while isinstance(chunk := await call.read(), pb.Chunk):  # else: the end (EOF)
                 chunks.append(chunk)
-            return [refused, bob[0], (await call.code()).name]
+            return [live, refused, bob[0], (await call.code()).name]
 
     flags = ("--reply-log-connections", "2", "--reply-log-connections-per-identity", "1",
-             "--log-level", "info")  # fmt: skip
+             "--log-level", "info", "--metrics-port", "0")  # fmt: skip
     with deployment(tmp_path, 10, *flags) as (running, server, fake, tokens):
         before = len(fake.log())
-        answers = asyncio.run(scenario(running.target, tokens))
-        assert answers == ["RESOURCE_EXHAUSTED reply_log_busy", "ok", "OK"]
+        port = metrics_port(running)
+        answers = asyncio.run(scenario(running.target, tokens, port))
+        # While alice's first reply was read: one follower, one reply read (the gauges).
+        assert answers == [(1.0, 1.0), "RESOURCE_EXHAUSTED reply_log_busy", "ok", "OK"]
+        wait_for(lambda: readers_gauges(port) == (0.0, 0.0))  # once every stream let go
         # Alice's one reply and Bob's: the refused one never reached the provider.
         assert len(fake.log()) - before == 2
         assert asyncio.run(open_connections(server.url)).get(READERS_NAME, 0) <= 2
