@@ -120,6 +120,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.IDENTITY_STREAM_LIMIT: "This caller already has as many streams open as it may.",
     R.REPLY_LOG_UNAVAILABLE: "The producer's reply log could not be read or written.",
     R.REPLY_LOG_LIMIT: "The reply outgrew the producer's reply log bounds.",
+    R.REPLY_LOG_BUSY: "The producer already reads as many replies from its shared reply log "
+    "as it allows (or this caller as many as it may); try later.",
     R.HEALTH_WATCH_LIMIT: "The producer already serves as many health watches as it allows.",
     R.HEALTH_LIST_LIMIT: "The producer has more health services than a health List answers.",
     # The provider's own finish reasons and error statuses, in the registry's words.

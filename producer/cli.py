@@ -51,8 +51,11 @@ from producer.replylog import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_REPLIES,
+    DEFAULT_READER_CONNECTIONS,
+    DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
     LogLimits,
     MemoryReplyLog,
+    ReaderLimits,
     ReplyLog,
 )
 from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
@@ -288,6 +291,24 @@ FLAGS: Final = FlagTable(
                  doc="a shared log: a generating replica's lease (refreshed every third of "
                  "it); a reply whose lease lapses before its end ends `generator_lost` for its "
                  "readers"),
+            Flag("--reply-log-connections",
+                 "a shared log: replies this producer reads from it at once, one connection "
+                 "each (past it: reply_log_busy)",
+                 Count("connections"), DEFAULT_READER_CONNECTIONS,
+                 doc="a shared log: the connections its readers use, one per reply read here "
+                 "at once (all the readers of one reply on this producer share one follower "
+                 "of it: see [Operations](operations.md#readers-of-the-shared-log)); a stream "
+                 "that would read one reply more is refused `RESOURCE_EXHAUSTED` / "
+                 "`reply_log_busy` before anything is claimed or paid. The generations' "
+                 "writes and the lookups have connections of their own"),
+            Flag("--reply-log-connections-per-identity",
+                 "a shared log: of them, one caller's replies (past it: reply_log_busy)",
+                 Count("connections"), DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
+                 doc="a shared log, with `--auth-tokens`: of `--reply-log-connections`, how "
+                 "many one caller's replies may hold at once; one more is refused "
+                 "`RESOURCE_EXHAUSTED` / `reply_log_busy` while other callers are still "
+                 "served (without tokens every caller is one identity: only "
+                 "`--reply-log-connections` applies)"),
         )),
         FlagGroup(
             title="security",
@@ -570,9 +591,11 @@ def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     return source
 
 
-async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLog:
+async def open_reply_log(
+    args: argparse.Namespace, limits: LogLimits, metrics: ProducerMetrics | None = None
+) -> ReplyLog:
     """The log ``--reply-log`` names, checked once: a Redis that does not answer stops
-    the producer (exit 2)."""
+    the producer (exit 2). A shared log's readers are counted in ``metrics``."""
     store = store_of("--reply-log", args.reply_log)
     if store.kind is StoreKind.MEMORY:
         return MemoryReplyLog(limits)
@@ -582,7 +605,13 @@ async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLo
     from producer.redis_replylog import RedisReplyLog  # noqa: PLC0415
 
     try:
-        log = RedisReplyLog(store.target, limits)
+        # Without tokens every caller is the one identity: its bound would be the whole.
+        per_identity = args.reply_log_connections_per_identity
+        readers = ReaderLimits(
+            connections=args.reply_log_connections,
+            per_identity=per_identity if args.auth_tokens else args.reply_log_connections,
+        )
+        log = RedisReplyLog(store.target, limits, readers=readers)
     except ValueError as error:
         detail = store.redact(str(error))
         raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error
@@ -593,6 +622,9 @@ async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLo
         raise ConfigurationError(
             f"cannot use --reply-log {store.shown}: {store.redact(str(error))}"
         ) from error
+    if metrics is not None:
+        followers = log.followers
+        metrics.watch_reply_log(lambda: followers.active, lambda: followers.replies)
     return log
 
 
@@ -611,7 +643,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         detach_grace_s=args.detach_grace_s,
         lease_s=args.reply_log_lease_s,
     )
-    reply_log = await open_reply_log(args, limits)
+    reply_log = await open_reply_log(args, limits, metrics)
     otlp_endpoint = endpoint_from(args.otlp_endpoint)
     if otlp_endpoint is not None:  # off: nothing of OpenTelemetry is even imported
         start_tracing(TracingConfig("replywire-producer", otlp_endpoint)).set_on_drop(

@@ -18,9 +18,11 @@ if any, it holds (``Generation.attach``); the delivery detaches it when it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -61,10 +63,15 @@ class Attached:
     #: This process's deliveries of the reply so far, this one included (1: another
     #: replica's reply).
     attempt: int
+    #: Gives back the delivery's admission as a reader of the log (``ReplyLog.hold_reader``).
+    release: Callable[[], None] = lambda: None
 
     def detach(self) -> None:
-        if self.generation is not None:
-            self.generation.detach()
+        try:
+            if self.generation is not None:
+                self.generation.detach()
+        finally:
+            self.release()
 
 
 def refused_before_made(reply: LoggedReply) -> bool:
@@ -94,6 +101,16 @@ def _first_span() -> str | None:
     return None if tracing is None else tracing.current_traceparent()
 
 
+class _Claim:
+    """A key's claim lock, and how many Opens use it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class Generations:
     """This process's view of the reply log: the replies it serves and generates."""
 
@@ -108,6 +125,7 @@ class Generations:
         self.source = source
         self._on_ended = on_ended
         self._by_key: OrderedDict[ReplyKey, Generation] = OrderedDict()
+        self._claims: dict[ReplyKey, _Claim] = {}
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
 
     # --- the registry ---------------------------------------------------------------------
@@ -152,7 +170,26 @@ class Generations:
         process's, or another replica's in a shared log): never a second generation.
         Refuses a binding other than the logged one, and a reply that ended without its
         terminal (nothing more will come), unless the source regenerates it or it was
-        refused before anything of it was made (None: a new Open claims it anew)."""
+        refused before anything of it was made (None: a new Open claims it anew). The
+        delivery is admitted as a reader of the log first (``ReplyLog.hold_reader``:
+        ``reply_log_busy`` past its bounds), given back when it detaches."""
+        release = self.log.hold_reader(key)
+        try:
+            attached = await self._attach(key, request, checked, release)
+        except BaseException:
+            release()
+            raise
+        if attached is None:
+            release()
+        return attached
+
+    async def _attach(
+        self,
+        key: ReplyKey,
+        request: pb.OpenRequest,
+        checked: CheckedRequest,
+        release: Callable[[], None],
+    ) -> Attached | None:
         reply = await self.log.find(key)
         if reply is None:
             return None
@@ -171,14 +208,14 @@ class Generations:
             # A resume (this delivery's span is current) links to the first delivery's,
             # whichever replica served it; one served here is linked already.
             tracing.link_current_to_first(reply.first_span)
-        return self._attached(reply)
+        return self._attached(reply, release)
 
-    def _attached(self, reply: LoggedReply) -> Attached:
+    def _attached(self, reply: LoggedReply, release: Callable[[], None]) -> Attached:
         generation = self.get(reply.key)
         if generation is not None and generation.reply is not reply:
             generation = None  # a shared log's reply this process no longer generates
         attempt = generation.attach() if generation is not None else 1
-        return Attached(reply, generation, attempt)
+        return Attached(reply, generation, attempt, release)
 
     # --- claiming and generating ------------------------------------------------------------
 
@@ -188,22 +225,39 @@ class Generations:
         """Attach to the caller's live reply of this stream id, or claim it and start its
         generation, which calls the provider; with how the call opened (None: attached to
         a reply someone else claimed). The free checks come before the claim: a request
-        refused for its binding claims nothing. A refused call raises its refusal, with
-        nothing held."""
+        refused for its binding, or past the log's reader bounds (``reply_log_busy``),
+        claims nothing. A refused call raises its refusal, with nothing held."""
+        release = self.log.hold_reader(key)
+        try:
+            return await self._claim_live(key, request, checked, release)
+        except BaseException:
+            release()
+            raise
+
+    async def _claim_live(
+        self,
+        key: ReplyKey,
+        request: pb.OpenRequest,
+        checked: CheckedRequest,
+        release: Callable[[], None],
+    ) -> tuple[Attached, Opened | None]:
         for _ in range(MAX_CLAIM_ATTEMPTS):
-            attached = await self.attach(key, request, checked)
-            if attached is not None:
-                return attached, None
-            if request.resume_after:
-                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
-            self.source.verify(request, checked)
-            binding = binding_sha256(request.binding_json)
-            try:
-                reply = await self.log.create(key, binding, checked.wire.value, _first_span())
-            except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
-                continue
-            generation = self._generation(reply, self._opener(reply, request, checked))
-            attached = Attached(reply, generation, generation.attach())
+            # One claimant of a key at a time here: the others attach to what it claimed
+            # (a thousand Opens of one new reply make one claim, not a thousand).
+            async with self._claiming(key):
+                attached = await self._attach(key, request, checked, release)
+                if attached is not None:
+                    return attached, None
+                if request.resume_after:
+                    raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
+                self.source.verify(request, checked)
+                binding = binding_sha256(request.binding_json)
+                try:
+                    reply = await self.log.create(key, binding, checked.wire.value, _first_span())
+                except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
+                    continue
+                generation = self._generation(reply, self._opener(reply, request, checked))
+                attached = Attached(reply, generation, generation.attach(), release)
             try:
                 # Shielded: a consumer that leaves now leaves the opening to the generation.
                 opened = await asyncio.shield(generation.opened)
@@ -215,6 +269,21 @@ class Generations:
                 raise opened.refusal
             return attached, opened
         raise RequestRefused(Reason.REPLY_LOG_UNAVAILABLE, "the reply changed hands repeatedly")
+
+    @contextlib.asynccontextmanager
+    async def _claiming(self, key: ReplyKey) -> AsyncIterator[None]:
+        """The key's claim lock here, held by one claimant at a time (kept while in use)."""
+        claim = self._claims.get(key)
+        if claim is None:
+            claim = self._claims[key] = _Claim()
+        claim.users += 1
+        try:
+            async with claim.lock:
+                yield
+        finally:
+            claim.users -= 1
+            if not claim.users:
+                del self._claims[key]
 
     def _opener(
         self, reply: LoggedReply, request: pb.OpenRequest, checked: CheckedRequest
@@ -234,17 +303,32 @@ class Generations:
     ) -> tuple[Attached, bool] | None:
         """Log a recorded plan's reply under its key (None: the plan has none to log) and
         attach to it: generated here (True), or, when another delivery (here, or on
-        another replica) generates it already, that one (False)."""
+        another replica) generates it already, that one (False). A delivery that will
+        read the log (a resume, or another's reply) is admitted as its reader
+        (``reply_log_busy`` past the log's bounds); one from the plan reads nothing."""
         if plan.reply_frames is None:
             return None
         binding = binding_sha256(request.binding_json)
         generation = await self._log_plan(key, binding, checked, plan)
         if generation is not None:
-            return Attached(generation.reply, generation, generation.attach()), True
-        found = await self.log.find(key)
-        if found is None:  # generated and expired meanwhile: rare enough to refuse
-            raise RequestRefused(Reason.STREAM_LIMIT, "the reply changed hands; retry")
-        return self._attached(found), False
+            attached = Attached(generation.reply, generation, generation.attach())
+            if request.resume_after:  # delivered from the log
+                try:
+                    release = self.log.hold_reader(key)
+                except BaseException:
+                    attached.detach()
+                    raise
+                attached = dataclasses.replace(attached, release=release)
+            return attached, True
+        release = self.log.hold_reader(key)
+        try:
+            found = await self.log.find(key)
+            if found is None:  # generated and expired meanwhile: rare enough to refuse
+                raise RequestRefused(Reason.STREAM_LIMIT, "the reply changed hands; retry")
+        except BaseException:
+            release()
+            raise
+        return self._attached(found, release), False
 
     async def _log_plan(
         self, key: ReplyKey, binding: str, checked: CheckedRequest, plan: StreamPlan

@@ -17,6 +17,10 @@ timestamp gauge that counts nothing, so the counters here are :class:`Tally`):
 - ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
+- ``replywire_reply_log_followers``: a shared reply log: followers running now, each
+  holding at most one of the ``--reply-log-connections`` readers' connections
+- ``replywire_reply_log_replies_read``: a shared reply log: replies read here now (their
+  readers admitted; at most ``--reply-log-connections``)
 - ``replywire_generations_ended_total{outcome}``: replies whose generation
   (``producer.generation``) ended, by outcome (``completed`` or a registered reason code)
 
@@ -37,7 +41,7 @@ import socket
 import ssl
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -101,6 +105,20 @@ class ProducerMetrics:
         if outcome != "completed" and outcome not in CODES:
             outcome = Reason.INTERNAL_ERROR.value
         self.generations_ended.inc(outcome)
+
+    def watch_reply_log(self, followers: Callable[[], int], replies: Callable[[], int]) -> None:
+        """A shared reply log's readers, read when scraped (registered only with one)."""
+        r = self.registry
+        Gauge(
+            "replywire_reply_log_followers",
+            "Followers of the shared reply log running now (one connection each at most)",
+            registry=r,
+        ).set_function(followers)
+        Gauge(
+            "replywire_reply_log_replies_read",
+            "Replies read from the shared reply log here now (at most --reply-log-connections)",
+            registry=r,
+        ).set_function(replies)
 
     def spans_dropped(self, count: int) -> None:
         self.trace_spans_dropped.inc(amount=count)

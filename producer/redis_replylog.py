@@ -27,11 +27,13 @@ The generator holds the lease: it claims it with ``SET NX PX`` when it creates t
 reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
 one Lua script that first checks the lease is still its own, so a generator that lost
 its lease writes nothing more (its write raises ``ReplyLogFailed``: ``generator_lost``;
-a Redis error: ``reply_log_unavailable``). Readers ``XREAD BLOCK`` from ``0-AFTER`` and
-follow the stream to its end entry; a read from at or past the end of an ended reply
-ends at once, as the memory log's does; a reader that waits while the lease is gone and
-no end entry came ends with ``generator_lost`` (at most ``lease_s`` plus a quarter of
-it after the generator's last refresh); a reader that cannot reach Redis ends with
+a Redis error: ``reply_log_unavailable``). The readers of a reply on one replica share
+one follower of its stream (``producer.redis_followers``: one ``XREAD BLOCK`` per batch
+of new entries, whatever the number of readers), which follows it to its end entry; a
+read from at or past the end of an ended reply ends once the follower reached the end,
+as the memory log's does; the readers of a reply whose lease is gone with no end entry
+end with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
+generator's last refresh); readers whose follower cannot reach Redis end with
 ``reply_log_unavailable``. Another process may then create the reply anew (a source
 that regenerates): the create claims the lease first, then empties the stream.
 
@@ -42,6 +44,14 @@ sees it at once; the relaying replica waits (bounded) for the reply's end entry.
 relay carries the W3C ``traceparent`` of the relaying replica's ``Cancel`` span when it
 traces (at most ``MAX_RELAYED_TRACEPARENT_CHARS``; nothing when it does not), so the
 generator's stop is in the caller's trace (``producer/spans.py``).
+
+Connections: three pools, so that no reader makes a generation wait: the generations'
+(``replywire-writers``: the claim, the writes, the lease refreshes, the relayed-``Cancel``
+watch), the lookups' (``replywire-lookups``: ``LOOKUP_CONNECTIONS``, every Open's
+``find`` and a relayed ``Cancel``; a command that finds none free waits, bounded), and
+the followers' (``replywire-readers``: ``--reply-log-connections``, with at most that many
+replies read here and ``--reply-log-connections-per-identity`` of one caller's; past
+either, a delivery that would read one more is refused ``reply_log_busy``).
 
 Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
@@ -60,15 +70,20 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
+from producer.redis_followers import READERS_CLIENT_NAME, Followers
+from producer.replylog import Entry, LogLimits, ReaderLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0
-READ_COUNT: Final = 256
+#: Connections of the lookups' pool (every Open's ``find``, a relayed ``Cancel``).
+LOOKUP_CONNECTIONS: Final = 8
+WRITERS_NAME: Final = "replywire-writers"
+LOOKUPS_NAME: Final = "replywire-lookups"
 #: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
 #: takes them.
 MAX_CANCEL_REQUESTS: Final = 16
@@ -132,7 +147,6 @@ class _Scripts:
         self.create = client.register_script(_CREATE)
         self.write = client.register_script(_WRITE)
         self.refresh = client.register_script(_REFRESH)
-        self.cancel = client.register_script(_CANCEL)
 
 
 def _ms(seconds: float) -> int:
@@ -267,47 +281,22 @@ class RedisReply:
         if not written:
             raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
 
-    async def read(self, after: int) -> AsyncIterator[Entry]:
-        try:
-            async for entry in self._read(max(after, 0)):
-                yield entry
-        except aioredis.RedisError as error:
-            structlog.get_logger().warning("reply_log_read_failed", detail=type(error).__name__)
-            raise LogEnded(Reason.REPLY_LOG_UNAVAILABLE.value) from error
-
-    async def _read(self, after: int) -> AsyncIterator[Entry]:
-        client, log_key = self._log.client, self._keys[1]
-        block_ms = _ms(self._log.limits.lease_s / 4)
-        last = f"0-{after}"
-        # A read from at or past the end of an ended reply ends now: XREAD would see nothing
-        # after it, and the lease is gone.
-        if after and _ended_by(await client.xrevrange(log_key, count=1), after):
-            return
-        while True:
-            batch = await client.xread({log_key: last}, count=READ_COUNT, block=block_ms)
-            if not batch and not await client.exists(self._keys[0]):
-                # The lease is gone: the end entry is written with its removal, so it is
-                # there now if the generator ended the reply.
-                batch = await client.xread({log_key: last}, count=READ_COUNT)
-                if not batch:
-                    read_to = int(last.partition("-")[2])
-                    if _ended_by(await client.xrevrange(log_key, count=1), read_to):
-                        return
-                    raise LogEnded(Reason.GENERATOR_LOST.value)
-            for entry_id, fields in batch[0][1] if batch else ():
-                if b"e" in fields:
-                    if fields[b"e"]:
-                        raise LogEnded(fields[b"e"].decode())
-                    return
-                last = entry_id.decode()
-                yield Entry(int(last.partition("-")[2]), fields[b"d"])
+    def read(self, after: int) -> AsyncIterator[Entry]:
+        """The reply's frames after ``after``, from this replica's one follower of it
+        (``producer.redis_followers``), shared with its other readers here."""
+        return self._log.followers.read(self.key, max(after, 0))
 
 
 class RedisReplyLog:
     """Replies in Redis Streams, shared by every producer given the same URL and prefix."""
 
     def __init__(
-        self, url: str, limits: LogLimits | None = None, *, prefix: str = DEFAULT_PREFIX
+        self,
+        url: str,
+        limits: LogLimits | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        readers: ReaderLimits | None = None,
     ) -> None:
         self.limits = limits or LogLimits()
         self.prefix = prefix
@@ -316,13 +305,39 @@ class RedisReplyLog:
         # One retry at once, on a new connection (a pooled one may be stale after a Redis
         # restart); no backoff: a store that is gone fails the reply now, not in seconds.
         # Writes are idempotent (_WRITE), so a retried one never logs an entry twice.
-        self.client: Any = aioredis.Redis.from_url(
-            url,
-            socket_timeout=TIMEOUT_S + self.limits.lease_s,
-            socket_connect_timeout=TIMEOUT_S,
-            retry=AsyncRetry(NoBackoff(), 1),
-        )
+        options: dict[str, Any] = {
+            "socket_timeout": TIMEOUT_S + self.limits.lease_s,
+            "socket_connect_timeout": TIMEOUT_S,
+            "retry": AsyncRetry(NoBackoff(), 1),
+        }
+        #: The generations' commands (claim, writes, lease refreshes, their relayed-Cancel
+        #: watch): a pool of their own, so that no reader ever makes them wait.
+        self.client: Any = aioredis.Redis.from_url(url, client_name=WRITERS_NAME, **options)
         self.scripts = _Scripts(self.client)
+        #: What every Open asks (``find``) and a relayed ``Cancel``: short commands, on a
+        #: small pool of their own; one that finds no connection free waits (bounded).
+        self.lookups: Any = aioredis.Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                url, max_connections=LOOKUP_CONNECTIONS, timeout=TIMEOUT_S,
+                client_name=LOOKUPS_NAME, **options,
+            )
+        )  # fmt: skip
+        self.cancel_script: Any = self.lookups.register_script(_CANCEL)
+        #: The readers' follows, one connection per reply read here (``--reply-log-connections``).
+        self.readers = readers or ReaderLimits()
+        self.reader_client: Any = aioredis.Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                url, max_connections=self.readers.connections, timeout=TIMEOUT_S,
+                client_name=READERS_CLIENT_NAME, **options,
+            )
+        )  # fmt: skip
+        self.followers = Followers(self.reader_client, self.readers, self.limits, self.keys)
+
+    def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
+        """Admit a delivery that will read the key's reply here (``Followers.hold``):
+        ``RequestRefused`` (``reply_log_busy``) past ``--reply-log-connections`` replies
+        read here, or the caller's ``--reply-log-connections-per-identity``."""
+        return self.followers.hold(key)
 
     def keys(self, key: ReplyKey) -> list[str]:
         """The lease, log, meta and cancel keys of a reply."""
@@ -334,9 +349,12 @@ class RedisReplyLog:
         await self.client.ping()
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
+        return await self._find(self.lookups, key)
+
+    async def _find(self, client: Any, key: ReplyKey) -> RedisReply | None:
         lease, log_key, meta, _ = self.keys(key)
         try:
-            async with self.client.pipeline(transaction=True) as pipe:
+            async with client.pipeline(transaction=True) as pipe:
                 pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
                 fields, leased, tail = await pipe.execute()
         except aioredis.RedisError as error:
@@ -357,7 +375,7 @@ class RedisReplyLog:
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> RedisReply:
-        known = await self.find(key)
+        known = await self._find(self.client, key)
         if known is not None and known.error is None:
             raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
@@ -393,7 +411,7 @@ class RedisReplyLog:
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
             args = [relay_value(key.identity, traceparent), expire_ms, MAX_CANCEL_REQUESTS]
-            if not await self.scripts.cancel(keys=[lease, cancel], args=args):
+            if not await self.cancel_script(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(key, wait_s)
         except aioredis.RedisError as error:
@@ -406,7 +424,7 @@ class RedisReplyLog:
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
         while True:
-            async with self.client.pipeline(transaction=True) as pipe:
+            async with self.lookups.pipeline(transaction=True) as pipe:
                 pipe.exists(lease).xrevrange(log_key, count=1)
                 leased, tail = await pipe.execute()
             last: dict[bytes, bytes] = tail[0][1] if tail else {}
@@ -417,8 +435,10 @@ class RedisReplyLog:
             await asyncio.sleep(CANCEL_POLL_S)
 
     async def aclose(self) -> None:
-        with contextlib.suppress(aioredis.RedisError):
-            await self.client.aclose()
+        await self.followers.aclose()
+        for client in (self.client, self.lookups, self.reader_client):
+            with contextlib.suppress(aioredis.RedisError):
+                await client.aclose()
 
 
 def _bounded(traceparent: str | None) -> str | None:
@@ -463,17 +483,6 @@ def _frames(tail: Tail) -> int:
     entry_id, fields = tail[0]
     sequence = int(entry_id.decode().partition("-")[2])
     return sequence - 1 if b"e" in fields else sequence
-
-
-def _ended_by(tail: Tail, after: int) -> bool:
-    """Whether the reply has ended with nothing after ``after`` left to read: True when it
-    is complete; raises ``LogEnded`` with its error ending; False while there is more."""
-    if not tail or b"e" not in tail[0][1] or after < _frames(tail):
-        return False
-    ending = tail[0][1][b"e"]
-    if ending:
-        raise LogEnded(ending.decode())
-    return True
 
 
 def _ending(tail: Tail, leased: bool) -> str | None:

@@ -63,6 +63,26 @@ class LogLimits:
                 raise ValueError(f"{name} must be >= 0")
 
 
+#: Replies one replica reads from a shared log at once (one connection each), by default.
+DEFAULT_READER_CONNECTIONS: Final = 64
+#: Of them, one caller's.
+DEFAULT_READER_CONNECTIONS_PER_IDENTITY: Final = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaderLimits:
+    """A shared log only: how many replies one replica reads from it at once (one
+    connection each: ``--reply-log-connections``), and of them one caller's
+    (``--reply-log-connections-per-identity``); see ``producer.redis_followers``."""
+
+    connections: int = DEFAULT_READER_CONNECTIONS
+    per_identity: int = DEFAULT_READER_CONNECTIONS_PER_IDENTITY
+
+    def __post_init__(self) -> None:
+        if self.connections < 1 or self.per_identity < 1:
+            raise ValueError("connections and per_identity must be >= 1")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplyKey:
     """What names a reply everywhere (the log, the generations, Redis keys, ``Cancel``):
@@ -213,6 +233,12 @@ class ReplyLog(Protocol):
         """Relay the key's caller's ``Cancel`` to the replica generating the reply (a
         shared log), with this process's ``Cancel`` span's ``traceparent`` when it traces;
         True once the reply ended ``consumer_cancelled`` within ``wait_s``."""
+        ...
+
+    def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
+        """Admit a delivery that will read the key's reply from this log; its release
+        (idempotent). A shared log bounds the replies it reads at once, all and per caller:
+        past a bound ``RequestRefused`` (``reply_log_busy``), a reply read already never."""
         ...
 
     async def aclose(self) -> None: ...
@@ -390,5 +416,12 @@ class MemoryReplyLog:
     ) -> bool:
         return False  # no other process generates a reply of this log
 
+    def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
+        return _nothing_held  # readers wait on the reply in memory: nothing to bound
+
     async def aclose(self) -> None:
         return None
+
+
+def _nothing_held() -> None:
+    return None

@@ -80,6 +80,7 @@ class Reason(StrEnum):
     IDENTITY_STREAM_LIMIT = "identity_stream_limit"
     REPLY_LOG_UNAVAILABLE = "reply_log_unavailable"
     REPLY_LOG_LIMIT = "reply_log_limit"
+    REPLY_LOG_BUSY = "reply_log_busy"
     HEALTH_WATCH_LIMIT = "health_watch_limit"
     HEALTH_LIST_LIMIT = "health_list_limit"
     # --- consumer input (lab) --------------------------------------------
@@ -401,6 +402,12 @@ REASONS: dict[Reason, ReasonInfo] = {
         _E,
         "RESOURCE_EXHAUSTED",
         "the reply outgrew --reply-log-max-frames or --reply-log-max-bytes: generation stopped",
+    ),
+    Reason.REPLY_LOG_BUSY: _info(
+        _R,
+        "RESOURCE_EXHAUSTED",
+        "the producer already reads --reply-log-connections replies from the shared log (or "
+        "the caller --reply-log-connections-per-identity); try later",
     ),
     Reason.HEALTH_WATCH_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-health-watches Watch streams"

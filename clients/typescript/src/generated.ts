@@ -28,6 +28,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["identity_stream_limit", "refused"],
   ["reply_log_unavailable", "error"],
   ["reply_log_limit", "error"],
+  ["reply_log_busy", "refused"],
   ["health_watch_limit", "refused"],
   ["health_list_limit", "refused"],
   ["consumer_already_finished", "invalid"],

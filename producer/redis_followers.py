@@ -1,0 +1,264 @@
+"""The readers of the Redis reply log on one replica: one follower per reply, shared.
+
+Every delivery of a reply from the shared log (``producer.redis_replylog``) is a reader
+of it. On one replica, all the readers of one reply (its ``ReplyKey``: identity and
+stream id) are fed by one ``Follower``: one task that follows the reply's stream in
+Redis (``XREAD BLOCK`` from the last entry it read, a batch of up to ``READ_COUNT``
+entries a read) into one in-memory list of the reply's frames, and wakes its readers
+when the list grows or the reply ends. Each reader walks the list with its own cursor,
+from its ``resume_after``: a slow reader holds nobody back, and nothing is copied per
+reader. The list holds at most the reply's own frames (the log's bounds:
+``--reply-log-max-frames``, ``--reply-log-max-bytes``), read from the reply's first
+frame, so a reader that joins late, or resumes from any point, finds every frame after
+its point there. A follower ends when it reads the reply's end entry, when the reply's
+lease is gone with no end entry (``generator_lost``, as a reader's own read decided it
+before: within a quarter lease of the lapse), when Redis fails (``reply_log_unavailable``)
+or when its last reader leaves; a follower that ended in error is not reused (the next
+reader starts a new one: a reply generated again is read afresh).
+
+The bounds (``ReaderLimits``): the followers' connections are a pool of their own,
+``--reply-log-connections`` (redis-py's ``BlockingConnectionPool``: a follower that finds
+none free waits; it never fails ``MaxConnectionsError``). A reply is *read here* from
+the first admission of one of its readers until its last reader is gone (``hold``); at
+most ``connections`` replies are read here at once, and at most ``per_identity`` of one
+caller's, so one caller can never take the connections another needs. A delivery that
+would start reading one more reply past either bound is refused ``reply_log_busy``
+before anything of the reply is claimed (``producer.generations``); a reader of a reply
+read here already is never refused. Each follower holds at most one connection at a time
+(its commands run one after the other), so the pool is never short by more than a
+follower ending while another starts, which waits for its connection.
+
+Its connections are named ``replywire-readers`` (``CLIENT SETNAME``), as the lookups'
+(``replywire-lookups``) and the generations' (``replywire-writers``) are: ``CLIENT LIST``
+tells them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+import structlog
+
+from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
+from shared.errors import Reason, RequestRefused
+
+#: Entries one read of a follower takes at most.
+READ_COUNT: Final = 256
+READERS_CLIENT_NAME: Final = "replywire-readers"
+
+
+def _ms(seconds: float) -> int:
+    return max(int(seconds * 1000), 1)
+
+
+def _sequence(entry_id: bytes) -> int:
+    return int(entry_id.decode().partition("-")[2])
+
+
+class Follower:
+    """The one reader of a reply's stream in Redis on this replica, and its frames so far."""
+
+    def __init__(self, client: Any, keys: list[str], limits: LogLimits) -> None:
+        self._client = client
+        self._lease, self._log_key = keys[0], keys[1]
+        self._block_ms = _ms(limits.lease_s / 4)
+        #: The reply's frames read so far, in order: ``entries[i].sequence == i + 1``.
+        self.entries: list[Entry] = []
+        self.ended = False
+        #: How it ended: None (complete, or not yet), else the ending's reason code.
+        self.error: str | None = None
+        #: The readers walking ``entries`` now.
+        self.readers = 0
+        self._changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, name: str) -> asyncio.Task[None]:
+        self.task = asyncio.create_task(self._run(), name=name)
+        return self.task
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _end(self, error: str | None) -> None:
+        self.ended, self.error = True, error
+        self._notify()
+
+    async def _run(self) -> None:
+        try:
+            await self._follow()
+        except LogEnded as ended:
+            self._end(str(ended))
+        except aioredis.RedisError as error:
+            structlog.get_logger().warning("reply_log_read_failed", detail=type(error).__name__)
+            self._end(Reason.REPLY_LOG_UNAVAILABLE.value)
+        finally:
+            if not self.ended:  # stopped: its last reader left
+                self._end(Reason.REPLY_LOG_UNAVAILABLE.value)
+
+    async def _follow(self) -> None:
+        client, log_key = self._client, self._log_key
+        last = "0-0"
+        while True:
+            batch = await client.xread({log_key: last}, count=READ_COUNT, block=self._block_ms)
+            if not batch and not await client.exists(self._lease):
+                # The lease is gone: the end entry is written with its removal, so it is
+                # there now if the generator ended the reply.
+                batch = await client.xread({log_key: last}, count=READ_COUNT)
+                if not batch:
+                    raise LogEnded(Reason.GENERATOR_LOST)
+            grew = False
+            for entry_id, fields in batch[0][1] if batch else ():
+                if b"e" in fields:
+                    self._end(fields[b"e"].decode() or None)
+                    return
+                sequence = _sequence(entry_id)
+                if sequence != len(self.entries) + 1:  # never: the log is written in order
+                    raise LogEnded(Reason.REPLY_LOG_UNAVAILABLE)
+                last = entry_id.decode()
+                self.entries.append(Entry(sequence, fields[b"d"]))
+                grew = True
+            if grew:
+                self._notify()
+
+    async def after(self, after: int) -> AsyncIterator[Entry]:
+        """The reply's frames with sequence > ``after`` as they come; ends as the reply
+        ended (``LogEnded`` with its error; at once when ``after`` is at or past the end of
+        an ended reply)."""
+        index = max(after, 0)
+        while True:
+            changed = self._changed
+            if index < len(self.entries):
+                batch = self.entries[index:]
+                index += len(batch)
+                for entry in batch:
+                    yield entry
+                continue
+            if self.ended:
+                if self.error is not None:
+                    raise LogEnded(self.error)
+                return
+            await changed.wait()
+
+
+class _Read:
+    """A reply read here: its holders (deliveries and readers) and its current follower."""
+
+    __slots__ = ("follower", "holders")
+
+    def __init__(self) -> None:
+        self.holders = 0
+        self.follower: Follower | None = None
+
+
+class Followers:
+    """The replies this replica reads from the shared log, bounded (``ReaderLimits``)."""
+
+    def __init__(
+        self,
+        client: Any,
+        limits: ReaderLimits,
+        log_limits: LogLimits,
+        keys_of: Callable[[ReplyKey], list[str]],
+    ) -> None:
+        self.limits = limits
+        self._client = client
+        self._log_limits = log_limits
+        self._keys_of = keys_of
+        self._reads: dict[ReplyKey, _Read] = {}
+        self._by_identity: collections.Counter[str] = collections.Counter()
+        #: Follower tasks not finished (each holds at most one connection).
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def replies(self) -> int:
+        """Replies read here now."""
+        return len(self._reads)
+
+    @property
+    def active(self) -> int:
+        """Followers running now (each holds at most one connection of the pool)."""
+        return len(self._tasks)
+
+    def hold(self, key: ReplyKey) -> Callable[[], None]:
+        """Admit a reader of the key's reply (a delivery that will read it): at once when it
+        is read here already, else within the bounds, else ``RequestRefused``
+        (``reply_log_busy``). Returns its release (idempotent)."""
+        read = self._reads.get(key)
+        if read is None:
+            limits = self.limits
+            if len(self._reads) >= limits.connections:
+                raise RequestRefused(
+                    Reason.REPLY_LOG_BUSY, f"{len(self._reads)} replies read from the log"
+                )
+            if self._by_identity[key.identity] >= limits.per_identity:
+                raise RequestRefused(
+                    Reason.REPLY_LOG_BUSY, f"{limits.per_identity} of the caller's replies read"
+                )
+            read = self._reads[key] = _Read()
+            self._by_identity[key.identity] += 1
+        read.holders += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            read.holders -= 1
+            if read.holders == 0:
+                del self._reads[key]
+                self._by_identity[key.identity] -= 1
+                if not self._by_identity[key.identity]:
+                    del self._by_identity[key.identity]
+                if read.follower is not None:
+                    read.follower.stop()
+
+        return release
+
+    def _follower(self, key: ReplyKey, read: _Read) -> Follower:
+        follower = read.follower
+        if follower is None or (follower.ended and follower.error is not None):
+            follower = read.follower = Follower(self._client, self._keys_of(key), self._log_limits)
+            task = follower.start(f"follow-{key}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return follower
+
+    async def read(self, key: ReplyKey, after: int) -> AsyncIterator[Entry]:
+        """The key's reply's frames after ``after``, from its one follower here; a reader
+        past the bounds ends ``LogEnded`` (``reply_log_busy``) before anything is read."""
+        try:
+            release = self.hold(key)
+        except RequestRefused as refused:
+            raise LogEnded(refused.reason) from refused
+        try:
+            read = self._reads[key]
+            follower = self._follower(key, read)
+            follower.readers += 1
+            try:
+                async for entry in follower.after(after):
+                    yield entry
+            finally:
+                follower.readers -= 1
+                if not follower.readers:
+                    follower.stop()
+                    if read.follower is follower:
+                        read.follower = None
+        finally:
+            release()
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,123 @@
+"""Many readers of one live reply on one producer through the Redis reply log, across real
+processes (the producer, the fake Gemini server, a private valkey/redis server), with
+``bench.replylog_readers``: ``alice`` opens that many streams of one stream id at once
+(raw gRPC from this process, over a few channels), then ``bob`` one of his own.
+
+* 150 readers (``python -m bench.replylog_readers --readers 150``: the documented
+  command) and 1,000: every reader completes with the same bytes, the provider is called
+  once for each caller's reply, ``bob`` is served, and the producer's readers hold at
+  most one Redis connection per reply read at once (two), its lookups at most their
+  pool's. Before the readers shared a follower, 105 readers and more all failed
+  (``generator_lost``, ``reply_log_unavailable``), and ``bob`` with them.
+* Past ``--reply-log-connections-per-identity`` a caller's new reply is refused
+  ``RESOURCE_EXHAUSTED`` / ``reply_log_busy`` before its provider is called, while its
+  reply already read and another caller's are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from bench.replylog_readers import (
+    CASE,
+    READERS_NAME,
+    Row,
+    deployment,
+    main,
+    open_connections,
+    read_stream,
+    run_row,
+)
+from producer.redis_replylog import LOOKUP_CONNECTIONS, LOOKUPS_NAME
+from runtime.recording_file import load_recording
+from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.requests import ReplyRequest
+from shared.wire.chunking import ChunkPlan
+from tests.helpers import metrics_port, scrape
+from tests.processes import wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def check(row: Row, readers: int) -> None:
+    assert (row.readers, row.complete, row.identical, row.failed) == (readers, readers, True, {})
+    assert (row.other_identity, row.provider_calls) == ("ok", 2)
+    # Two replies read at once (alice's and bob's): at most one connection each, however
+    # many readers; the lookups within their own pool.
+    assert 1 <= row.open_connections.get(READERS_NAME, 0) <= 2
+    assert row.peak_reader_connections <= 2
+    assert row.open_connections.get(LOOKUPS_NAME, 0) <= LOOKUP_CONNECTIONS
+
+
+def test_150_readers_of_one_reply_and_another_callers_reply_all_complete(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "rows.json"
+    assert main(["--readers", "150", "--json", str(out)]) == 0
+    (row,) = [Row(**fields) for fields in json.loads(out.read_text())]
+    check(row, 150)
+
+
+@pytest.mark.slow
+def test_1000_readers_of_one_live_reply_on_one_replica_through_redis(tmp_path: Path) -> None:
+    check(run_row(1000, tmp_path), 1000)
+
+
+def test_past_a_callers_share_a_new_reply_is_refused_reply_log_busy_before_its_call(
+    tmp_path: Path,
+) -> None:
+    recording = load_recording()
+    plan = ChunkPlan.parse("frame")
+
+    def request(stream_id: str) -> Any:
+        return ReplyRequest.for_case(recording, CASE, plan=plan, stream_id=stream_id)
+
+    def readers_gauges(port: int) -> tuple[float, float]:
+        got = scrape(port)
+        return got[("replywire_reply_log_followers", ())], got[
+            ("replywire_reply_log_replies_read", ())
+        ]
+
+    async def scenario(target: str, tokens: dict[str, str], port: int) -> list[object]:
+        alice = (("authorization", f"Bearer {tokens['alice']}"),)
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = pb_grpc.ReplyStreamStub(channel)
+            # Alice's first reply is read here once its first chunk came.
+            call = stub.Open(request("one").open_request(), metadata=alice)
+            chunks = [await call.read()]
+            live = await asyncio.to_thread(readers_gauges, port)
+            try:
+                second = await stub.Open(request("two").open_request(), metadata=alice).read()
+                refused = f"read {second!r}"
+            except grpc.aio.AioRpcError as error:
+                refused = f"{error.code().name} {error.details()}"
+            bob = await read_stream(stub, request("own").open_request(), tokens["bob"])
+            while isinstance(chunk := await call.read(), pb.Chunk):  # else: the end (EOF)
+                chunks.append(chunk)
+            return [live, refused, bob[0], (await call.code()).name]
+
+    flags = ("--reply-log-connections", "2", "--reply-log-connections-per-identity", "1",
+             "--log-level", "info", "--metrics-port", "0")  # fmt: skip
+    with deployment(tmp_path, 10, *flags) as (running, server, fake, tokens):
+        before = len(fake.log())
+        port = metrics_port(running)
+        answers = asyncio.run(scenario(running.target, tokens, port))
+        # While alice's first reply was read: one follower, one reply read (the gauges).
+        assert answers == [(1.0, 1.0), "RESOURCE_EXHAUSTED reply_log_busy", "ok", "OK"]
+        wait_for(lambda: readers_gauges(port) == (0.0, 0.0))  # once every stream let go
+        # Alice's one reply and Bob's: the refused one never reached the provider.
+        assert len(fake.log()) - before == 2
+        assert asyncio.run(open_connections(server.url)).get(READERS_NAME, 0) <= 2
+        refusals = [
+            r
+            for r in running.trace()
+            if r.get("event") == "state_changed" and r.get("reason") == "reply_log_busy"
+        ]
+        assert [(r.get("stream_id"), r.get("to_state")) for r in refusals] == [("two", "refused")]
