@@ -114,11 +114,12 @@ def request(stream_id: int, authority: str, extra: bytes) -> bytes:
 
 def send_requests(port: int, size: int, count: int) -> dict[str, int]:
     """``count`` requests on one connection, each with a ``size``-byte non-UTF-8 header;
-    reads until every stream is answered (its trailers or a reset) or the connection
-    ends (bounded). Returns how the streams ended."""
+    reads until every stream is answered (its trailers or a reset) or the server closes
+    the connection (bounded). Returns how the streams ended (``unanswered``: streams still
+    open when the server closed the connection, or when the time ran out)."""
     authority = f"127.0.0.1:{port}"
     ids = [1 + 2 * n for n in range(count)]
-    ended = {"trailers": 0, "reset": 0, "goaway": 0}
+    ended = {"trailers": 0, "reset": 0, "goaway": 0, "closed": 0}
     with socket.create_connection(("127.0.0.1", port), timeout=REPLY_TIMEOUT_S) as peer:
         peer.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
         payload = NOT_UTF8 * size
@@ -131,27 +132,38 @@ def send_requests(port: int, size: int, count: int) -> dict[str, int]:
             peer.settimeout(left)
             try:
                 data = peer.recv(65536)
-            except OSError:
+            except TimeoutError:
                 break
+            except OSError:  # reset by the server
+                data = b""
             if not data:
+                ended["closed"] = 1
                 break
-            buffer += data
-            while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
-                length, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
-                stream_id = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
-                buffer = buffer[9 + length :]
-                if kind == SETTINGS and not flags & ACK:
-                    peer.sendall(frame(SETTINGS, ACK, 0, b""))
-                elif kind == HEADERS and flags & END_STREAM and stream_id in open_ids:
-                    open_ids.discard(stream_id)
-                    ended["trailers"] += 1
-                elif kind == RST_STREAM and stream_id in open_ids:
-                    open_ids.discard(stream_id)
-                    ended["reset"] += 1
-                elif kind == GOAWAY:
-                    ended["goaway"] += 1
+            buffer = _read_frames(peer, buffer + data, open_ids, ended)
     ended["unanswered"] = len(open_ids)
     return ended
+
+
+def _read_frames(
+    peer: socket.socket, buffer: bytes, open_ids: set[int], ended: dict[str, int]
+) -> bytes:
+    """Each whole frame in ``buffer``: SETTINGS acknowledged, a stream's end counted in
+    ``ended`` (and the stream taken from ``open_ids``); returns what is left."""
+    while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+        length, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+        stream_id = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+        buffer = buffer[9 + length :]
+        if kind == SETTINGS and not flags & ACK:
+            peer.sendall(frame(SETTINGS, ACK, 0, b""))
+        elif kind == HEADERS and flags & END_STREAM and stream_id in open_ids:
+            open_ids.discard(stream_id)
+            ended["trailers"] += 1
+        elif kind == RST_STREAM and stream_id in open_ids:
+            open_ids.discard(stream_id)
+            ended["reset"] += 1
+        elif kind == GOAWAY:
+            ended["goaway"] += 1
+    return buffer
 
 
 @dataclass(frozen=True)
