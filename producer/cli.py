@@ -87,6 +87,16 @@ from runtime.flags import (
     seconds_or_zero,
 )
 from runtime.help_format import DefaultsHelpFormatter
+from runtime.library_logs import DEFAULT_BURST as DEFAULT_LIBRARY_LOG_BURST
+from runtime.library_logs import DEFAULT_CHARS as DEFAULT_LIBRARY_LOG_CHARS
+from runtime.library_logs import DEFAULT_INTERVAL_S as DEFAULT_LIBRARY_LOG_INTERVAL_S
+from runtime.library_logs import (
+    LibraryLogBounds,
+    counts,
+    flush_suppressed,
+    route_stdlib_logging,
+    set_library_log_bounds,
+)
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
     LEVELS,
@@ -95,7 +105,6 @@ from runtime.logs import (
     flush_delay_ms,
     flush_trace,
     register_secret,
-    route_stdlib_logging,
 )
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from runtime.tracing import (
@@ -245,6 +254,25 @@ FLAGS: Final = FlagTable(
                  doc="trace records are held at most this long and written together (0 to "
                  "1000; `0`: at the end of each event-loop pass); a clean stop writes what is "
                  "held, a `SIGKILL` loses it. The consumer takes the same flag"),
+            Flag("--library-log-chars",
+                 "the longest message of a library's log record (gRPC's, Redis', ...) in the "
+                 "trace; past it cut with …",
+                 Count("characters"), DEFAULT_LIBRARY_LOG_CHARS,
+                 doc="the longest `message` (and `exception`) of a `library_log` record, the "
+                 "trace record a library's own logging becomes (gRPC's, Redis', the HTTP "
+                 "client's); past it the text is cut with `…` and its length given beside it "
+                 "(see [Library records](security.md#library-records))"),
+            Flag("--library-log-burst",
+                 "library log records of one kind written per --library-log-interval-s; the "
+                 "rest are counted",
+                 Count("records"), DEFAULT_LIBRARY_LOG_BURST,
+                 doc="`library_log` records of one kind (logger and message template) written "
+                 "per `--library-log-interval-s`; the rest are counted, and told in a later "
+                 "record's `suppressed` and in `producer_stopped`"),
+            Flag("--library-log-interval-s",
+                 "the window of --library-log-burst",
+                 positive_seconds, DEFAULT_LIBRARY_LOG_INTERVAL_S,
+                 doc="the window `--library-log-burst` counts in (more than 0)"),
             Flag("--ready-file",
                  "once listening, write HOST:PORT to this file (atomically): a script waits "
                  "for it",
@@ -739,12 +767,15 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     await reply_log.aclose()
     if endpoint is not None:
         endpoint.close()
+    # Every library record not written is told before the last record, which counts them.
+    flush_suppressed()
     # Logged after every stream's final record: opened = the sum of the final counts.
     log.info(
         "producer_stopped",
         open_streams=servicer.open_streams,
         health_watches_refused=servicer.health.refused,
         **servicer.counters.fields(),
+        **counts(),
     )
     stop_tracing()  # what is held is exported, within runtime.otel.EXIT_FLUSH_S
     return 0
@@ -777,9 +808,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         batched=True,
         flush_delay_s=args.trace_flush_ms / 1000,
     )
-    # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...) would print bare lines
-    # into stderr; they become records of the trace with one fixed event name.
-    route_stdlib_logging("grpc")
+    # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...), Redis' and the HTTP
+    # client's would print bare lines into stderr; they become records of the trace with one
+    # fixed event name, bounded: gRPC's can hold a peer's header, whole, before any token.
+    set_library_log_bounds(
+        LibraryLogBounds(
+            args.library_log_chars, args.library_log_burst, args.library_log_interval_s
+        )
+    )
+    route_stdlib_logging("grpc", "redis", "httpx", "httpcore")
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
     if args.conformance is not None:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
+
+from shared.errors import scrubbed_detail
+
+
+def peer_of(context: Any) -> str:
+    """A call's peer address as records show it: gRPC's own text (``ipv4:HOST:PORT``),
+    bounded and printable like any text from elsewhere (``scrubbed_detail``)."""
+    return scrubbed_detail(context.peer() or "")
+
 
 #: gRPC draws each connection's max age from ``age * (1 +/- 0.1)`` (chttp2's
 #: ``kMaxConnectionAgeJitter``); the grace that follows is not jittered.

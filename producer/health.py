@@ -27,6 +27,7 @@ import structlog
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2
 
+from producer.connections import peer_of
 from shared.errors import Reason
 
 DEFAULT_MAX_HEALTH_WATCHES: Final = 100
@@ -93,7 +94,7 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
         structlog.get_logger().warning(
             "health_watch_refused",
             reason=Reason.HEALTH_WATCH_LIMIT.value,
-            peer=context.peer(),
+            peer=peer_of(context),
             open_watches=self.watches,
             max_health_watches=self.max_watches,
             refused=self.refused,

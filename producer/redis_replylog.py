@@ -75,8 +75,15 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from producer.redis_followers import READERS_CLIENT_NAME, Followers
-from producer.replylog import Entry, LogLimits, ReaderLimits, ReplyBusy, ReplyKey, ReplyLogFailed
-from shared.errors import Reason
+from producer.replylog import (
+    Entry,
+    LogLimits,
+    ReaderLimits,
+    ReplyBusy,
+    ReplyKey,
+    ReplyLogFailed,
+)
+from shared.errors import Reason, scrubbed_detail
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0
@@ -205,7 +212,9 @@ class RedisReply:
                     args=[self._token, _ms(limits.lease_s), _ms(limits.lease_s + limits.ttl_s)],
                 )
             except aioredis.RedisError as error:  # the next refresh may still make it
-                structlog.get_logger().warning("lease_refresh_failed", detail=str(error))
+                structlog.get_logger().warning(
+                    "lease_refresh_failed", detail=scrubbed_detail(str(error))
+                )
                 continue
             if not owned:
                 return
@@ -218,7 +227,9 @@ class RedisReply:
         try:
             popped = await self._log.client.blpop([self._keys[3]], timeout=timeout_s)
         except aioredis.RedisError as error:  # the lease refresh below says more
-            structlog.get_logger().warning("cancel_watch_failed", detail=str(error))
+            structlog.get_logger().warning(
+                "cancel_watch_failed", detail=scrubbed_detail(str(error))
+            )
             await asyncio.sleep(timeout_s)
             return
         if popped:

@@ -29,7 +29,7 @@ import structlog
 from grpc_health.v1 import health_pb2
 
 from producer.admission import Admission
-from producer.connections import ConnectionAges
+from producer.connections import ConnectionAges, peer_of
 from producer.counters import ProducerCounters
 from producer.delivery import ConsumerGone, Delivery, Writer
 from producer.generations import Attached, Generations
@@ -130,7 +130,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         caller = await self._authenticate(context)
         request = await self._check_envelope(request, context, caller)
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
-        peer = context.peer()
+        peer = peer_of(context)
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
         connection_seen = self.connections.seen(peer)
         self.counters.streams_opened += 1
@@ -194,7 +194,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 traceparent = dict(tracing.metadata(span)).get("traceparent")
             key = ReplyKey(caller, stream_id)
             cancelled, relayed = await self.generations.cancel(key, traceparent)
-            self._log.info("stream_cancel_requested", peer=context.peer(), caller=caller,
+            self._log.info("stream_cancel_requested", peer=peer_of(context), caller=caller,
                            cancelled=cancelled, relayed=relayed)  # fmt: skip
         finally:
             if tracing is not None and span is not None:
@@ -264,7 +264,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         caller = self.authenticator.identify(metadata)
         if caller is None:
             self.counters.requests_unauthenticated += 1
-            self._log.warning("request_unauthenticated", peer=context.peer())
+            self._log.warning("request_unauthenticated", peer=peer_of(context))
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
         return caller
 
@@ -291,7 +291,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.counters.requests_malformed += 1
         self._log.warning(
             "request_malformed",
-            peer=context.peer(),
+            peer=peer_of(context),
             caller=caller,
             detail=scrubbed_detail(refused.detail),
         )

@@ -125,37 +125,6 @@ def _add_side(side: str) -> structlog.typing.Processor:
     return add_side
 
 
-#: The one event name of every record a library's standard ``logging`` call becomes.
-FOREIGN_LOG_EVENT = "library_log"
-
-
-class _ToStructlog(logging.Handler):
-    """Turns a standard ``logging`` record into a structlog record: the library's text is
-    a field (``message``), escaped by the renderer like any value, never a line of its own."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            structlog.get_logger().log(
-                record.levelno,
-                FOREIGN_LOG_EVENT,
-                logger=record.name,
-                message=record.getMessage(),
-                exc_info=record.exc_info or False,
-            )
-        except Exception:  # a broken library record must not break the process
-            self.handleError(record)
-
-
-def route_stdlib_logging(*names: str, level: int = logging.WARNING) -> None:
-    """Route the standard ``logging`` of the named libraries (and their children) into
-    the structlog trace, and stop them reaching Python's last-resort stderr handler."""
-    for name in names:
-        logger = logging.getLogger(name)
-        logger.handlers = [_ToStructlog()]
-        logger.setLevel(level)
-        logger.propagate = False
-
-
 def json_dumps(value: Any, default: Callable[[Any], Any] | None = None, **_: Any) -> str:
     """A record as one JSON line, rendered by orjson (several times the standard library's
     speed: the trace has a record per transition). What orjson refuses (an integer beyond

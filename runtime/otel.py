@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from runtime.logs import route_stdlib_logging
+from runtime.library_logs import route_stdlib_logging
 from runtime.tracing import TracingConfig
 
 #: The longest ``traceparent`` read (version 00 is 55 characters; a later version may

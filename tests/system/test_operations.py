@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from producer.cli import build_parser
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
-from runtime.logs import FOREIGN_LOG_EVENT
+from runtime.library_logs import FOREIGN_LOG_EVENT
 from shared.digest import canonical_json
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc

@@ -133,6 +133,9 @@ RUN_BY = {
     "BENCH_SIZE=tiny .venv/bin/python -m bench.paced": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor": BENCH,
     ".venv/bin/python -m bench.flow_window": BENCH,
+    ".venv/bin/python -m bench.peer_headers": (
+        "tests/system/test_peer_headers.py::test_the_command_prints_each_case"
+    ),
     ".venv/bin/python -m bench.profile decoders": BENCH,
     ".venv/bin/python -m bench.profile streams": BENCH,
     "make bench": "tests/system/test_bench.py::test_make_bench_at_the_tiny_size (BENCH_SIZE=tiny, "

@@ -24,7 +24,8 @@ from producer.metrics import ProducerMetrics, install, record_ledger_spend
 from producer.server import server_options
 from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from producer.states import FINAL_STATES, StreamInput, StreamState
-from runtime.logs import FOREIGN_LOG_EVENT, configure_logging, route_stdlib_logging
+from runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging
+from runtime.logs import configure_logging
 from shared.errors import REASONS, Reason, Status
 from tests.helpers import INJECTED, NOT_SERVING, SERVING
 
@@ -159,7 +160,8 @@ def test_grpc_python_logging_becomes_one_record() -> None:
         "grpc._cython.cygrpc",
         "producer",
     )
-    assert record["message"] == f"bad peer said:\n{INJECTED}"
+    # Scrubbed like any text from elsewhere: the newline shown as its escape, never itself.
+    assert record["message"] == f"bad peer said:\\n{INJECTED}"
     assert INJECTED not in lines[0]  # escaped: data inside a record, never a record
 
 
