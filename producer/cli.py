@@ -67,7 +67,7 @@ from producer.settings import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
-from producer.store_urls import Store, StoreError, StoreKind, parse_store, redacted
+from producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store, redacted
 from runtime.flags import (
     ENV_PREFIX,
     Count,
@@ -520,6 +520,8 @@ def make_ledger(
             owner=Owner.new(policy.lease_s),
         )
         ledger.check()
+    except ClusterNode as error:
+        raise ConfigurationError(f"--ledger {shown_ledger} {error}") from error
     except OSError as error:
         raise ConfigurationError(f"cannot use --ledger {shown_ledger}: {error.strerror}") from error
     except ValueError as error:  # a Redis URL or a Redis ledger setting it cannot take
@@ -587,6 +589,9 @@ async def open_reply_log(args: argparse.Namespace, limits: LogLimits) -> ReplyLo
         raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error
     try:
         await log.check()
+    except ClusterNode as error:
+        await log.aclose()
+        raise ConfigurationError(f"--reply-log {store.shown} {error}") from error
     except redis.RedisError as error:
         await log.aclose()
         raise ConfigurationError(

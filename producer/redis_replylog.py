@@ -64,6 +64,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
+from producer.store_urls import refuse_cluster
 from shared.errors import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
@@ -330,8 +331,10 @@ class RedisReplyLog:
         return [base + "lease", base + "log", base + "meta", base + "cancel"]
 
     async def check(self) -> None:
-        """Raises ``redis.RedisError`` unless the server answers."""
+        """Raises ``redis.RedisError`` unless the server answers, ``ClusterNode`` if it is a
+        Redis Cluster node (it would answer PING, then redirect most keys)."""
         await self.client.ping()
+        refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
         lease, log_key, meta, _ = self.keys(key)
