@@ -104,6 +104,7 @@ from runtime.tracing import (
 )
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.recording import RECORDING_SHA256, Recording
+from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES
 
 SHUTDOWN_GRACE_S: Final = 5.0
 
@@ -186,6 +187,15 @@ FLAGS: Final = FlagTable(
                  doc="new streams gRPC holds until the servicer takes them (a burst; at least "
                  "1); past it gRPC drops one with a bare `CANCELLED`, which the consumer "
                  "reports `refused` / `producer_overloaded` (see [Limits](operations.md#limits))"),
+            Flag("--max-metadata-bytes",
+                 "request metadata read, as HTTP/2 counts it (name + value + 32 a header); "
+                 "past it a request is refused RESOURCE_EXHAUSTED / metadata_too_large",
+                 Count("bytes", MIN_MAX_METADATA_BYTES), DEFAULT_MAX_METADATA_BYTES,
+                 doc="a request's metadata, as HTTP/2 counts a header list (name + value + 32 "
+                 f"octets a header; at least {MIN_MAX_METADATA_BYTES}); past it the request is "
+                 "refused `RESOURCE_EXHAUSTED` / `metadata_too_large` before any of it is "
+                 "read, recorded and counted; gRPC itself refuses past twice this (see "
+                 "[Security](security.md#request-metadata))"),
             Flag("--min-ping-interval-s",
                  "the most frequent keepalive pings a consumer may send (its --keepalive-s); "
                  "a peer that pings faster is sent GOAWAY too_many_pings",
@@ -637,6 +647,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         log_limits=limits,
         reply_log=reply_log,
         max_health_watches=args.max_health_watches,
+        max_metadata_bytes=args.max_metadata_bytes,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (

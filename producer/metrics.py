@@ -17,6 +17,9 @@ timestamp gauge that counts nothing, so the counters here are :class:`Tally`):
 - ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
+- ``replywire_requests_refused_total{reason}``: requests refused before a stream began
+  (``invalid_token``, ``invalid_request``, ``metadata_too_large``): the trace's
+  ``requests_unauthenticated``, ``requests_malformed``, ``requests_metadata_too_large``
 - ``replywire_generations_ended_total{outcome}``: replies whose generation
   (``producer.generation``) ended, by outcome (``completed`` or a registered reason code)
 
@@ -90,6 +93,12 @@ class ProducerMetrics:
             "answering): with --otlp-endpoint only",
         )
         r.register(self.trace_spans_dropped)
+        self.requests_refused = Tally(
+            "replywire_requests_refused",
+            "Requests refused before a stream began (no stream id is trusted), by reason code",
+            ("reason",),
+        )
+        r.register(self.requests_refused)
 
     def stream_ended(self, outcome: str, reason: str) -> None:
         # Outcomes and reason codes are closed sets: a label is never free text.
@@ -101,6 +110,9 @@ class ProducerMetrics:
         if outcome != "completed" and outcome not in CODES:
             outcome = Reason.INTERNAL_ERROR.value
         self.generations_ended.inc(outcome)
+
+    def request_refused(self, reason: Reason) -> None:
+        self.requests_refused.inc(reason.value)
 
     def spans_dropped(self, count: int) -> None:
         self.trace_spans_dropped.inc(amount=count)

@@ -16,7 +16,7 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from producer.rpc import SERVICE_NAME, add_servicer
+from producer.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
 from producer.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
 from producer.settings import (
     DEFAULT_MAX_CONNECTION_AGE_S,
@@ -30,6 +30,7 @@ from producer.settings import (
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from shared.recording import Recording
+from shared.requests import DEFAULT_MAX_METADATA_BYTES
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
@@ -40,8 +41,10 @@ def server_options(
     max_streams: int = DEFAULT_MAX_STREAMS,
     min_ping_interval_s: float = MIN_PING_INTERVAL_S,
     max_pending: int = DEFAULT_MAX_PENDING,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
+    metadata_limit = grpc_metadata_limit(max_metadata_bytes)
     # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending" (a
     # burst of new streams: grpc.aio takes them one at a time). Past gRPC's soft limit it
     # drops them at random, past the hard one all of them, with a bare CANCELLED, before
@@ -68,6 +71,12 @@ def server_options(
         # that stopped reading without cancelling, outlives twice this.
         ("grpc.max_connection_age_ms", age_ms),
         ("grpc.max_connection_age_grace_ms", age_ms),
+        # Bounded metadata, deterministically: gRPC's soft limit (past which it refuses at
+        # random; default 8 KiB) and hard one (default 16 KiB) are one, twice
+        # --max-metadata-bytes, so the servicer refuses past the bound itself, recorded and
+        # counted (metadata_too_large), and gRPC only what is past twice that.
+        ("grpc.max_metadata_size", metadata_limit),
+        ("grpc.absolute_max_metadata_size", metadata_limit),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         # Notice a consumer that vanished without closing its connection.
@@ -92,7 +101,11 @@ async def start_server(
     max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
     server = grpc.aio.server(
         options=server_options(
-            max_connection_age_s, max_streams, settings.min_ping_interval_s, settings.max_pending
+            max_connection_age_s,
+            max_streams,
+            settings.min_ping_interval_s,
+            settings.max_pending,
+            settings.max_metadata_bytes,
         )
     )
     if isinstance(source, Recording):

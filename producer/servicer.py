@@ -36,7 +36,7 @@ from producer.generations import Attached, Generations
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
-from producer.rpc import HEALTH_SERVICES, MalformedRequest
+from producer.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
 from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
 from producer.sources import Source, StreamPlan
@@ -75,6 +75,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.generations = Generations(self.replies, source, on_ended=self.metrics.generation_ended)
         self.allow_faults = settings.allow_faults
         self.authenticator = settings.exposure.authenticator
+        self.max_metadata_bytes = settings.max_metadata_bytes
         self.max_streams = settings.max_streams
         # One identity without tokens: a per-identity bound would be --max-streams again.
         per_identity = settings.max_streams_per_identity if self.authenticator else None
@@ -255,15 +256,29 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 self._idle.set()
 
     async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The caller's name from its bearer token, before any work; refuses without one.
-        Nothing of the request is logged for a caller that is not known: the peer only."""
+        """The caller's name from its bearer token, before any work; refuses without one,
+        and first a request whose metadata is past ``--max-metadata-bytes``. Nothing of
+        the request is logged for a caller that is not known: the peer only."""
+        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+        metadata: Any = context.invocation_metadata() or ()
+        size = metadata_bytes(metadata)
+        if size > self.max_metadata_bytes:
+            self.counters.requests_metadata_too_large += 1
+            self.metrics.request_refused(Reason.METADATA_TOO_LARGE)
+            self._log.warning(
+                "request_metadata_too_large",
+                peer=context.peer(),
+                metadata_bytes=size,
+                max_metadata_bytes=self.max_metadata_bytes,
+            )
+            too_large = Reason.METADATA_TOO_LARGE
+            await context.abort(grpc.StatusCode[too_large.grpc_code], too_large.value)
         if self.authenticator is None:
             return ANONYMOUS
-        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
-        metadata: Any = context.invocation_metadata()
         caller = self.authenticator.identify(metadata)
         if caller is None:
             self.counters.requests_unauthenticated += 1
+            self.metrics.request_refused(Reason.INVALID_TOKEN)
             self._log.warning("request_unauthenticated", peer=context.peer())
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
         return caller
@@ -289,6 +304,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self, context: grpc.aio.ServicerContext[Any, Any], caller: str, refused: RequestRefused
     ) -> NoReturn:
         self.counters.requests_malformed += 1
+        self.metrics.request_refused(Reason.INVALID_REQUEST)
         self._log.warning(
             "request_malformed",
             peer=context.peer(),

@@ -12,6 +12,7 @@ from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import ProducerMetrics
 from producer.replylog import LogLimits, ReplyLog
 from producer.security import TokenAuthenticator
+from shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 #: Streams served at once by default: 3,000 concurrent streams on one producer complete,
 #: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.
@@ -62,3 +63,5 @@ class ServerSettings:
     reply_log: ReplyLog | None = None
     #: Health ``Watch`` streams served at once (unauthenticated); one more: health_watch_limit.
     max_health_watches: int = DEFAULT_MAX_HEALTH_WATCHES
+    #: Request metadata read (HTTP/2's count); past it: metadata_too_large.
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
