@@ -58,7 +58,10 @@ from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
 from producer.server import start_server, stop_server
 from producer.settings import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTION_AGE_S,
+    DEFAULT_MAX_CONNECTION_IDLE_S,
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
     MIN_PING_INTERVAL_S,
@@ -156,6 +159,25 @@ FLAGS: Final = FlagTable(
                  "same again: no stream outlives twice this, even one blocked by a consumer "
                  "that stopped reading without cancelling; a stream cut so ends "
                  "`connection_aged_out`"),
+            Flag("--max-connection-idle-s",
+                 "close a connection without a stream for this long (GOAWAY)",
+                 positive_seconds, DEFAULT_MAX_CONNECTION_IDLE_S,
+                 doc="a connection without a stream this long is closed (GOAWAY; its "
+                 "consumer reconnects at its next stream); a stream from the same client "
+                 "address after that is known to be on a new connection (see "
+                 "[Limits](operations.md#limits))"),
+            Flag("--keepalive-s",
+                 "ping a consumer after this much silence on its connection",
+                 positive_seconds, DEFAULT_KEEPALIVE_S,
+                 doc="a keepalive ping after this much silence from a consumer; with "
+                 "`--keepalive-timeout-s`, how soon a consumer that vanished or stopped "
+                 "is let go (see [Limits](operations.md#limits))"),
+            Flag("--keepalive-timeout-s",
+                 "a ping unanswered this long closes the connection (its streams end)",
+                 positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S,
+                 doc="a keepalive ping unanswered this long closes the connection: its "
+                 "streams end `cancelled_by_consumer` within `--keepalive-s` + this of the "
+                 "consumer's silence"),
             Flag("--max-streams",
                  "streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
                  Count("streams"), DEFAULT_MAX_STREAMS,
@@ -637,6 +659,9 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         port=args.port,
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
+        max_connection_idle_s=args.max_connection_idle_s,
+        keepalive_s=args.keepalive_s,
+        keepalive_timeout_s=args.keepalive_timeout_s,
         min_ping_interval_s=args.min_ping_interval_s,
         exposure=exposure,
         max_streams=args.max_streams,

@@ -85,7 +85,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         max_connection_age_s = settings.max_connection_age_s
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
         self.health: Any = BoundedHealthServicer(settings.max_health_watches)
-        self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
+        self.connections = ConnectionAges(
+            max_connection_age_s, max_connection_age_s, settings.max_connection_idle_s
+        )
         #: Every chunk's write, and the two ways a delivery writes them.
         self.writer = Writer(self.counters, self.metrics, self.generations)
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
@@ -133,7 +135,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         peer = context.peer()
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
-        connection_seen = self.connections.seen(peer)
+        connection_seen = self.connections.opened(peer)
         self.counters.streams_opened += 1
         tracing = active()  # the one check: off, no span is made
         span = None if tracing is None else ServeSpan(tracing, request, context, caller)
@@ -152,13 +154,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             # (also when --max-connection-age-s closes it: ConnectionAges tells which); the
             # shutdown path cancels it after the grace.
             if task not in self._shutting_down:
-                self._cut_by_consumer_or_age(stream, connection_seen)
+                self._cut_by_consumer_or_age(stream, connection_seen, context)
                 raise
             stream.fire(StreamInput.SHUTDOWN, reason=Reason.PRODUCER_SHUTDOWN, **stream.sent)
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
         except ConsumerGone as gone:
-            self._cut_by_consumer_or_age(stream, connection_seen, why=scrubbed_detail(str(gone)))
+            why = scrubbed_detail(str(gone))
+            self._cut_by_consumer_or_age(stream, connection_seen, context, why=why)
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
@@ -166,6 +169,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
+            self.connections.ended(peer)
             try:
                 await self._finish(task, stream, holding.delivery)
             finally:
@@ -314,14 +318,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
 
     def _cut_by_consumer_or_age(
-        self, stream: ProducerStream, connection_seen: float, **fields: object
+        self,
+        stream: ProducerStream,
+        connection_seen: float,
+        context: grpc.aio.ServicerContext[Any, Any],
+        **fields: object,
     ) -> None:
-        """The stream is gone from under the handler: its consumer cancelled, refused it or
-        vanished, or gRPC closed its connection for its age."""
-        if self.connections.aged_out(connection_seen):
-            event, reason = StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT
-        else:
-            event, reason = StreamInput.CONSUMER_CANCELLED, Reason.CONSUMER_CANCELLED
+        """The stream is gone from under the handler (``ConnectionAges.cut`` says why)."""
+        event, reason = self.connections.cut(connection_seen, context.time_remaining())
         stream.fire(event, reason=reason, **fields, **stream.sent)
 
     async def _prepare(
