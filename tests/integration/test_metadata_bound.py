@@ -20,14 +20,16 @@ from structlog.testing import capture_logs
 
 from consumer.client import ReplyClient
 from consumer.options import StreamOptions
+from consumer.security import MAX_TOKEN_CHARS
 from consumer.session import StreamSession
 from producer.metrics import ProducerMetrics
 from producer.rpc import HEADER_OVERHEAD_BYTES, grpc_metadata_limit, metadata_bytes
 from producer.server import start_server, stop_server
 from producer.servicer import ReplyStreamServicer
 from producer.settings import ServerSettings
+from runtime.otel import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS
 from shared.recording import Recording
-from shared.requests import DEFAULT_MAX_METADATA_BYTES, ReplyRequest
+from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES, ReplyRequest
 from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -113,6 +115,14 @@ def test_at_the_bound_a_stream_is_served_and_one_past_it_is_refused_every_time(
     besides = first["metadata_bytes"] - (len(PAD) + BOUND + HEADER_OVERHEAD_BYTES)
     at_bound = BOUND - besides - len(PAD) - HEADER_OVERHEAD_BYTES
     assert (result.status.value, result.reason) == ("refused", "metadata_too_large")
+    # The most a consumer of ours sends: the longest token it reads (as plain metadata),
+    # trace context at the producer's own length bounds, and that user agent.
+    most = besides + metadata_bytes([
+        ("authorization", "Bearer " + "t" * MAX_TOKEN_CHARS),
+        ("traceparent", "0" * MAX_TRACEPARENT_CHARS),
+        ("tracestate", "k" * MAX_TRACESTATE_CHARS),
+    ])  # fmt: skip
+    assert most < MIN_MAX_METADATA_BYTES, most
 
     with capture_logs() as records:
         served = [producer.stream(recording, at_bound) for _ in range(TRIES)]
