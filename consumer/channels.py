@@ -55,6 +55,11 @@ def channel_options(options: StreamOptions) -> list[tuple[str, int | str]]:
         ("grpc.http2.bdp_probe", 0),
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes),
+        # Bounded response metadata, deterministically (gRPC refuses at random between its
+        # soft and hard limit: one limit, both). What the consumer sends is far below any
+        # producer's --max-metadata-bytes (shared.requests.MIN_MAX_METADATA_BYTES).
+        ("grpc.max_metadata_size", options.max_metadata_bytes),
+        ("grpc.absolute_max_metadata_size", options.max_metadata_bytes),
         # A paid or partial stream is never retried behind our back.
         ("grpc.enable_retries", 0),
         # Each channel its own connection: a resume's new channel must not share the broken

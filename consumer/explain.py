@@ -124,6 +124,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     "as it allows (or this caller as many as it may); try later.",
     R.HEALTH_WATCH_LIMIT: "The producer already serves as many health watches as it allows.",
     R.HEALTH_LIST_LIMIT: "The producer has more health services than a health List answers.",
+    R.METADATA_TOO_LARGE: "The call's metadata (its headers: token, trace context, anything "
+    "added) was larger than the producer accepts (its --max-metadata-bytes).",
     # The provider's own finish reasons and error statuses, in the registry's words.
     **{
         reason: REASONS[reason].meaning[0].upper() + REASONS[reason].meaning[1:] + "."

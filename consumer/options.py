@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from consumer.security import Security
+from shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8
@@ -59,6 +60,9 @@ class StreamOptions:
     #: UNAVAILABLE (resumable). A cut-off producer is found within about their sum.
     keepalive_s: float = DEFAULT_KEEPALIVE_S
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
+    #: The producer's headers and trailers read (HTTP/2's count, as the producer's own
+    #: --max-metadata-bytes): past it gRPC ends the call RESOURCE_EXHAUSTED.
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
 
     def __post_init__(self) -> None:
         if not MIN_KEEPALIVE_S <= self.keepalive_s < float("inf"):

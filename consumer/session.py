@@ -63,6 +63,15 @@ def dropped_by_grpc(end: StreamEnded) -> bool:
     return end.code is grpc.StatusCode.CANCELLED and end.details == "CANCELLED"
 
 
+def metadata_refused_by_grpc(end: StreamEnded) -> bool:
+    """gRPC's own refusal of a header list past its limit: the producer's gRPC refused the
+    request's metadata (past twice its ``--max-metadata-bytes``) before its servicer saw
+    it, or this channel refused the producer's (past ``max_metadata_bytes``)."""
+    return end.code is grpc.StatusCode.RESOURCE_EXHAUSTED and end.details.startswith(
+        "received metadata size exceeds"
+    )
+
+
 def refused_by_http2(end: StreamEnded) -> bool:
     """The producer's HTTP/2 layer refused the stream unprocessed (RST_STREAM with
     REFUSED_STREAM, error code 7): its connection already held the streams it allows at
@@ -389,6 +398,8 @@ class StreamSession:
             return self._not_streamed(named, transport)
         if nothing_received and dropped_by_grpc(end):
             return self._not_streamed(Reason.PRODUCER_OVERLOADED, transport)
+        if nothing_received and metadata_refused_by_grpc(end):
+            return self._not_streamed(Reason.METADATA_TOO_LARGE, transport)
         if nothing_received and refused_by_http2(end):
             return self._not_streamed(Reason.STREAM_LIMIT, transport)
         return self.consumer.transport_error(transport, reason=_transport_reason(end))

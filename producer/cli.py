@@ -62,7 +62,10 @@ from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.security import TokenAuthenticator, is_loopback, server_credentials
 from producer.server import start_server, stop_server
 from producer.settings import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTION_AGE_S,
+    DEFAULT_MAX_CONNECTION_IDLE_S,
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
     MIN_PING_INTERVAL_S,
@@ -71,7 +74,7 @@ from producer.settings import (
 )
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
-from producer.store_urls import Store, StoreError, StoreKind, parse_store, redacted
+from producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store, redacted
 from runtime.flags import (
     ENV_PREFIX,
     Count,
@@ -117,6 +120,7 @@ from runtime.tracing import (
 )
 from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
 from shared.recording import RECORDING_SHA256, Recording
+from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES
 
 SHUTDOWN_GRACE_S: Final = 5.0
 
@@ -168,6 +172,25 @@ FLAGS: Final = FlagTable(
                  "same again: no stream outlives twice this, even one blocked by a consumer "
                  "that stopped reading without cancelling; a stream cut so ends "
                  "`connection_aged_out`"),
+            Flag("--max-connection-idle-s",
+                 "close a connection without a stream for this long (GOAWAY)",
+                 positive_seconds, DEFAULT_MAX_CONNECTION_IDLE_S,
+                 doc="a connection without a stream this long is closed (GOAWAY; its "
+                 "consumer reconnects at its next stream); a stream from the same client "
+                 "address after that is known to be on a new connection (see "
+                 "[Limits](operations.md#limits))"),
+            Flag("--keepalive-s",
+                 "ping a consumer after this much silence on its connection",
+                 positive_seconds, DEFAULT_KEEPALIVE_S,
+                 doc="a keepalive ping after this much silence from a consumer; with "
+                 "`--keepalive-timeout-s`, how soon a consumer that vanished or stopped "
+                 "is let go (see [Limits](operations.md#limits))"),
+            Flag("--keepalive-timeout-s",
+                 "a ping unanswered this long closes the connection (its streams end)",
+                 positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S,
+                 doc="a keepalive ping unanswered this long closes the connection: its "
+                 "streams end `cancelled_by_consumer` within `--keepalive-s` + this of the "
+                 "consumer's silence"),
             Flag("--max-streams",
                  "streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
                  Count("streams"), DEFAULT_MAX_STREAMS,
@@ -199,6 +222,15 @@ FLAGS: Final = FlagTable(
                  doc="new streams gRPC holds until the servicer takes them (a burst; at least "
                  "1); past it gRPC drops one with a bare `CANCELLED`, which the consumer "
                  "reports `refused` / `producer_overloaded` (see [Limits](operations.md#limits))"),
+            Flag("--max-metadata-bytes",
+                 "request metadata read, as HTTP/2 counts it (name + value + 32 a header); "
+                 "past it a request is refused RESOURCE_EXHAUSTED / metadata_too_large",
+                 Count("bytes", MIN_MAX_METADATA_BYTES), DEFAULT_MAX_METADATA_BYTES,
+                 doc="a request's metadata, as HTTP/2 counts a header list (name + value + 32 "
+                 f"octets a header; at least {MIN_MAX_METADATA_BYTES}); past it the request is "
+                 "refused `RESOURCE_EXHAUSTED` / `metadata_too_large` before any of it is "
+                 "read, recorded and counted; gRPC itself refuses past twice this (see "
+                 "[Security](security.md#request-metadata))"),
             Flag("--min-ping-interval-s",
                  "the most frequent keepalive pings a consumer may send (its --keepalive-s); "
                  "a peer that pings faster is sent GOAWAY too_many_pings",
@@ -570,6 +602,8 @@ def make_ledger(
             owner=Owner.new(policy.lease_s),
         )
         ledger.check()
+    except ClusterNode as error:
+        raise ConfigurationError(f"--ledger {shown_ledger} {error}") from error
     except OSError as error:
         raise ConfigurationError(f"cannot use --ledger {shown_ledger}: {error.strerror}") from error
     except ValueError as error:  # a Redis URL or a Redis ledger setting it cannot take
@@ -645,6 +679,9 @@ async def open_reply_log(
         raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error
     try:
         await log.check()
+    except ClusterNode as error:
+        await log.aclose()
+        raise ConfigurationError(f"--reply-log {store.shown} {error}") from error
     except redis.RedisError as error:
         await log.aclose()
         raise ConfigurationError(
@@ -683,6 +720,9 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         port=args.port,
         allow_faults=args.allow_faults,
         max_connection_age_s=args.max_connection_age_s,
+        max_connection_idle_s=args.max_connection_idle_s,
+        keepalive_s=args.keepalive_s,
+        keepalive_timeout_s=args.keepalive_timeout_s,
         min_ping_interval_s=args.min_ping_interval_s,
         exposure=exposure,
         max_streams=args.max_streams,
@@ -693,6 +733,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         log_limits=limits,
         reply_log=reply_log,
         max_health_watches=args.max_health_watches,
+        max_metadata_bytes=args.max_metadata_bytes,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (

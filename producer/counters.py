@@ -39,6 +39,8 @@ class ProducerCounters:
     requests_unauthenticated: int = 0
     #: Requests refused before any of them is logged: not an OpenRequest, or unplain ids.
     requests_malformed: int = 0
+    #: Requests refused for metadata past --max-metadata-bytes, before any of it is read.
+    requests_metadata_too_large: int = 0
 
     def stream_ended(self, state: StreamState) -> None:
         name = _COUNTER_OF[state]

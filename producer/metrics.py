@@ -21,6 +21,9 @@ timestamp gauge that counts nothing, so the counters here are :class:`Tally`):
   holding at most one of the ``--reply-log-connections`` readers' connections
 - ``replywire_reply_log_replies_read``: a shared reply log: replies read here now (their
   readers admitted; at most ``--reply-log-connections``)
+- ``replywire_requests_refused_total{reason}``: requests refused before a stream began
+  (``invalid_token``, ``invalid_request``, ``metadata_too_large``): the trace's
+  ``requests_unauthenticated``, ``requests_malformed``, ``requests_metadata_too_large``
 - ``replywire_generations_ended_total{outcome}``: replies whose generation
   (``producer.generation``) ended, by outcome (``completed`` or a registered reason code)
 
@@ -94,6 +97,12 @@ class ProducerMetrics:
             "answering): with --otlp-endpoint only",
         )
         r.register(self.trace_spans_dropped)
+        self.requests_refused = Tally(
+            "replywire_requests_refused",
+            "Requests refused before a stream began (no stream id is trusted), by reason code",
+            ("reason",),
+        )
+        r.register(self.requests_refused)
 
     def stream_ended(self, outcome: str, reason: str) -> None:
         # Outcomes and reason codes are closed sets: a label is never free text.
@@ -119,6 +128,9 @@ class ProducerMetrics:
             "Replies read from the shared reply log here now (at most --reply-log-connections)",
             registry=r,
         ).set_function(replies)
+
+    def request_refused(self, reason: Reason) -> None:
+        self.requests_refused.inc(reason.value)
 
     def spans_dropped(self, count: int) -> None:
         self.trace_spans_dropped.inc(amount=count)

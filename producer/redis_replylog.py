@@ -83,6 +83,7 @@ from producer.replylog import (
     ReplyKey,
     ReplyLogFailed,
 )
+from producer.store_urls import refuse_cluster
 from shared.errors import Reason, scrubbed_detail
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
@@ -356,8 +357,10 @@ class RedisReplyLog:
         return [base + "lease", base + "log", base + "meta", base + "cancel"]
 
     async def check(self) -> None:
-        """Raises ``redis.RedisError`` unless the server answers."""
+        """Raises ``redis.RedisError`` unless the server answers, ``ClusterNode`` if it is a
+        Redis Cluster node (it would answer PING, then redirect most keys)."""
         await self.client.ping()
+        refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
         return await self._find(self.lookups, key)

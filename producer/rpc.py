@@ -4,6 +4,7 @@ trace never sees), and their registration."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -16,6 +17,11 @@ from shared.requests import MAX_REQUEST_BYTES
 if TYPE_CHECKING:
     from producer.servicer import ReplyStreamServicer
 
+#: What HTTP/2 adds to each header's name and value when it sizes a header list.
+HEADER_OVERHEAD_BYTES: Final = 32
+#: gRPC's INT limit on a header list (its channel arguments are C ints).
+MAX_GRPC_METADATA_LIMIT: Final = 2**31 - 1
+
 #: The service names the health service reports on ("" is the whole server).
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["ReplyStream"].full_name
 HEALTH_SERVICES: Final = ("", SERVICE_NAME)
@@ -26,6 +32,29 @@ class MalformedRequest:
     """What the request deserializer hands the handler for bytes that are no OpenRequest."""
 
     why: str
+
+
+def metadata_bytes(metadata: Iterable[tuple[str, str | bytes]]) -> int:
+    """A call's metadata as HTTP/2 sizes a header list (RFC 9113 §6.5.2, as gRPC counts
+    it): each name and value in octets, plus 32. What the handler sees: gRPC's own headers
+    (the pseudo-headers, ``te``, ``content-type``, ``grpc-*``) are not in it."""
+    total = 0
+    for key, value in metadata:
+        size = len(value) if isinstance(value, bytes) else len(value.encode())
+        total += len(key.encode()) + size + HEADER_OVERHEAD_BYTES
+    return total
+
+
+def grpc_metadata_limit(max_metadata_bytes: int) -> int:
+    """gRPC's own limit on a request's header list, for ``--max-metadata-bytes``: twice it.
+
+    gRPC refuses a header list past its limit before any handler runs, with no trace
+    record; between its soft and hard limit it refuses at random. With both at twice the
+    bound, a request past the bound reaches the servicer, which refuses it
+    ``metadata_too_large`` with a record and a count; one past twice the bound is refused
+    by gRPC, always (RESOURCE_EXHAUSTED, "received metadata size exceeds hard limit"),
+    which the consumer names ``metadata_too_large`` as well."""
+    return min(2 * max_metadata_bytes, MAX_GRPC_METADATA_LIMIT)
 
 
 def parse_open_request(data: bytes) -> pb.OpenRequest | MalformedRequest:

@@ -16,10 +16,13 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from producer.rpc import SERVICE_NAME, add_servicer
+from producer.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
 from producer.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
 from producer.settings import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTION_AGE_S,
+    DEFAULT_MAX_CONNECTION_IDLE_S,
     DEFAULT_MAX_PENDING,
     DEFAULT_MAX_STREAMS,
     MAX_PENDING_S,
@@ -30,18 +33,26 @@ from producer.settings import (
 from producer.sources import Source
 from producer.sources.recording import RecordingSource
 from shared.recording import Recording
+from shared.requests import DEFAULT_MAX_METADATA_BYTES
 from shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
 
 
-def server_options(
+def server_options(  # noqa: PLR0913 - every bound gRPC's own options carry
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S,
     max_streams: int = DEFAULT_MAX_STREAMS,
     min_ping_interval_s: float = MIN_PING_INTERVAL_S,
     max_pending: int = DEFAULT_MAX_PENDING,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+    *,
+    max_connection_idle_s: float = DEFAULT_MAX_CONNECTION_IDLE_S,
+    keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
+    keepalive_timeout_ms = round(keepalive_timeout_s * 1000)
+    metadata_limit = grpc_metadata_limit(max_metadata_bytes)
     # RPCs that arrive faster than grpc.aio hands them to a handler wait as "pending" (a
     # burst of new streams: grpc.aio takes them one at a time). Past gRPC's soft limit it
     # drops them at random, past the hard one all of them, with a bare CANCELLED, before
@@ -68,11 +79,28 @@ def server_options(
         # that stopped reading without cancelling, outlives twice this.
         ("grpc.max_connection_age_ms", age_ms),
         ("grpc.max_connection_age_grace_ms", age_ms),
+        # Bounded metadata, deterministically: gRPC's soft limit (past which it refuses at
+        # random; default 8 KiB) and hard one (default 16 KiB) are one, twice
+        # --max-metadata-bytes, so the servicer refuses past the bound itself, recorded and
+        # counted (metadata_too_large), and gRPC only what is past twice that.
+        ("grpc.max_metadata_size", metadata_limit),
+        ("grpc.absolute_max_metadata_size", metadata_limit),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        # Notice a consumer that vanished without closing its connection.
-        ("grpc.keepalive_time_ms", 20_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
+        # A connection without a stream this long is closed (GOAWAY): a later stream from
+        # its client address is on a new connection (producer.connections).
+        ("grpc.max_connection_idle_ms", round(max_connection_idle_s * 1000)),
+        # Notice a consumer that vanished or stopped (SIGSTOP) without closing its
+        # connection: a ping after keepalive_s of silence, unanswered within the timeout,
+        # closes it. gRPC 1.85 waits for a keepalive ping's answer its general ping timeout
+        # (grpc.http2.ping_timeout_ms, 1 minute by default), not keepalive_timeout_ms: a
+        # stopped consumer's stream was let go after 20 + 60 s. Both are the timeout.
+        ("grpc.keepalive_time_ms", round(keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),
+        # And keep pinging through a stall: by default gRPC sends at most 2 pings while it
+        # sends no data, so a consumer stopped later in a long silence went unnoticed.
+        ("grpc.http2.max_pings_without_data", 0),
         # A consumer's keepalive pings (how it notices a producer cut off mid-stream) are
         # accepted down to one per min_ping_interval_s, also with no call in flight; a peer
         # that pings faster gets gRPC's GOAWAY (too_many_pings) after its strikes.
@@ -92,7 +120,14 @@ async def start_server(
     max_connection_age_s, max_streams = settings.max_connection_age_s, settings.max_streams
     server = grpc.aio.server(
         options=server_options(
-            max_connection_age_s, max_streams, settings.min_ping_interval_s, settings.max_pending
+            max_connection_age_s,
+            max_streams,
+            settings.min_ping_interval_s,
+            settings.max_pending,
+            settings.max_metadata_bytes,
+            max_connection_idle_s=settings.max_connection_idle_s,
+            keepalive_s=settings.keepalive_s,
+            keepalive_timeout_s=settings.keepalive_timeout_s,
         )
     )
     if isinstance(source, Recording):

@@ -36,7 +36,7 @@ from producer.generations import Attached, Generations
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
-from producer.rpc import HEALTH_SERVICES, MalformedRequest
+from producer.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
 from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
 from producer.sources import Source, StreamPlan
@@ -75,6 +75,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.generations = Generations(self.replies, source, on_ended=self.metrics.generation_ended)
         self.allow_faults = settings.allow_faults
         self.authenticator = settings.exposure.authenticator
+        self.max_metadata_bytes = settings.max_metadata_bytes
         self.max_streams = settings.max_streams
         # One identity without tokens: a per-identity bound would be --max-streams again.
         per_identity = settings.max_streams_per_identity if self.authenticator else None
@@ -84,7 +85,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         max_connection_age_s = settings.max_connection_age_s
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
         self.health: Any = BoundedHealthServicer(settings.max_health_watches)
-        self.connections = ConnectionAges(max_connection_age_s, max_connection_age_s)
+        self.connections = ConnectionAges(
+            max_connection_age_s, max_connection_age_s, settings.max_connection_idle_s
+        )
         #: Every chunk's write, and the two ways a delivery writes them.
         self.writer = Writer(self.counters, self.metrics, self.generations)
         self._log: structlog.typing.FilteringBoundLogger = structlog.get_logger()
@@ -132,7 +135,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         structlog.contextvars.bind_contextvars(stream_id=request.stream_id or None)
         peer = peer_of(context)
         log = self._log.bind(case_id=request.case_id, peer=peer, caller=caller)
-        connection_seen = self.connections.seen(peer)
+        connection_seen = self.connections.opened(peer)
         self.counters.streams_opened += 1
         tracing = active()  # the one check: off, no span is made
         span = None if tracing is None else ServeSpan(tracing, request, context, caller)
@@ -151,13 +154,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             # (also when --max-connection-age-s closes it: ConnectionAges tells which); the
             # shutdown path cancels it after the grace.
             if task not in self._shutting_down:
-                self._cut_by_consumer_or_age(stream, connection_seen)
+                self._cut_by_consumer_or_age(stream, connection_seen, context)
                 raise
             stream.fire(StreamInput.SHUTDOWN, reason=Reason.PRODUCER_SHUTDOWN, **stream.sent)
             await _abort_unless_gone(context, Reason.PRODUCER_SHUTDOWN)
             raise
         except ConsumerGone as gone:
-            self._cut_by_consumer_or_age(stream, connection_seen, why=scrubbed_detail(str(gone)))
+            why = scrubbed_detail(str(gone))
+            self._cut_by_consumer_or_age(stream, connection_seen, context, why=why)
         except grpc.aio.AbortError:
             raise  # a refusal or a transport fault: the stream's final state is logged
         except Exception:
@@ -165,6 +169,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.FAIL, reason=Reason.INTERNAL_ERROR, **stream.sent)
             await _abort_unless_gone(context, Reason.INTERNAL_ERROR)
         finally:
+            self.connections.ended(peer)
             try:
                 await self._finish(task, stream, holding.delivery)
             finally:
@@ -255,15 +260,29 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 self._idle.set()
 
     async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The caller's name from its bearer token, before any work; refuses without one.
-        Nothing of the request is logged for a caller that is not known: the peer only."""
+        """The caller's name from its bearer token, before any work; refuses without one,
+        and first a request whose metadata is past ``--max-metadata-bytes``. Nothing of
+        the request is logged for a caller that is not known: the peer only."""
+        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
+        metadata: Any = context.invocation_metadata() or ()
+        size = metadata_bytes(metadata)
+        if size > self.max_metadata_bytes:
+            self.counters.requests_metadata_too_large += 1
+            self.metrics.request_refused(Reason.METADATA_TOO_LARGE)
+            self._log.warning(
+                "request_metadata_too_large",
+                peer=context.peer(),
+                metadata_bytes=size,
+                max_metadata_bytes=self.max_metadata_bytes,
+            )
+            too_large = Reason.METADATA_TOO_LARGE
+            await context.abort(grpc.StatusCode[too_large.grpc_code], too_large.value)
         if self.authenticator is None:
             return ANONYMOUS
-        # grpc.aio's Metadata iterates as (key, value) pairs; grpc-stubs disagrees.
-        metadata: Any = context.invocation_metadata()
         caller = self.authenticator.identify(metadata)
         if caller is None:
             self.counters.requests_unauthenticated += 1
+            self.metrics.request_refused(Reason.INVALID_TOKEN)
             self._log.warning("request_unauthenticated", peer=peer_of(context))
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, Reason.INVALID_TOKEN.value)
         return caller
@@ -289,6 +308,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self, context: grpc.aio.ServicerContext[Any, Any], caller: str, refused: RequestRefused
     ) -> NoReturn:
         self.counters.requests_malformed += 1
+        self.metrics.request_refused(Reason.INVALID_REQUEST)
         self._log.warning(
             "request_malformed",
             peer=peer_of(context),
@@ -298,14 +318,14 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.code)
 
     def _cut_by_consumer_or_age(
-        self, stream: ProducerStream, connection_seen: float, **fields: object
+        self,
+        stream: ProducerStream,
+        connection_seen: float,
+        context: grpc.aio.ServicerContext[Any, Any],
+        **fields: object,
     ) -> None:
-        """The stream is gone from under the handler: its consumer cancelled, refused it or
-        vanished, or gRPC closed its connection for its age."""
-        if self.connections.aged_out(connection_seen):
-            event, reason = StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT
-        else:
-            event, reason = StreamInput.CONSUMER_CANCELLED, Reason.CONSUMER_CANCELLED
+        """The stream is gone from under the handler (``ConnectionAges.cut`` says why)."""
+        event, reason = self.connections.cut(connection_seen, context.time_remaining())
         stream.fire(event, reason=reason, **fields, **stream.sent)
 
     async def _prepare(

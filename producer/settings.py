@@ -12,11 +12,19 @@ from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import ProducerMetrics
 from producer.replylog import LogLimits, ReplyLog
 from producer.security import TokenAuthenticator
+from shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 #: Streams served at once by default: 3,000 concurrent streams on one producer complete,
 #: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.
 DEFAULT_MAX_STREAMS: Final = 4000
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
+#: A connection without a stream this long is closed (GOAWAY): after it, a stream from the
+#: same client address is on a new connection (producer.connections).
+DEFAULT_MAX_CONNECTION_IDLE_S: Final = 60.0
+#: The producer's keepalive: a ping after this much silence from the consumer ...
+DEFAULT_KEEPALIVE_S: Final = 20.0
+#: ... unanswered within this, and the connection is closed (its streams end).
+DEFAULT_KEEPALIVE_TIMEOUT_S: Final = 10.0
 #: The most frequent keepalive pings accepted by default: gRPC's own client sends no more
 #: than one a second, the consumer's floor (consumer.options.MIN_KEEPALIVE_S).
 MIN_PING_INTERVAL_S: Final = 1.0
@@ -47,6 +55,9 @@ class ServerSettings:
     port: int
     allow_faults: bool
     max_connection_age_s: float = DEFAULT_MAX_CONNECTION_AGE_S
+    max_connection_idle_s: float = DEFAULT_MAX_CONNECTION_IDLE_S
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     exposure: Exposure = field(default_factory=Exposure)
     max_streams: int = DEFAULT_MAX_STREAMS
     #: Each caller's own bound (with tokens; None: not applied).
@@ -62,3 +73,5 @@ class ServerSettings:
     reply_log: ReplyLog | None = None
     #: Health ``Watch`` streams served at once (unauthenticated); one more: health_watch_limit.
     max_health_watches: int = DEFAULT_MAX_HEALTH_WATCHES
+    #: Request metadata read (HTTP/2's count); past it: metadata_too_large.
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES

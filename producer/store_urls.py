@@ -17,6 +17,7 @@ without a colon counts as a secret too: ``redis://SECRET@host`` is a common slip
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -33,6 +34,20 @@ MEMORY: Final = "memory"
 HIDDEN: Final = "***"
 #: The query parameters whose values are secrets (redis-py reads ``password`` from the query).
 SECRET_PARAMETERS: Final = frozenset({"password"})
+#: What the producer says of a Redis Cluster node given as a store. A node answers PING as
+#: a lone server does, then redirects (``MOVED``) every key it does not own and refuses a
+#: script or transaction over keys of several slots (``CROSSSLOT``): not a store yet.
+CLUSTER_UNSUPPORTED: Final = "is a Redis Cluster node; Redis Cluster is not supported yet"
+
+
+class ClusterNode(Exception):
+    """A store's Redis says ``cluster_enabled:1`` (``INFO cluster``): refused at start."""
+
+
+def refuse_cluster(info: Mapping[str, object]) -> None:
+    """Raise ``ClusterNode`` if ``INFO cluster``'s answer says the server is a cluster node."""
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise ClusterNode(CLUSTER_UNSUPPORTED)
 
 
 class StoreKind(Enum):

@@ -6,6 +6,7 @@ trace context in and out of a call's metadata, the ids a record carries, and exp
   propagator does not accept is ignored (the span starts a trace of its own) and said
   in a ``trace_context_ignored`` record, never an error for the stream (a ``tracestate``
   the propagator cannot read is dropped, the ``traceparent`` kept, and said the same way).
+  Repeated headers as W3C Trace Context reads them (``context_from_metadata``).
 * **Records.** While a stream's span is current its ids are bound in the stream's
   structlog context (``bind_ids``), as ``trace_id`` and ``span_id`` in lowercase hex (the
   OpenTelemetry log data model's form): a record pays nothing more than the
@@ -48,6 +49,9 @@ from runtime.tracing import TracingConfig
 MAX_TRACEPARENT_CHARS: Final = 256
 #: The longest ``tracestate`` passed on (W3C Trace Context: at least 512 are propagated).
 MAX_TRACESTATE_CHARS: Final = 512
+#: The most list-members a ``tracestate`` has (W3C Trace Context, "tracestate Header
+#: Field Values"); beyond it the right-most are dropped.
+MAX_TRACESTATE_MEMBERS: Final = 32
 #: How long a process's exit waits for its spans to be exported.
 EXIT_FLUSH_S: Final = 1.0
 #: First spans of the streams served here, for a resume's link (bounded: oldest go first).
@@ -143,6 +147,18 @@ def _resource(service: str, environ: Mapping[str, str]) -> Resource:
     return Resource.create({} if named else {SERVICE_NAME: service})
 
 
+def joined_tracestate(values: Sequence[str]) -> tuple[str | None, bool]:
+    """Several ``tracestate`` headers as the one list W3C Trace Context says they are
+    (combined in order, with commas, as HTTP combines a repeated field), its empty members
+    left out, cut to its first ``MAX_TRACESTATE_MEMBERS``; and whether it was cut. None
+    for no header at all."""
+    if not values:
+        return None, False
+    members = [m for m in (m.strip(" \t") for v in values for m in v.split(",")) if m]
+    cut = len(members) > MAX_TRACESTATE_MEMBERS
+    return ",".join(members[:MAX_TRACESTATE_MEMBERS]), cut
+
+
 class Tracing:
     """A process's tracer, its export, and the trace context's way in and out."""
 
@@ -212,14 +228,26 @@ class Tracing:
     def context_from_metadata(
         self, metadata: Iterable[tuple[str, str | bytes]]
     ) -> tuple[Context | None, str | None]:
-        """``context_from`` for a call's metadata (the first of each key)."""
-        traceparent = tracestate = None
-        for key, value in metadata:
-            if key == TRACEPARENT and traceparent is None:
-                traceparent = value if isinstance(value, str) else ""
-            elif key == TRACESTATE and tracestate is None:
-                tracestate = value if isinstance(value, str) else ""
-        return self.context_from(traceparent, tracestate)
+        """``context_from`` for a call's metadata, as W3C Trace Context reads repeated
+        headers (grpc.aio gives each as a pair of its own): more than one ``traceparent``
+        makes the context invalid (a new trace, ``traceparent_repeated``); several
+        ``tracestate`` are one list, joined with commas in order, of at most
+        ``MAX_TRACESTATE_MEMBERS`` members (the right-most beyond dropped,
+        ``tracestate_truncated``), then bounded and checked as one."""
+        traceparents: list[str] = []
+        tracestates: list[str] = []
+        for key, value in metadata:  # bounded: the call's metadata is (--max-metadata-bytes)
+            if key == TRACEPARENT:
+                traceparents.append(value if isinstance(value, str) else "")
+            elif key == TRACESTATE:
+                tracestates.append(value if isinstance(value, str) else "")
+        if len(traceparents) > 1:
+            return None, "traceparent_repeated"
+        tracestate, truncated = joined_tracestate(tracestates)
+        context, why = self.context_from(traceparents[0] if traceparents else None, tracestate)
+        if why is None and truncated and context is not None:
+            why = "tracestate_truncated"
+        return context, why
 
     # --- spans ------------------------------------------------------------------------------
 

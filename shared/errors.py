@@ -83,6 +83,7 @@ class Reason(StrEnum):
     REPLY_LOG_BUSY = "reply_log_busy"
     HEALTH_WATCH_LIMIT = "health_watch_limit"
     HEALTH_LIST_LIMIT = "health_list_limit"
+    METADATA_TOO_LARGE = "metadata_too_large"
     # --- consumer input (lab) --------------------------------------------
     CONSUMER_ALREADY_FINISHED = "consumer_already_finished"
     TRANSPORT_REQUIRES_BYTES = "transport_requires_bytes"
@@ -414,6 +415,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.HEALTH_LIST_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "health List: more than 100 services registered (none listed)"
+    ),
+    Reason.METADATA_TOO_LARGE: _info(
+        _R,
+        "RESOURCE_EXHAUSTED",
+        "the request's metadata was past the producer's --max-metadata-bytes (refused before "
+        "any of it was read)",
     ),
     Reason.CONSUMER_ALREADY_FINISHED: _info(
         _I, "INTERNAL", "input arrived after the consumer had finished"

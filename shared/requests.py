@@ -29,6 +29,12 @@ MAX_STREAM_ID_CHARS: Final = 128
 MAX_CASE_ID_CHARS: Final = 128
 #: The largest serialized OpenRequest looked at: the binding plus room for every other field.
 MAX_REQUEST_BYTES: Final = MAX_BINDING_BYTES + 4096
+#: The request metadata a producer reads by default (``--max-metadata-bytes``), counted as
+#: HTTP/2 counts a header list (RFC 9113 §6.5.2: name + value + 32 octets each), and the
+#: least it may be set to: a consumer's own metadata (a token of at most 512 characters, a
+#: ``traceparent`` and a ``tracestate`` of at most 512, its user agent) is under 1.5 KiB.
+DEFAULT_MAX_METADATA_BYTES: Final = 16 * 1024
+MIN_MAX_METADATA_BYTES: Final = 4096
 #: Ids are logged in every record of a stream: visible ASCII only, no spaces or controls.
 _ID_PATTERN: Final = re.compile(r"[\x21-\x7e]*")
 

@@ -65,11 +65,14 @@ def require_binary() -> Path:
     return binary
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def free_port(below: int = 65536) -> int:
+    """A port free now, less than ``below`` (the kernel's pick, asked again until it is)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port < below:
+            return port
 
 
 @dataclass
@@ -141,7 +144,11 @@ def redis_server(
     host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
     persistent: bool = False,
+    cluster: bool = False,
 ) -> Iterator[RedisServer]:
+    """A private server; ``cluster``: a Redis Cluster node on its own (``cluster_enabled:1``,
+    no slots: it answers PING and refuses every key), on a port with room for its cluster
+    bus (the port + 10000)."""
     binary = require_binary()
     secret = ["--requirepass", password] if password else []
     saving = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else [
@@ -149,12 +156,14 @@ def redis_server(
     with tempfile.TemporaryDirectory(prefix="replywire-redis-") as folder:
         socket_path = Path(folder) / "redis.sock"
         for _attempt in range(3):  # a free port can be taken between the probe and the bind
-            port = HOST_PORT if prefix else free_port()
+            port = HOST_PORT if prefix else free_port(below=55536 if cluster else 65536)
+            clustered = ["--cluster-enabled", "yes", "--cluster-config-file",
+                         str(Path(folder) / "nodes.conf")] if cluster else []  # fmt: skip
             command = [*prefix, str(binary), "--port", str(port), "--bind", host, "--save", "",
                  *saving, "--dir", folder, "--logfile", str(Path(folder) / "log"),
                  "--unixsocket", str(socket_path), "--unixsocketperm", "700",
                  # Clients on other test hosts: no password there, and not loopback.
-                 "--protected-mode", "no", *secret]  # fmt: skip
+                 "--protected-mode", "no", *secret, *clustered]  # fmt: skip
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

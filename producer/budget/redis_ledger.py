@@ -78,6 +78,7 @@ from producer.budget.redis_scripts import (
 )
 from producer.budget.usage import Rates, charged_tokens, check_usage, estimate_prompt_tokens, shown
 from producer.store_urls import redacted as safe_location
+from producer.store_urls import refuse_cluster
 from shared.errors import Reason, RequestRefused
 
 PICO_PER_USD: Final = 10**12
@@ -202,7 +203,9 @@ class RedisLedger:
     # --- the Ledger interface -------------------------------------------------------------
 
     def check(self) -> None:
-        """Reach Redis once (at start) and read the sums: a broken ledger stops the producer."""
+        """Reach Redis once (at start) and read the sums: a broken ledger stops the producer,
+        and so does a Redis Cluster node (``ClusterNode``: its scripts span slots)."""
+        refuse_cluster(self._redis("read", lambda: self.client.info("cluster")))
         sums = self._redis("read", lambda: self.client.hgetall(self._committed_key))
         seq = self._redis("read", lambda: self.client.get(self._seq_key))
         try:

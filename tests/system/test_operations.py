@@ -33,6 +33,7 @@ from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from runtime.library_logs import FOREIGN_LOG_EVENT
 from shared.digest import canonical_json
+from shared.errors import Reason
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
@@ -408,6 +409,7 @@ def test_every_metric_is_named_for_what_it_counts_with_no_created_series() -> No
     metrics.ledger_settled(0.25)
     metrics.chunk_written(3, 0.002)
     metrics.spans_dropped(2)
+    metrics.request_refused(Reason.METADATA_TOO_LARGE)
     text = generate_latest(metrics.registry).decode()
     check_exposition(text)
     assert {name for name, _ in samples(text)} == {
@@ -421,9 +423,11 @@ def test_every_metric_is_named_for_what_it_counts_with_no_created_series() -> No
         "replywire_ledger_spend_usd_total",
         "replywire_generations_ended_total",
         "replywire_trace_spans_dropped_total",
+        "replywire_requests_refused_total",
     }
     values = samples(text)
     assert values["replywire_trace_spans_dropped_total", ()] == 2
+    assert values["replywire_requests_refused_total", (("reason", "metadata_too_large"),)] == 1
     assert values["replywire_generations_ended_total", (("outcome", "reply_log_limit"),)] == 1
     assert values["replywire_ledger_spend_usd_total", ()] == 0.25
 

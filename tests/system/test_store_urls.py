@@ -135,3 +135,21 @@ def test_a_mixed_case_or_unix_url_to_a_real_server_serves_both_flags(
     assert any(r["event"] == "budget_settled" for r in records)
     assert_nowhere(PASSWORD, tmp_path)
     assert_nowhere(QUOTED, tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["--reply-log", "--ledger"])
+def test_a_redis_cluster_node_is_refused_at_start_in_one_line(tmp_path: Path, flag: str) -> None:
+    """A Redis Cluster node answers PING, then redirects (MOVED) or refuses (CROSSSLOT) the
+    store's keys: refused at start, in one line naming the flag, exit 2."""
+    with redis_server(cluster=True) as server:
+        assert redis.Redis(unix_socket_path=str(server.socket)).info("cluster") == {
+            "cluster_enabled": 1
+        }
+        gemini = ["--source", "gemini"] if flag == "--ledger" else []
+        done = start(tmp_path, *gemini, flag, server.url)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"producer: {flag} redis://127.0.0.1:{server.port}/0 is a Redis Cluster node; "
+        "Redis Cluster is not supported yet\n"
+    )
+    assert "listening on" not in done.stdout

@@ -115,22 +115,56 @@ class FakeClock:
 
 def test_connection_ages_at_the_edges() -> None:
     clock = FakeClock()
-    ages = ConnectionAges(10.0, 10.0, clock=clock)
-    assert (ages.cut_after_s, ages.forget_after_s) == (18.0, 22.0)
-    first = ages.seen("ipv4:127.0.0.1:1000")
+    ages = ConnectionAges(10.0, 10.0, 60.0, clock=clock)
+    assert (ages.cut_after_s, ages.forget_after_s, ages.renew_after_s) == (18.0, 22.0, 61.0)
+    first = ages.opened("ipv4:127.0.0.1:1000")
     clock.now += 5
-    assert ages.seen("ipv4:127.0.0.1:1000") == first  # a second stream, same connection
-    assert ages.seen("ipv4:127.0.0.1:2000") == clock.now
+    assert ages.opened("ipv4:127.0.0.1:1000") == first  # a second stream, same connection
+    assert ages.opened("ipv4:127.0.0.1:2000") == clock.now
     clock.now = first + 18.0 - 0.001
     assert not ages.aged_out(first)
     clock.now = first + 18.0
     assert ages.aged_out(first)
     clock.now = first + 22.0  # the first connection is certainly closed: forgotten
-    assert ages.seen("ipv4:127.0.0.1:3000") == clock.now
+    assert ages.opened("ipv4:127.0.0.1:3000") == clock.now
     assert len(ages) == 2
     clock.now += 1000  # all forgotten but the newest: the table stays bounded
-    ages.seen("ipv4:127.0.0.1:4000")
+    ages.opened("ipv4:127.0.0.1:4000")
     assert len(ages) == 1
+
+
+def test_a_client_port_idle_past_the_connection_idle_bound_is_a_new_connection() -> None:
+    """gRPC closes a connection without a stream for idle_s: a stream from the same address
+    after that (plus a second) is on a new connection, even one that reused the port."""
+    clock = FakeClock()
+    ages = ConnectionAges(10.0, 10.0, 2.0, clock=clock)
+    peer = "ipv4:127.0.0.1:1000"
+    first = ages.opened(peer)
+    ages.opened(peer)
+    clock.now += 1
+    ages.ended(peer)
+    clock.now += 5  # one stream still open: the same connection, however long
+    assert ages.opened(peer) == first
+    ages.ended(peer)
+    ages.ended(peer)
+    clock.now += 3.0  # idle for exactly 2 + 1 s: possibly still the same connection
+    assert ages.opened(peer) == first
+    ages.ended(peer)
+    clock.now += 3.001  # idle longer: closed by gRPC; this stream's connection is new
+    assert ages.opened(peer) == clock.now
+    assert len(ages) == 1
+
+
+def test_a_passed_deadline_is_the_consumers_whatever_the_connections_age() -> None:
+    clock = FakeClock()
+    ages = ConnectionAges(10.0, 10.0, 60.0, clock=clock)
+    first = ages.opened("ipv4:127.0.0.1:1000")
+    clock.now += 18.0  # aged out
+    assert ages.cut(first, 0.0) == (StreamInput.CONSUMER_CANCELLED, Reason.DEADLINE_EXCEEDED)
+    assert ages.cut(first, None) == (StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT)
+    assert ages.cut(first, 3.0) == (StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT)
+    clock.now -= 1.0
+    assert ages.cut(first, 3.0) == (StreamInput.CONSUMER_CANCELLED, Reason.CONSUMER_CANCELLED)
 
 
 def test_connection_aged_out_is_a_final_state_of_its_own() -> None:

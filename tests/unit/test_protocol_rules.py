@@ -1173,6 +1173,11 @@ UNAVAILABLE, CANCELLED = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED
         (StreamEnded(CANCELLED, "CANCELLED"), 0, 0, ("refused", "producer_overloaded")),
         (StreamEnded(UNAVAILABLE, "Received RST_STREAM with error code 7"), 1, 0,
          ("refused", "stream_limit")),
+        (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                     "received metadata size exceeds hard limit (value length 32769 vs. 32768)"),
+         0, 0, ("refused", "metadata_too_large")),
+        (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "metadata_too_large"), 0, 0,
+         ("refused", "metadata_too_large")),
         # 8: a shared reply's named ending, mid-stream too
         (StreamEnded(UNAVAILABLE, "generator_lost"), 1, 2, ("error", "generator_lost")),
         (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "reply_log_limit"), 0, 2,

@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.trace import SpanKind
 
-from runtime.otel import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS, Tracing
+from runtime.otel import (
+    MAX_TRACEPARENT_CHARS,
+    MAX_TRACESTATE_CHARS,
+    MAX_TRACESTATE_MEMBERS,
+    Tracing,
+    joined_tracestate,
+)
 from runtime.tracing import TracingConfig, active, endpoint_from
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -22,6 +28,8 @@ WHY = {
     "traceparent_oversized",
     "tracestate_oversized",
     "tracestate_malformed",
+    "traceparent_repeated",
+    "tracestate_truncated",
 }
 
 
@@ -100,6 +108,35 @@ def test_any_metadata_is_continued_or_ignored(
 ) -> None:
     _, why = tracing.context_from_metadata(pairs)
     assert why in WHY
+
+
+def test_two_traceparents_make_the_context_invalid_even_when_equal(tracing: Tracing) -> None:
+    for second in (VALID, f"00-{TRACE_ID}-{'1' * 16}-01", "garbage"):
+        pairs = [("traceparent", VALID), ("tracestate", "a=1"), ("traceparent", second)]
+        assert tracing.context_from_metadata(pairs) == (None, "traceparent_repeated")
+
+
+def test_several_tracestates_are_one_list_in_order(tracing: Tracing) -> None:
+    assert joined_tracestate([]) == (None, False)
+    assert joined_tracestate(["a=1, b=2", "", " c=3 ,,d=4"]) == ("a=1,b=2,c=3,d=4", False)
+    pairs = [("tracestate", "a=1"), ("traceparent", VALID), ("tracestate", "b=2,c=3")]
+    parent, why = tracing.context_from_metadata(pairs)
+    assert why is None and parent is not None
+    span = tracing.start("s", kind=SpanKind.SERVER, parent=parent)
+    assert dict(tracing.metadata(span))["tracestate"] == "a=1,b=2,c=3"
+
+
+def test_a_list_of_more_than_32_members_keeps_its_first_32(tracing: Tracing) -> None:
+    members = [f"k{i}=v" for i in range(MAX_TRACESTATE_MEMBERS + 1)]
+    at_bound = [("traceparent", VALID), ("tracestate", ",".join(members[:16]))]
+    at_bound.append(("tracestate", ",".join(members[16:MAX_TRACESTATE_MEMBERS])))
+    parent, why = tracing.context_from_metadata(at_bound)
+    assert why is None and parent is not None
+    parent, why = tracing.context_from_metadata([*at_bound, ("tracestate", members[-1])])
+    assert why == "tracestate_truncated" and parent is not None
+    span = tracing.start("s", kind=SpanKind.SERVER, parent=parent)
+    kept = dict(tracing.metadata(span))["tracestate"]
+    assert kept == ",".join(members[:MAX_TRACESTATE_MEMBERS])
 
 
 def test_the_switch() -> None:

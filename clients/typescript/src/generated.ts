@@ -31,6 +31,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["reply_log_busy", "refused"],
   ["health_watch_limit", "refused"],
   ["health_list_limit", "refused"],
+  ["metadata_too_large", "refused"],
   ["consumer_already_finished", "invalid"],
   ["transport_requires_bytes", "invalid"],
   ["stream_byte_limit", "invalid"],
