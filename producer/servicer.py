@@ -271,7 +271,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             self.metrics.request_refused(Reason.METADATA_TOO_LARGE)
             self._log.warning(
                 "request_metadata_too_large",
-                peer=context.peer(),
+                peer=peer_of(context),
                 metadata_bytes=size,
                 max_metadata_bytes=self.max_metadata_bytes,
             )
