@@ -852,12 +852,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # grpc's Python loggers (grpc._cython.cygrpc, grpc.aio, ...), Redis' and the HTTP
     # client's would print bare lines into stderr; they become records of the trace with one
     # fixed event name, bounded: gRPC's can hold a peer's header, whole, before any token.
+    # The root logger too (""): every other library's (asyncio's, for one) the same way.
     set_library_log_bounds(
         LibraryLogBounds(
             args.library_log_chars, args.library_log_burst, args.library_log_interval_s
         )
     )
-    route_stdlib_logging("grpc", "redis", "httpx", "httpcore")
+    route_stdlib_logging("", "grpc", "redis", "httpx", "httpcore")
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
     if args.conformance is not None:

@@ -226,7 +226,7 @@ class _ToStructlog(logging.Handler):
 def route_stdlib_logging(*names: str, level: int = logging.WARNING) -> None:
     """Route the standard ``logging`` of the named libraries (and their children) into
     the structlog trace, bounded, and stop them reaching Python's last-resort stderr
-    handler."""
+    handler. ``""`` names the root logger: every library not named otherwise."""
     for name in names:
         logger = logging.getLogger(name)
         logger.handlers = [_ToStructlog()]

@@ -190,3 +190,24 @@ def test_kinds_are_bounded_and_one_kind_stands_for_the_rest() -> None:
 def test_bounds_below_their_least_are_refused(bounds: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         LibraryLogBounds(**bounds)
+
+
+def test_the_root_logger_routed_bounds_every_other_library() -> None:
+    """The producer routes the root logger too: asyncio's records (or any library's not
+    named) are bounded library records, never bare lines on stderr."""
+    out = io.StringIO()
+    configure_logging("producer", log_format="json", stream=out)
+    set_library_log_bounds(LibraryLogBounds())
+    root = logging.getLogger()
+    saved = root.handlers, root.level, root.propagate
+    route_stdlib_logging("")
+    try:
+        logging.getLogger("asyncio").error("Task exception was never retrieved: %s", "x" * 100_000)
+    finally:
+        root.handlers, root.propagate = saved[0], saved[2]
+        root.setLevel(saved[1])
+        structlog.reset_defaults()
+    (record,) = records(out)
+    assert (record["event"], record["logger"]) == (FOREIGN_LOG_EVENT, "asyncio")
+    assert record["message"].endswith(CUT_MARK)
+    assert len(out.getvalue()) <= LibraryLogBounds().max_record_bytes
