@@ -41,7 +41,8 @@ def announced_window(window_bytes: int) -> int:
     another stream, the ``Cancel`` of a stop). Sending the update forgets the pending
     size, so it happens once per pause. The producer can therefore get twice the
     announced window past the chunks the consumer has read; announcing half keeps that
-    to ``window_bytes`` (measured on the wire: bench.memory, tests/system/test_flow_window.py).
+    to ``window_bytes`` (measured on the wire: bench.memory,
+    tests/system/test_flow_window_processes.py).
     """
     return window_bytes // 2
 

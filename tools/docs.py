@@ -10,7 +10,8 @@ A generated section is the text between ``<!-- generated:NAME -->`` and
 ``<!-- /generated:NAME -->`` in whichever doc file holds it (``doc_files()``: the README,
 docs/*.md, bench/README.md, fixtures/PROVENANCE.md); a name not registered here is left
 as it is. Sample output comes from a real run with its varying values (pid, port,
-temporary directory) replaced by fixed ones; tests/system/test_cli.py runs the demo and compares.
+temporary directory) replaced by fixed ones; tests/system/test_cli_processes.py runs the
+demo and compares.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ transient), and each stream's timeline, as ``make trace`` prints it from both tr
 Then, with the trace on the terminals (the console format): a producer's terminal, a
 consumer with no producer to talk to, and one frame of the live part itself, drawn while
 the producer stalls on purpose. Ports and trace paths are the tour's;
-``tests/system/test_view.py`` runs this again and compares it with docs/tour.md, with the times,
+``tests/system/test_view_processes.py`` runs this again and compares it with docs/tour.md,
+with the times,
 the random stream ids and what depends on timing masked.
 
     python -m tools.docs --update docs/tour.md --run     # rewrites the sections

@@ -43,7 +43,7 @@ TRACES = f"{HERE}::test_traces_recipe"
 SECURITY = f"{HERE}::test_security_recipe"
 WALKTHROUGH = f"{HERE}::test_fake_gemini_walkthrough"
 TWO_TERMINALS = f"{HERE}::test_two_terminals"
-VIEW = "tests/system/test_view.py::test_the_readme_view_samples_are_real_runs"
+VIEW = "tests/system/test_view_processes.py::test_the_readme_view_samples_are_real_runs"
 DEVELOPMENT = f"{HERE}::test_development_commands"
 BENCH = f"{HERE}::test_benchmarks"
 BUILD = f"{HERE}::test_build_commands"
@@ -120,7 +120,7 @@ NEEDS_JQ = pytest.mark.skipif(
 
 # Every command shown, and the test that runs it.
 RUN_BY = {
-    "make demo": "tests/system/test_cli.py::test_demo_prints_the_table",
+    "make demo": "tests/system/test_cli_processes.py::test_demo_prints_the_table",
     view_samples.TOUR_PRODUCER: f"{TWO_TERMINALS} (also {VIEW}, stopped and restarted)",
     "make run-consumer CASE=replace-file": f"{TWO_TERMINALS} (Live Gemini shows it)",
     view_samples.COMPLETE: f"{TWO_TERMINALS} (also {VIEW})",
@@ -148,17 +148,17 @@ RUN_BY = {
     + " (with --rounds 1 --frames 200: the figures are not asserted)",
     "make protos": DEVELOPMENT,
     "make trace P=PRODUCER.jsonl C=CONSUMER.jsonl STREAM=ID OUT=ID.html": (
-        "tests/system/test_timeline.py::test_make_trace (on real traces)"
+        "tests/system/test_timeline_processes.py::test_make_trace (on real traces)"
     ),
     "make lint": "CI (.ci/run runs make test, which runs make lint)",
-    "make conformance": "tests/system/test_conformance.py::"
+    "make conformance": "tests/system/test_conformance_processes.py::"
     "test_make_conformance_runs_both_modes_against_both_consumers "
     "(with CONFORMANCE_ARGS=--smoke: the wire mode's whole set takes minutes)",
     'make conformance CONSUMER=".venv/bin/python -m conformance.testee"': (
-        "tests/system/test_conformance.py::test_make_conformance_with_a_consumer_runs_its_core_mode"
+        "tests/system/test_conformance_processes.py::test_make_conformance_with_a_consumer_runs_its_core_mode"
     ),
     ".venv/bin/python -m conformance mutants": (
-        "tests/system/test_conformance.py::test_every_mutant_fails_some_vector"
+        "tests/system/test_conformance_processes.py::test_every_mutant_fails_some_vector"
     ),
     "make vectors": "tests/unit/test_conformance.py::"
     "test_the_committed_vectors_are_what_the_generator_writes (the same generator, its files "

@@ -1,4 +1,7 @@
-"""``python -m consumer`` as a user runs it: real subprocesses, exit codes, stdout, stderr."""
+"""The consumer's command line in one process, without a connection: the demo's wires, a
+request and its options checked before anything runs, a value error while streaming told
+from a usage error. (tests/system/test_cli_processes.py runs ``python -m consumer`` as a
+user does.)"""
 
 from __future__ import annotations
 

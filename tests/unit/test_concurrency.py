@@ -1,9 +1,7 @@
-"""Many streams at once on one producer, across real processes: 3,000 concurrent streams
-all complete; past ``--max-streams`` the servicer refuses ``stream_limit``; past
-``--max-pending`` gRPC drops a request before the servicer sees it (a bare ``CANCELLED``),
-which the consumer reports as ``producer_overloaded``, never as an unexplained error.
-
-No time is asserted: these tests count outcomes (the bench measures the rates)."""
+"""The producer's bound on pending streams without processes: ``--max-pending`` is one soft
+and hard limit, its default and environment variable, and how the consumer names a stream
+gRPC refused before the servicer (``producer_overloaded``).
+(tests/system/test_concurrency_processes.py opens 3,000 streams at once.)"""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ def test_a_binding_the_core_cannot_use_is_an_error() -> None:
     core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
 )
 def test_every_mutant_is_caught_in_process() -> None:
-    """The same as tests/system/test_conformance.py's, without processes: every mutant's
+    """The same as tests/system/test_conformance_processes.py's, without processes: every mutant's
     core fails some vector, and the core is itself again afterwards."""
     for name in MUTANTS:
         with applied(name):

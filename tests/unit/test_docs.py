@@ -60,7 +60,8 @@ def test_each_generated_section_lives_in_one_file(name: str) -> None:
 @pytest.mark.parametrize("name", list(SECTIONS))
 def test_generated_sections_are_current(name: str) -> None:
     """The sections rendered from the code's tables. Those rendered from real runs are
-    compared by tests/system/test_cli.py (the demo) and tests/system/test_view.py (the tour)."""
+    compared by tests/system/test_cli_processes.py (the demo) and
+    tests/system/test_view_processes.py (the tour)."""
     assert section(name) == SECTIONS[name](), (
         f"regenerate: python -m tools.docs --update {holders(name)[0]} ({name})"
     )

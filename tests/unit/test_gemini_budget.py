@@ -1,10 +1,7 @@
-"""A hostile provider cannot bend the ledger, one caller cannot starve the others, a cancelled
-open gives its reservation back, a capture never holds the key, the key never travels in clear.
-
-Real processes: the fake Gemini server, ``python -m producer --source gemini`` pointed at it,
-consumers (``python -m consumer stream``, or the consumer's own client in this process when
-many must run at once).
-"""
+"""The Gemini source's money rules without processes: a capture scrubs a key split across
+reads and at its cut, and only https or loopback base URLs are accepted (so the key never
+travels in clear). (tests/system/test_gemini_budget_processes.py runs the hostile provider
+against real processes.)"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The ledger's bounds without a server: a file ledger held past its timeout refuses and
 writes nothing, a file lease runs to its last instant, a new call past the pending-moves bound
 is refused before the ledger is asked, the settle backoff, and the ledger settings and flags
-at and past their edges. The faults of a real store are tests/integration/test_ledger_faults.py's,
-through producers tests/system/test_gemini_ledger_faults.py's."""
+at and past their edges. The faults of a real store are
+tests/integration/test_ledger_faults_in_process.py's, through producers
+tests/system/test_gemini_ledger_faults.py's."""
 
 from __future__ import annotations
 

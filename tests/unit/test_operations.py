@@ -1,10 +1,7 @@
-"""The producer's operations surface: stream limit, health, reflection, metrics, connection
-age, its own trace file, and a hostile HTTP/2 peer.
-
-Real producer processes on ephemeral loopback ports and real gRPC clients; raw TCP
-peers built by hand (tests/http2.py). Only what a test started is signalled, by pid;
-every wait is bounded; no assertion is on elapsed time.
-"""
+"""The producer's operations surface without processes: the stream limit and its gRPC
+options, the health servicer's interface and bound, each producer's metrics registry,
+connection ages at their edges, gRPC's Python logging as one record, the write-wait buckets.
+(tests/system/test_operations_processes.py runs them on real producer processes.)"""
 
 from __future__ import annotations
 

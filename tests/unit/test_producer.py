@@ -1,4 +1,5 @@
-"""The producer's request checks over a real gRPC connection (in-process server, ephemeral port)."""
+"""The producer's request without a connection: every wire and every fault round-trips
+through an ``OpenRequest``; the per-stream state table."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Safe to expose: TLS, mutual TLS, bearer tokens, the exposure rule, a consumer that cannot hang.
-
-Real producer processes on loopback with certificates made at test time
-(tests/certs.py); real consumer processes. Only what a test started is
-signalled; every wait is bounded.
-"""
+"""Safe to expose, the parts that need no process: the token file (callers named, bad lines
+refused without echoing them, names and tokens unique), a token identifying its caller or
+nobody, loopback addresses, and the request's bounds (ids, binding depth and size, question
+passages). (tests/system/test_security_processes.py runs TLS, tokens and the exposure rule
+on real processes.)"""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The trace timeline (`python -m consumer trace`): its table and its picture, mark for mark.
-
-One real producer and real consumer processes write both traces at debug for
-four streams: a complete one, a slow reader that pauses, a transport abort the
-consumer resumes from, and a stall that ends in the idle timeout. The table and
-the SVG are parsed back and their marks counted against the trace records;
-one page is opened in a headless Chromium (skipped with the reason where none
-is installed, never in CI).
-"""
+"""The trace timeline's pure parts: timestamps read to the microsecond, a trace's records as
+rows (every record in exactly one, in time order; runs of chunk records one row each), the
+axis. (tests/system/test_timeline_processes.py draws real traces, mark for mark.)"""
 
 from __future__ import annotations
 

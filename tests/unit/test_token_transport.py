@@ -2,7 +2,7 @@
 local (``target_locality``, from the target's text alone), a token with a plaintext target
 elsewhere refused by ``StreamOptions`` itself before any connection, and the order in which
 ``--tls`` finds the system's trust store. The token on real connections, on loopback and
-across test hosts, is tests/system/test_token_transport.py's."""
+across test hosts, is tests/system/test_token_transport_processes.py's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The live view: what it draws for a complete, a truncated, a refused and a disconnected
-stream, into a recorded console (in-process, real producer processes) and on a real
-pseudo-terminal (the command line, as a person runs it); every reason code in words."""
+"""The live view's words without a terminal: every reason code has a sentence and every
+status a headline, hints say what to run, a tail keeps the end, and an unknown case is
+refused in words while piped output keeps the JSON. (tests/system/test_view_processes.py
+draws real streams.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The producer's request checks over a real gRPC connection (in-process server, ephemeral port)."""
+"""The producer as a process: SIGTERM stops it cleanly, environment variables configure it,
+usage errors exit 2."""
 
 from __future__ import annotations
 
