@@ -41,7 +41,7 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY
+from tests.gemini_runs import API_KEY
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer
 from tests.redis_server import RedisServer, redis_server
 

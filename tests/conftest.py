@@ -34,7 +34,7 @@ import structlog
 
 from runtime.recording_file import load_recording
 from shared.recording import Recording
-from tests.helpers import COVERAGE_HOOK
+from tests.runs import COVERAGE_HOOK
 
 # `make test` runs pytest inside make: a `make` command a test runs (the README's) would
 # then print "Entering directory" lines around its output, unlike the same command typed

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import ONCE_TIMEOUT_S
 from tests.processes import ROOT
+from tests.runs import ONCE_TIMEOUT_S
 
 TS = ROOT / "clients/typescript"
 #: The steps of `make ts`, as the README shows them.
@@ -21,7 +21,7 @@ STEPS = ("npm ci", "npm run build", "npm test")
 #: The build: the README's steps, in clients/typescript/, through make (the root README's).
 MAKE_TS = "make --no-print-directory ts"
 #: Each step's bound: the three together stay under the time the other workers wait for the
-#: first one's build (tests.helpers.ONCE_TIMEOUT_S), so a slow build fails here, with its output.
+#: first one's build (tests.runs.ONCE_TIMEOUT_S), so a slow build fails here, with its output.
 STEP_TIMEOUT_S = 90.0
 #: What a failed step's output keeps for the report (its tail: where tsc and node:test say why).
 OUTPUT_TAIL = 6000

@@ -30,8 +30,9 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import CASE, FINAL_VALUES
+from tests.producer_records import FINAL_VALUES
 from tests.redis_server import free_port
+from tests.runs import CASE
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,18 +24,8 @@ from harness.fake_gemini import (
     FakeGemini,
     Pacing,
 )
-from tests.helpers import (
-    CASES,
-    EVENT_END,
-    FIRST,
-    HEADERS,
-    KEY,
-    split_events,
-    text_of,
-)
-from tests.helpers import (
-    fake_request_body as request_body,
-)
+from tests.gemini_runs import CASES, EVENT_END, FIRST, HEADERS, KEY, split_events, text_of
+from tests.gemini_runs import fake_request_body as request_body
 
 ERROR_CONTENT_TYPE = "application/json; charset=UTF-8"
 

@@ -23,7 +23,7 @@ from consumer.channels import channel_options
 from consumer.options import StreamOptions
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
-from tests.helpers import HOLD_S
+from tests.gemini_runs import HOLD_S
 from tests.http2 import PREFACE, frame
 
 STABLE_S = 0.5

@@ -32,7 +32,7 @@ from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests import http2
-from tests.helpers import CASE
+from tests.runs import CASE
 
 PING = 0x6
 

@@ -22,7 +22,7 @@ from producer.budget.redis_ledger import RedisLedger
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from shared.errors import Reason, RequestRefused
-from tests.helpers import BODY, GOOD_USAGE, PROMPT_ESTIMATE
+from tests.budget_values import BODY, GOOD_USAGE, PROMPT_ESTIMATE
 from tests.redis_server import RedisServer, free_port, redis_server
 
 MakeLedger = Callable[..., Ledger]

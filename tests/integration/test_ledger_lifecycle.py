@@ -19,7 +19,7 @@ from producer.budget.entry_states import ENTRY, EntryInput, EntryState
 from producer.budget.ledger import AlreadyLeft, Ledger, Owner
 from producer.budget.options import RedisOptions
 from producer.budget.stores import open_ledger
-from tests.helpers import BODY, GOOD_USAGE
+from tests.budget_values import BODY, GOOD_USAGE
 from tests.redis_server import RedisServer, redis_server
 
 CALL = "call"

@@ -33,7 +33,7 @@ from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES, 
 from shared.result import StreamResult
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import CASE
+from tests.runs import CASE
 
 pytestmark = pytest.mark.timeout(60)
 

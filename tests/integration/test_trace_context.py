@@ -26,7 +26,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import CASE
+from tests.runs import CASE
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import once_per_run
+from tests.runs import once_per_run
 from tests.typescript import build
 
 

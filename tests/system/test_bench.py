@@ -39,8 +39,8 @@ from consumer.options import StreamOptions
 from harness.children import stop_process
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import unmeasured_environ
 from tests.processes import wait_for
+from tests.runs import unmeasured_environ
 
 # The benchmarks drive thousands of streams through code the other tests measure: their
 # processes are not measured (tests/conftest.py, ``_no_cover_children``).

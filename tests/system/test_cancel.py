@@ -21,7 +21,7 @@ from producer.settings import Exposure, ServerSettings
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
-from tests.helpers import API_KEY, gemini_producer
+from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,
     consumer_process,

@@ -33,7 +33,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY, essence
+from tests.gemini_runs import API_KEY
 from tests.processes import (
     FakeGeminiProcess,
     concurrent_replies,
@@ -43,6 +43,7 @@ from tests.processes import (
 )
 from tests.redis_server import redis_server
 from tests.reset_proxy import ResetProxy
+from tests.runs import essence
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,9 +18,10 @@ from consumer.options import StreamOptions
 from producer.settings import DEFAULT_MAX_STREAMS
 from shared.recording import Recording
 from shared.requests import ReplyRequest
-from tests.helpers import UTF8_CASE as CASE
-from tests.helpers import finals, quiet, stopped_record
 from tests.processes import producer
+from tests.producer_records import finals, stopped_record
+from tests.runs import UTF8_CASE as CASE
+from tests.runs import quiet
 
 
 def outcome(result: dict[str, object]) -> tuple[object, object]:

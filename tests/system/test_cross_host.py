@@ -34,8 +34,9 @@ from producer.budget.options import RedisOptions
 from producer.budget.redis_ledger import RedisLedger
 from producer.states import FINAL_STATES
 from shared.recording import Recording
+from tests.budget_values import worst_case
 from tests.certs import make_pki
-from tests.helpers import API_KEY, CASE, essence, worst_case
+from tests.gemini_runs import API_KEY
 from tests.netns import Host, hosts
 from tests.processes import (
     ROOT,
@@ -48,6 +49,7 @@ from tests.processes import (
     wait_for,
 )
 from tests.redis_server import RedisServer, redis_server
+from tests.runs import CASE, essence
 
 pytestmark = [pytest.mark.cross_host, pytest.mark.timeout(120)]
 

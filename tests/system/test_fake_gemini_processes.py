@@ -20,15 +20,8 @@ from harness.children import read_listening_port
 from harness.fake_gemini import (
     DEFAULT_MODEL,
 )
-from tests.helpers import (
-    FIRST,
-    HEADERS,
-    split_events,
-    text_of,
-)
-from tests.helpers import (
-    fake_request_body as request_body,
-)
+from tests.gemini_runs import FIRST, HEADERS, split_events, text_of
+from tests.gemini_runs import fake_request_body as request_body
 
 ROOT = Path(__file__).resolve().parents[2]
 

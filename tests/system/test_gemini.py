@@ -21,7 +21,7 @@ from harness.children import stop_process
 from producer.budget.file_ledger import BudgetLedger
 from shared.recording import Recording
 from shared.result import lab_view
-from tests.helpers import API_KEY, SCRIPTS, gemini_producer
+from tests.gemini_runs import API_KEY, SCRIPTS, gemini_producer
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,

@@ -25,7 +25,7 @@ from harness.fake_gemini import BAD_USAGE
 from producer.budget.options import RedisOptions
 from producer.budget.redis_ledger import RedisLedger
 from shared.recording import Recording
-from tests.helpers import worst_case
+from tests.budget_values import worst_case
 from tests.processes import (
     ROOT,
     FakeGeminiProcess,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.children import stop_process
-from tests.helpers import API_KEY, gemini_producer
+from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,
     consumer_process,

@@ -36,7 +36,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY, metrics_port, scrape
+from tests.gemini_runs import API_KEY
 from tests.processes import (
     FakeGeminiProcess,
     Producer,
@@ -46,6 +46,7 @@ from tests.processes import (
     run_consumer,
     wait_for,
 )
+from tests.producer_records import metrics_port, scrape
 from tests.redis_server import RedisServer, redis_server
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.helpers import CASE
 from tests.processes import ROOT
+from tests.runs import CASE
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from producer.budget.options import RedisOptions
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates, estimate_prompt_tokens
 from shared.errors import Reason, RequestRefused
-from tests.helpers import BODY
+from tests.budget_values import BODY
 from tests.redis_server import redis_server
 
 #: One reservation's worst case: BODY's prompt and 1000 output tokens.

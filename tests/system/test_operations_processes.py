@@ -38,8 +38,9 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
 from tests import http2
-from tests.helpers import (
-    INJECTED,
+from tests.hostile_input import INJECTED
+from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
+from tests.producer_records import (
     NOT_SERVING,
     SERVING,
     exposition,
@@ -47,9 +48,8 @@ from tests.helpers import (
     metrics_port,
     samples,
     stopped_record,
-    until,
 )
-from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
+from tests.runs import until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -31,7 +31,7 @@ from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY, essence, gemini_producer, metrics_port, scrape
+from tests.gemini_runs import API_KEY, gemini_producer
 from tests.otlp_collector import (
     KIND_CLIENT,
     KIND_SERVER,
@@ -50,7 +50,9 @@ from tests.processes import (
     run_consumer,
     wait_for,
 )
+from tests.producer_records import metrics_port, scrape
 from tests.reset_proxy import ResetProxy
+from tests.runs import essence
 
 pytestmark = pytest.mark.timeout(180)
 

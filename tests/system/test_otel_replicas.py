@@ -26,7 +26,7 @@ from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY
+from tests.gemini_runs import API_KEY
 from tests.otlp_collector import KIND_CONSUMER, KIND_SERVER, Collector, otlp_collector
 from tests.processes import (
     REPLICA_GRACE_S,

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from native import running
-from tests.helpers import parse_table
 from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
+from tests.timeline_reading import parse_table
 from tools import view_samples
 from tools.docs import doc_files
 

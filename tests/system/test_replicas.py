@@ -42,7 +42,6 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import CASE, essence
 from tests.processes import (
     ROOT,
     Producer,
@@ -54,6 +53,7 @@ from tests.processes import (
 )
 from tests.redis_server import free_port, redis_server
 from tests.reset_proxy import ResetProxy
+from tests.runs import CASE, essence
 
 LEASE_S = "1"
 FINAL_STATES = frozenset(

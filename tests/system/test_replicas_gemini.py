@@ -28,7 +28,7 @@ import pytest
 from harness.children import stop_process
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
-from tests.helpers import API_KEY
+from tests.gemini_runs import API_KEY
 from tests.processes import (
     REPLICA_GRACE_S,
     ROOT,

@@ -40,8 +40,8 @@ from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import metrics_port, scrape
 from tests.processes import wait_for
+from tests.producer_records import metrics_port, scrape
 
 pytestmark = pytest.mark.timeout(300)
 

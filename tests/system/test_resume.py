@@ -25,7 +25,6 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import CASE, essence
 from tests.processes import (
     consumer_process,
     producer,
@@ -33,6 +32,7 @@ from tests.processes import (
     wait_for,
 )
 from tests.reset_proxy import ResetProxy
+from tests.runs import CASE, essence
 
 
 @pytest.fixture(scope="module")

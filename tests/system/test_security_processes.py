@@ -32,8 +32,9 @@ from shared.requests import (
     MAX_STREAM_ID_CHARS,
 )
 from tests.certs import SERVER_NAME, Pki, make_pki
-from tests.helpers import TOKEN_A, TOKEN_B, nested_brackets, until
+from tests.hostile_input import TOKEN_A, TOKEN_B, nested_brackets
 from tests.processes import ROOT, Producer, producer, run_consumer, wait_for
+from tests.runs import until
 
 pytestmark = pytest.mark.timeout(180)
 

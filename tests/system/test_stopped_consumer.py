@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import finals
 from tests.processes import consumer_process, producer, wait_for
+from tests.producer_records import finals
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.helpers import ACCEPTED, API_KEY, PASSWORD, QUOTED
+from tests.gemini_runs import API_KEY
+from tests.hostile_input import ACCEPTED, PASSWORD, QUOTED
 from tests.processes import fake_gemini, producer, run_consumer
 from tests.redis_server import redis_server
 

@@ -8,8 +8,8 @@ import signal
 from pathlib import Path
 
 from harness.children import stop_process
-from tests.helpers import CASE, essence
 from tests.processes import Producer, consumer_process, producer, run_consumer, wait_for
+from tests.runs import CASE, essence
 
 
 def sent(p: Producer, stream_id: str) -> int:

@@ -42,7 +42,7 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import API_KEY
+from tests.gemini_runs import API_KEY
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer, wait_for
 from tests.redis_server import RedisServer, redis_server
 

@@ -24,7 +24,7 @@ from harness.children import read_listening_port, stop_process
 from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
 from tests import hostile_producer as hostile
-from tests.helpers import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
+from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
 from tests.processes import ROOT, consumer_on_a_pty
 
 pytestmark = pytest.mark.timeout(120)

@@ -31,8 +31,8 @@ from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
 from shared.consumer_core import Input
-from tests.helpers import SVG, counted, parse_table, svg_of
 from tests.processes import producer, read_trace
+from tests.timeline_reading import SVG, counted, parse_table, svg_of
 from traces.page import render_html
 from traces.result_events import render_result_events, result_events
 from traces.svg import PLOT_LEFT, PLOT_RIGHT

@@ -55,7 +55,7 @@ from shared.requests import ReplyRequest
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 from tests.certs import SERVER_NAME, Pki, make_pki
-from tests.helpers import TOKEN
+from tests.hostile_input import TOKEN
 from tests.netns import Host, hosts
 from tests.processes import ROOT, Producer, consumer_command, producer, wait_for
 

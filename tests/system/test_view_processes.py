@@ -30,13 +30,9 @@ from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import (
-    masked,
-    once_per_run,
-    rejected_rows,
-    timeline_shape,
-)
 from tests.processes import ROOT, consumer_on_a_pty, producer
+from tests.runs import once_per_run
+from tests.timeline_reading import masked, rejected_rows, timeline_shape
 from tools import view_samples
 
 pytestmark = pytest.mark.timeout(120)

@@ -67,7 +67,7 @@ from shared.requests import ReplyRequest, check_request
 from shared.result import StreamResult
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.helpers import SCRIPTS as LIVE_GEMINI_OUTCOMES
+from tests.gemini_runs import SCRIPTS as LIVE_GEMINI_OUTCOMES
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 RECORDING: Final = load_recording()

@@ -18,8 +18,8 @@ from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording
 from shared.requests import ReplyRequest
-from tests.helpers import UTF8_CASE as CASE
-from tests.helpers import quiet
+from tests.runs import UTF8_CASE as CASE
+from tests.runs import quiet
 
 
 def test_pending_bound_is_one_limit_soft_and_hard() -> None:

@@ -13,7 +13,7 @@ import pytest
 from producer.budget.file_ledger import BudgetLedger
 from producer.budget.usage import Rates, check_usage, usage_cost
 from shared.errors import Reason, RequestRefused
-from tests.helpers import GOOD_USAGE, PROMPT_ESTIMATE
+from tests.budget_values import GOOD_USAGE, PROMPT_ESTIMATE
 
 
 def test_usage_cost_charges_thinking_and_cached_tokens_in_full() -> None:

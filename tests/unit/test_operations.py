@@ -24,7 +24,8 @@ from producer.states import FINAL_STATES, StreamInput, StreamState
 from runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging
 from runtime.logs import configure_logging
 from shared.errors import REASONS, Reason, Status
-from tests.helpers import INJECTED, NOT_SERVING, SERVING
+from tests.hostile_input import INJECTED
+from tests.producer_records import NOT_SERVING, SERVING
 
 pytestmark = pytest.mark.timeout(120)
 

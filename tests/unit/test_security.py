@@ -22,7 +22,7 @@ from shared.requests import (
     check_envelope,
     parse_binding,
 )
-from tests.helpers import TOKEN_A, TOKEN_B, nested_brackets
+from tests.hostile_input import TOKEN_A, TOKEN_B, nested_brackets
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,7 +17,7 @@ import redis
 
 from producer.budget.stores import open_ledger
 from producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
-from tests.helpers import ACCEPTED, PASSWORD, QUOTED
+from tests.hostile_input import ACCEPTED, PASSWORD, QUOTED
 
 pytestmark = pytest.mark.timeout(180)
 

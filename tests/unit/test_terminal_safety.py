@@ -29,7 +29,7 @@ from runtime.console_logs import OWN_STYLES, ConsoleLines
 from runtime.logs import configure_logging
 from shared.errors import scrubbed_detail
 from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
-from tests.helpers import H_SHOWN, TRACE_STREAM, H, hostile_records, refused
+from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused
 from traces.page import render_html
 from traces.result_events import render_result_events, result_events
 from traces.table import render_summaries, render_table, table_rows, terminal_summary_line

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import SVG, counted, svg_of
+from tests.timeline_reading import SVG, counted, svg_of
 from traces.page import render_html
 from traces.svg import TimeScale
 from traces.table import render_table, table_rows

@@ -20,7 +20,7 @@ from consumer.security import (
     target_locality,
 )
 from shared.errors import ConfigurationError
-from tests.helpers import TOKEN
+from tests.hostile_input import TOKEN
 
 pytestmark = pytest.mark.timeout(240)
 

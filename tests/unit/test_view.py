@@ -17,9 +17,7 @@ from consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_
 from consumer.view import tail
 from shared.errors import Reason, Status
 from shared.result import Stats, StreamResult
-from tests.helpers import (
-    rejected_rows,
-)
+from tests.timeline_reading import rejected_rows
 
 pytestmark = pytest.mark.timeout(120)
 
