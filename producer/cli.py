@@ -40,9 +40,6 @@ from producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates
 from producer.files import write_atomically
-from producer.gemini.capture import RunCapture
-from producer.gemini.protocol import DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODEL
-from producer.gemini.source import GeminiSettings, GeminiSource
 from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
 from producer.replylog import (
@@ -73,6 +70,13 @@ from producer.settings import (
     ServerSettings,
 )
 from producer.sources import Source
+from producer.sources.gemini.capture import RunCapture
+from producer.sources.gemini.protocol import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_MODEL,
+)
+from producer.sources.gemini.source import GeminiSettings, GeminiSource
 from producer.sources.recording import RecordingSource
 from producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store, redacted
 from runtime.flags import (

@@ -13,7 +13,7 @@ stream, else an error whose description is the reason.
 
 The reply log's generation (``replywire.generation``) and the provider call
 (``gemini.stream_generate_content``, under the generation) have spans of their own,
-made where they run (``producer/generation.py``, ``producer/gemini/source.py``).
+made where they run (``producer/generation.py``, ``producer/sources/gemini/source.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Citations resolve only from these passages. ``check_question_binding`` repeats
 the recording's consistency checks on a binding a consumer sends, so a producer
 never answers a binding that does not hash to itself.
 
-It lives in ``shared/`` (not with the provider code in ``producer/gemini/``)
+It lives in ``shared/`` (not with the provider code in ``producer/sources/gemini/``)
 because both processes need it: the consumer builds the binding
 (``consumer/cli.py --question/--context``) and the producer checks it.
 """

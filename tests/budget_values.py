@@ -4,7 +4,7 @@ a case's worst case."""
 from __future__ import annotations
 
 from producer.budget.usage import Rates, estimate_prompt_tokens
-from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
+from producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
 from shared.recording import Recording
 from tests.runs import CASE
 

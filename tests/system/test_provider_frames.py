@@ -2,7 +2,7 @@
 
 The live path runs across real processes (the fake Gemini server, ``python -m
 producer --source gemini --record``, ``python -m consumer stream``); the
-converter's path runs ``producer.gemini.protocol.frames_from_sse`` on the bytes that run
+converter's path runs ``producer.sources.gemini.protocol.frames_from_sse`` on the bytes that run
 captured. Both must give the same frames, including for an event that is not JSON.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from producer.gemini.protocol import frames_from_sse
+from producer.sources.gemini.protocol import frames_from_sse
 from shared.digest import digest
 from shared.frames import Frame, FrameKind
 from shared.recording import Recording

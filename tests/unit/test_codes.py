@@ -41,9 +41,9 @@ from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
 from harness import fake_gemini
-from producer.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
-from producer.gemini.protocol import provider_error as provider_refusal
 from producer.metrics import ProducerMetrics
+from producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
+from producer.sources.gemini.protocol import provider_error as provider_refusal
 from producer.sources.recording import RecordingSource
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.recording_file import load_recording

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from producer.gemini.capture import RunCapture
-from producer.gemini.protocol import request_body
-from producer.gemini.source import GeminiSettings, check_base_url
+from producer.sources.gemini.capture import RunCapture
+from producer.sources.gemini.protocol import request_body
+from producer.sources.gemini.source import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from producer.gemini.protocol import ProviderFrames, provider_error
+from producer.sources.gemini.protocol import ProviderFrames, provider_error
 from shared.errors import (
     PROVIDER_ERROR_STATUSES,
     PROVIDER_FINISHES,

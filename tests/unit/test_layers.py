@@ -52,7 +52,10 @@ IO_MODULES: Final = frozenset(
         "logging", "sys", "runtime", "prometheus_client", "opentelemetry",
     }
 )  # fmt: skip
-PURE_PROVIDER_MODULES: Final = ("producer/gemini/protocol.py", "producer/gemini/sse.py")
+PURE_PROVIDER_MODULES: Final = (
+    "producer/sources/gemini/protocol.py",
+    "producer/sources/gemini/sse.py",
+)
 PURE_TRACE_MODULES: Final = tuple(
     f"traces/{name}.py" for name in ("timeline", "table", "result_events", "svg", "page")
 )
@@ -141,7 +144,7 @@ def test_the_traces_import_only_the_machine_specs_of_the_processes() -> None:
 
 @pytest.mark.parametrize("module", PURE_PROVIDER_MODULES)
 def test_the_pure_provider_modules_use_only_each_other(module: str) -> None:
-    allowed = {"producer.gemini.protocol", "producer.gemini.sse"}
+    allowed = {"producer.sources.gemini.protocol", "producer.sources.gemini.sse"}
     found = {
         name
         for name in imports(ROOT / module)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.gemini.sse import SseError, SseEvent, SseParser
+from producer.sources.gemini.sse import SseError, SseEvent, SseParser
 from shared.errors import REASONS, Reason, ReplywireError, Status
 from shared.wire.base import NEED_DATA
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from producer.files import write_atomically
-from producer.gemini.protocol import user_text
+from producer.sources.gemini.protocol import user_text
 from runtime.logs import scrub_bytes
 from shared.digest import digest, strict_json
 

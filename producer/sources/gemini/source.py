@@ -57,9 +57,12 @@ from producer.budget.file_ledger import FAILED, RELEASED, SETTLED
 from producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
 from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
 from producer.budget.usage import estimate_prompt_tokens, shown
-from producer.gemini.call_span import end_call_span, start_call_span
-from producer.gemini.capture import CallCapture, RunCapture
-from producer.gemini.protocol import (
+from producer.metrics import record_ledger_spend
+from producer.replylog import Entry, LogEnded
+from producer.sources import Stall
+from producer.sources.gemini.call_span import end_call_span, start_call_span
+from producer.sources.gemini.capture import CallCapture, RunCapture
+from producer.sources.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL,
@@ -67,9 +70,6 @@ from producer.gemini.protocol import (
     provider_error,
     request_body,
 )
-from producer.metrics import record_ledger_spend
-from producer.replylog import Entry, LogEnded
-from producer.sources import Stall
 from runtime.tracing import active
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused, registered
@@ -141,7 +141,7 @@ class Call:
     #: What settling charged (once it landed), and why the usage was not believed.
     charged: float | None = None
     usage_rejected: str | None = None
-    #: The call's span when tracing is on (``producer/gemini/call_span.py``), ended when
+    #: The call's span when tracing is on (``producer/sources/gemini/call_span.py``), ended when
     #: the call is recorded.
     span: Any = None
 
@@ -192,7 +192,7 @@ class GeminiPlan:
         self.checked = checked
         self.call = call
         self.capture = call.capture
-        # The one events -> frames loop, shared with producer.gemini.convert.
+        # The one events -> frames loop, shared with producer.sources.gemini.convert.
         self.provider = ProviderStream(digest(binding), call.log)
         self.adapter = self.provider.adapter
         self.abort_details: Reason | None = None

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from producer.gemini.protocol import frames_from_sse
+from producer.sources.gemini.protocol import frames_from_sse
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.errors import ReplywireError

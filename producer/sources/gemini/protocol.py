@@ -27,7 +27,7 @@ carries it, as reported: the budget ledger checks it before charging it.
 
 ``ProviderStream`` is the one loop from the provider's SSE body to frames (the
 strict SSE parser, strict JSON per event, the adapter), used both by the live
-source as bytes arrive and by ``producer.gemini.convert`` on captured bytes,
+source as bytes arrive and by ``producer.sources.gemini.convert`` on captured bytes,
 so a capture converts to exactly the frames its live stream produced. A
 malformed SSE line or an event that is not strict JSON is an ``error`` terminal
 ``provider_invalid_event``; an event after the finish sets ``abort``.
@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import structlog
 
-from producer.gemini.sse import SseError, SseParser
+from producer.sources.gemini.sse import SseError, SseParser
 from shared.digest import strict_json
 from shared.errors import (
     PROVIDER_ERROR_STATUSES,
