@@ -53,7 +53,6 @@ from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
     LEVELS,
-    TRACE_FLUSH_HELP,
     LogFormat,
     configure_logging,
     flush_delay_ms,
@@ -61,7 +60,6 @@ from runtime.logs import (
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from runtime.tracing import (
     ENDPOINT_ENV,
-    OTLP_ENDPOINT_HELP,
     TRACEPARENT_ENV,
     TRACESTATE_ENV,
     TracingConfig,
@@ -124,150 +122,127 @@ STREAM: Final = ("stream",)
 # fmt: off
 FLAGS: Final = FlagTable((
     FlagGroup(commands=ONE_STREAM, flags=(
-        Flag("--case", f"development case id, one of: {', '.join(DEVELOPMENT_CASES)}",
-             required_in=("replay",), shown="— (`replay` needs it)",
-             doc="development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
-             + " (`stream` may ask `--question` instead)"),
+        Flag("--case", "development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
+             + " (`stream` may ask `--question` instead)",
+             required_in=("replay",), shown="— (`replay` needs it)"),
         Flag("--wire",
-             "frame wire format: lp (default, length-prefixed) or ndjson, whose done both carry "
-             "the content's SHA-256 (required and checked); ndjson-lab is the lab's NDJSON byte "
-             "for byte, whose done has no digest: the content is not integrity-checked (result "
-             '"integrity": "none"); use it only to reproduce the lab\'s published table',
-             choices=tuple(wire.value for wire in WireFormat),
-             default=WireFormat.LENGTH_PREFIXED.value,
-             doc="frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "
+             "frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "
              "the content digest (required and checked); `ndjson-lab` is the lab's NDJSON byte "
              "for byte, without it (`integrity: none`): only to reproduce the lab's published "
-             "table"),
-        Flag("--chunks", "transport chunking: frame | whole | N | a,b,c cycled", _chunk_plan,
-             "frame",  # argparse parses a string default with `type`
-             doc="transport chunking: `frame` (one frame per chunk), `whole` (the whole body), "
-             "`N` (fixed N bytes), or `a,b,c` (a cycled size pattern)"),
-        Flag("--fault", "a controlled fault (the producer needs --allow-faults)",
-             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}",
-             doc="a controlled fault (see [Faults](protocol.md#faults); the producer needs "
-             "`--allow-faults`)"),
-        Flag("--fault-frame", f"frame K a fault targets (unset: {DEFAULT_TARGET_FRAME})",
-             Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`",
-             doc="the content frame `--fault` omit, repeat, corrupt, foreign-binding or stall "
-             "targets: 1 to the reply's last (past it: refused `fault_parameter_out_of_range`)"),
-        Flag("--fault-bytes", f"bytes truncate-tail drops (unset: {DEFAULT_TRUNCATE_BYTES})",
-             Count("bytes"), shown=f"`{DEFAULT_TRUNCATE_BYTES}`",
-             doc="the bytes `--fault truncate-tail` drops: 1 to the done frame's length - 1, so "
-             "the stream ends inside done (more: refused `fault_parameter_out_of_range`)"),
-        Flag("--stall-ms", f"how long --fault stall sends nothing (unset: {DEFAULT_STALL_MS})",
-             Count("milliseconds"), shown=f"`{DEFAULT_STALL_MS}`",
-             doc="how long `--fault stall` sends nothing"),
+             "table",
+             choices=tuple(wire.value for wire in WireFormat),
+             default=WireFormat.LENGTH_PREFIXED.value),
+        Flag("--chunks",
+             "transport chunking: `frame` (one frame per chunk), `whole` (the whole body), "
+             "`N` (fixed N bytes), or `a,b,c` (a cycled size pattern)", _chunk_plan,
+             "frame"),
+        Flag("--fault", "a controlled fault (see [Faults](protocol.md#faults); the producer needs "
+             "`--allow-faults`)",
+             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}"),
+        Flag("--fault-frame",
+             "the content frame `--fault` omit, repeat, corrupt, foreign-binding or stall "
+             "targets: 1 to the reply's last (past it: refused `fault_parameter_out_of_range`)",
+             Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`"),
+        Flag("--fault-bytes",
+             "the bytes `--fault truncate-tail` drops: 1 to the done frame's length - 1, so "
+             "the stream ends inside done (more: refused `fault_parameter_out_of_range`)",
+             Count("bytes"), shown=f"`{DEFAULT_TRUNCATE_BYTES}`"),
+        Flag("--stall-ms", "how long `--fault stall` sends nothing",
+             Count("milliseconds"), shown=f"`{DEFAULT_STALL_MS}`"),
         Flag("--ignore-duplicates",
              "drop an exact replay of an applied frame instead of refusing it", action="switch"),
-        Flag("--recording", "the recording the binding is loaded from", Path,
-             DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`",
-             doc="the recording the binding is loaded from (same checks as the producer)"),
-        Flag("--result", "write the result here (unset: stdout)", Path, shown="stdout",
-             doc="write the result document to this file instead of stdout"),
-        Flag("--stream-id", "id that joins this stream's traces (unset: a random one)",
-             shown="a random one", doc="the id that joins both sides' traces"),
-        Flag("--max-stream-bytes", "bytes in one stream", Count("bytes"),
-             LIMITS.max_stream_bytes,
-             doc="the core's bound on the bytes in one stream: every chunk byte, `lp` headers "
-                 "and NDJSON line feeds included (the lab's)"),
-        Flag("--max-frame-bytes", "bytes in a frame", Count("bytes"), LIMITS.max_frame_bytes,
-             doc="the core's bound on the bytes in one frame: the `lp` payload without its "
-                 "5-byte header, an NDJSON line without its line feed (the lab's)"),
-        Flag("--max-content-chars", "characters of assembled content", Count("characters"),
-             LIMITS.max_content_chars,
-             doc="the core's bound on the assembled content, in code points (not UTF-16 "
-                 "units; the lab's)"),
-        Flag("--max-frames", "frames in one stream", Count("frames"), LIMITS.max_frames,
-             doc="the core's bound on the frames in one stream (the lab's)"),
+        Flag("--recording",
+             "the recording the binding is loaded from (same checks as the producer)", Path,
+             DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`"),
+        Flag("--result", "write the result document to this file instead of stdout", Path,
+             shown="stdout"),
+        Flag("--stream-id", "the id that joins both sides' traces",
+             shown="a random one"),
+        Flag("--max-stream-bytes",
+             "the core's bound on the bytes in one stream: every chunk byte, `lp` headers "
+             "and NDJSON line feeds included (the lab's)", Count("bytes"),
+             LIMITS.max_stream_bytes),
+        Flag("--max-frame-bytes",
+             "the core's bound on the bytes in one frame: the `lp` payload without its "
+             "5-byte header, an NDJSON line without its line feed (the lab's)", Count("bytes"),
+             LIMITS.max_frame_bytes),
+        Flag("--max-content-chars",
+             "the core's bound on the assembled content, in code points (not UTF-16 "
+             "units; the lab's)", Count("characters"),
+             LIMITS.max_content_chars),
+        Flag("--max-frames", "the core's bound on the frames in one stream (the lab's)",
+             Count("frames"), LIMITS.max_frames),
         Flag("--log-format",
-             "trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
-             choices=("auto", "json", "console"), default="auto",
-             doc="`json`, `console`, or `auto` (console on a TTY), as the producer"),
-        Flag("--log-level", "trace level", choices=LEVELS, default="info",
-             doc="`debug`, `info`, `warning`, `error` or `critical`, as the producer"),
-        Flag("--trace-flush-ms", TRACE_FLUSH_HELP, flush_delay_ms,
-             round(DEFAULT_FLUSH_DELAY_S * 1000),
-             doc="trace records are held at most this long and written together (0 to 1000), "
-             "as the producer"),
+             "`json`, `console`, or `auto` (console on a TTY), as the producer",
+             choices=("auto", "json", "console"), default="auto"),
+        Flag("--log-level", "`debug`, `info`, `warning`, `error` or `critical`, as the producer",
+             choices=LEVELS, default="info"),
+        Flag("--trace-flush-ms",
+             "trace records are held at most this long and written together (0 to 1000), "
+             "as the producer", flush_delay_ms,
+             round(DEFAULT_FLUSH_DELAY_S * 1000)),
         Flag("--trace-file",
              "append the trace to this file as JSON lines instead of writing it to stderr", Path),
     )),
     FlagGroup(commands=STREAM, flags=(
         Flag("--target",
-             "the producer HOST:PORT, or several in gRPC's target syntax "
-             "(ipv4:HOST:PORT,HOST:PORT or dns:///NAME:PORT), balanced round_robin",
-             default="127.0.0.1:50051",
-             doc="the producer `HOST:PORT`, or several in gRPC's own target syntax "
+             "the producer `HOST:PORT`, or several in gRPC's own target syntax "
              "(`ipv4:127.0.0.1:A,127.0.0.1:B`, `dns:///NAME:PORT`), balanced by gRPC's "
-             "`round_robin` policy (see [Resume](consumer.md#resume))"),
-        Flag("--queue-size", "bounded chunk queue", Count("chunks"), DEFAULT_QUEUE_SIZE,
-             doc="bounded chunk queue between reader and processor"),
-        Flag("--process-delay-ms", "simulated work per chunk", Count("milliseconds", 0), 0,
-             doc="simulated work per chunk applied"),
-        Flag("--mode", "stream: decode as chunks arrive; buffered: read the whole body first",
-             choices=("stream", "buffered"), default="stream",
-             doc="`stream`: decode as chunks arrive; `buffered`: read the whole body first "
-             "(still bounded by the stream byte limit)"),
+             "`round_robin` policy (see [Resume](consumer.md#resume))",
+             default="127.0.0.1:50051"),
+        Flag("--queue-size", "bounded chunk queue between reader and processor", Count("chunks"),
+             DEFAULT_QUEUE_SIZE),
+        Flag("--process-delay-ms", "simulated work per chunk applied", Count("milliseconds", 0), 0),
+        Flag("--mode", "`stream`: decode as chunks arrive; `buffered`: read the whole body first "
+             "(still bounded by the stream byte limit)",
+             choices=("stream", "buffered"), default="stream"),
         Flag("--window-bytes",
-             "what a paused stream may hold in the consumer's transport: half announced as the "
-             "HTTP/2 stream window (grpc.http2.lookahead_bytes, BDP probing off), half for the "
-             "one update gRPC returns after the last read",
-             Count("bytes"), DEFAULT_WINDOW_BYTES,
-             doc="what a paused stream may hold in the consumer's transport (64 KiB): half "
+             "what a paused stream may hold in the consumer's transport (64 KiB): half "
              "announced as the HTTP/2 stream window (`grpc.http2.lookahead_bytes`, with "
              "`grpc.http2.bdp_probe` off), half for the one update gRPC returns after the "
-             "reader's last read (see [Flow control](protocol.md#flow-control))"),
-        Flag("--deadline-s", "overall deadline", positive_seconds, DEFAULT_DEADLINE_S,
-             doc="overall deadline: `incomplete` / `deadline_exceeded`, the RPC cancelled"),
-        Flag("--idle-timeout-s", "longest wait for one chunk", positive_seconds,
-             DEFAULT_IDLE_TIMEOUT_S,
-             doc="longest wait for one chunk: `incomplete` / `idle_timeout`, the RPC "
-             "cancelled"),
+             "reader's last read (see [Flow control](protocol.md#flow-control))",
+             Count("bytes"), DEFAULT_WINDOW_BYTES),
+        Flag("--deadline-s",
+             "overall deadline: `incomplete` / `deadline_exceeded`, the RPC cancelled",
+             positive_seconds, DEFAULT_DEADLINE_S),
+        Flag("--idle-timeout-s",
+             "longest wait for one chunk: `incomplete` / `idle_timeout`, the RPC "
+             "cancelled", positive_seconds,
+             DEFAULT_IDLE_TIMEOUT_S),
         Flag("--keepalive-s",
-             f"gRPC keepalive: ping the producer after this much silence (>= "
-             f"{MIN_KEEPALIVE_S:g}; not below the producer's --min-ping-interval-s)",
-             seconds_at_least(MIN_KEEPALIVE_S, "gRPC pings no faster"), DEFAULT_KEEPALIVE_S,
-             doc=f"gRPC keepalive: a ping after this much silence on the connection (at least "
+             f"gRPC keepalive: a ping after this much silence on the connection (at least "
              f"{MIN_KEEPALIVE_S:g}, gRPC's own floor, and not below the producer's "
-             "`--min-ping-interval-s`)"),
+             "`--min-ping-interval-s`)",
+             seconds_at_least(MIN_KEEPALIVE_S, "gRPC pings no faster"), DEFAULT_KEEPALIVE_S),
         Flag("--keepalive-timeout-s",
-             "a ping unanswered this long closes the connection (UNAVAILABLE, resumed): a "
-             "producer cut off is found within about --keepalive-s plus this",
-             positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S,
-             doc="a ping unanswered this long closes the connection: a producer cut off "
+             "a ping unanswered this long closes the connection: a producer cut off "
              "without a reset is found in about `--keepalive-s` plus this, and the call ends "
-             "`UNAVAILABLE` (resumed)"),
-        Flag("--resume-attempts", "resumes after a transport failure mid-stream (0: none)",
-             Count("attempts", 0), DEFAULT_RESUME_ATTEMPTS,
-             doc="resumes after a transport failure mid-stream (`0`: none, today's outcomes "
-             "exactly; see [Resume](consumer.md#resume))"),
+             "`UNAVAILABLE` (resumed)",
+             positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S),
+        Flag("--resume-attempts",
+             "resumes after a transport failure mid-stream (`0`: none, today's outcomes "
+             "exactly; see [Resume](consumer.md#resume))",
+             Count("attempts", 0), DEFAULT_RESUME_ATTEMPTS),
         Flag("--resume-backoff-s",
-             "the first wait before a resume; doubled per attempt up to 2 s, with jitter",
-             positive_seconds, DEFAULT_RESUME_BACKOFF_S,
-             doc="the first wait before a resume, doubled per attempt up to 2 s, times a "
-             "jitter of 0.5 to 1"),
+             "the first wait before a resume, doubled per attempt up to 2 s, times a "
+             "jitter of 0.5 to 1",
+             positive_seconds, DEFAULT_RESUME_BACKOFF_S),
         Flag("--chunk-interval-ms", "ask the producer to pause this long between chunks",
              Count("milliseconds", 0), 0),
         Flag("--view",
-             "the live view: the text as it arrives, a status line, then the verdict in words "
-             "(unset: on when stdout is a terminal). With it, the result document goes only to "
-             "--result; without it, to stdout (or --result)",
-             action="toggle", shown="on when stdout is a terminal",
-             doc="the live view: the provisional text and a status line while it streams, then "
-             "the verdict in words; with it the result document goes only to `--result FILE`"),
-        Flag("--question", "ask your own question (gemini source): the question",
-             doc="ask your own question (gemini source), with `--context`; replaces `--case`"),
+             "the live view: the provisional text and a status line while it streams, then "
+             "the verdict in words; with it the result document goes only to `--result FILE`",
+             action="toggle", shown="on when stdout is a terminal"),
+        Flag("--question",
+             "ask your own question (gemini source), with `--context`; replaces `--case`"),
         Flag("--context",
-             "with --question: the passages, a JSON list or JSON Lines of {id, text, url}", Path,
-             doc="with `--question`: the passages, a JSON list or JSON Lines of "
-             "`{id, text, url}`"),
+             "with `--question`: the passages, a JSON list or JSON Lines of "
+             "`{id, text, url}`", Path),
         Flag("--binding",
-             "send this binding (a JSON file) instead of the recording's: for testing refusals",
-             Path,
-             doc="send this binding (a JSON file) instead of the recording's (to see the "
+             "send this binding (a JSON file) instead of the recording's (to see the "
              f"producer refuse it); at most {MAX_BINDING_BYTES // 1024} KiB and "
-             f"{MAX_BINDING_DEPTH} levels deep"),
+             f"{MAX_BINDING_DEPTH} levels deep",
+             Path),
     )),
     FlagGroup(
         title="tracing",
@@ -276,16 +251,15 @@ FLAGS: Final = FlagTable((
         commands=STREAM,
         flags=(
             Flag("--traceparent",
-                 f"continue this W3C trace context (unset: ${TRACEPARENT_ENV}; else a new "
-                 "trace); a malformed one is ignored with a record",
-                 metavar="TRACEPARENT", shown=f"`${TRACEPARENT_ENV}`",
-                 doc=f"continue this W3C trace context (unset: `${TRACEPARENT_ENV}`, with "
+                 f"continue this W3C trace context (unset: `${TRACEPARENT_ENV}`, with "
                  f"`${TRACESTATE_ENV}`; else a new trace); a malformed or oversized value is "
-                 "ignored with a `trace_context_ignored` record, never an error"),
-            Flag("--otlp-endpoint", OTLP_ENDPOINT_HELP, metavar="URL",
-                 shown=f"`${ENDPOINT_ENV}`",
-                 doc=f"export the stream's span over OTLP/gRPC to this collector (unset: "
-                 f"`${ENDPOINT_ENV}`; the other standard `OTEL_*` variables are honoured)"),
+                 "ignored with a `trace_context_ignored` record, never an error",
+                 metavar="TRACEPARENT", shown=f"`${TRACEPARENT_ENV}`"),
+            Flag("--otlp-endpoint",
+                 f"export the stream's span over OTLP/gRPC to this collector (unset: "
+                 f"`${ENDPOINT_ENV}`; the other standard `OTEL_*` variables are honoured)",
+                 metavar="URL",
+                 shown=f"`${ENDPOINT_ENV}`"),
         ),
     ),
     FlagGroup(
@@ -295,81 +269,67 @@ FLAGS: Final = FlagTable((
         commands=STREAM,
         flags=(
             Flag("--tls",
-                 f"TLS, the producer's certificate checked against the system's trust store "
-                 f"(${GRPC_ROOTS_ENV}, else ${OPENSSL_ROOTS_ENV}, else the system's CA bundle)",
-                 action="switch",
-                 doc="TLS, the producer's certificate checked against the system's trust store "
+                 "TLS, the producer's certificate checked against the system's trust store "
                  f"(`{GRPC_ROOTS_ENV}`, else `{OPENSSL_ROOTS_ENV}`, else the system's CA "
-                 "bundle: see [Security](security.md)); plaintext without it or `--tls-ca`"),
-            Flag("--tls-ca", "TLS trusting this CA alone (the producer's), with or without --tls",
-                 Path,
-                 doc="TLS trusting this one CA (the one that signed the producer's "
-                 "certificate), with or without `--tls`"),
-            Flag("--tls-cert", "mutual TLS: this consumer's certificate", Path,
-                 doc="mutual TLS: this consumer's certificate (with `--tls` or `--tls-ca`)"),
-            Flag("--tls-key", "mutual TLS: its key", Path,
-                 doc="mutual TLS: the key of `--tls-cert`"),
+                 "bundle: see [Security](security.md)); plaintext without it or `--tls-ca`",
+                 action="switch"),
+            Flag("--tls-ca", "TLS trusting this one CA (the one that signed the producer's "
+                 "certificate), with or without `--tls`",
+                 Path),
+            Flag("--tls-cert",
+                 "mutual TLS: this consumer's certificate (with `--tls` or `--tls-ca`)", Path),
+            Flag("--tls-key", "mutual TLS: the key of `--tls-cert`", Path),
             Flag("--tls-server-name",
-                 "the name the producer's certificate must carry (default: the target's host)",
-                 shown="the target's host",
-                 doc="the name the producer's certificate must carry, with `--tls` or "
-                 "`--tls-ca`"),
+                 "the name the producer's certificate must carry, with `--tls` or "
+                 "`--tls-ca`",
+                 shown="the target's host"),
             Flag("--auth-token-file",
-                 f"a file holding the bearer token alone (or set {TOKEN_ENV}); sent as gRPC "
-                 "call credentials, over TLS or to a loopback target or a Unix socket",
-                 Path,
-                 doc=f"the bearer token, alone in a file (or `{TOKEN_ENV}`); sent as gRPC call "
+                 f"the bearer token, alone in a file (or `{TOKEN_ENV}`); sent as gRPC call "
                  "credentials, over TLS or to a loopback target or a Unix socket only (see "
-                 "Security); never logged"),
+                 "Security); never logged",
+                 Path),
             Flag("--insecure",
-                 "let the token go in clear, as metadata, over a plaintext channel to a target "
-                 "that is not a loopback address or a Unix socket (said at every start)",
-                 action="switch",
-                 doc="let the token go in clear, as metadata, over a plaintext channel to a "
+                 "let the token go in clear, as metadata, over a plaintext channel to a "
                  "target that is not a loopback address or a Unix socket (without it: exit 2 "
-                 "before any connection); said on stderr and in the trace at every start"),
+                 "before any connection); said on stderr and in the trace at every start",
+                 action="switch"),
         ),
     ),
     FlagGroup(commands=("demo",), flags=(
         Flag("--recording", "the recording the producer serves", Path, DEFAULT_RECORDING_PATH,
              shown="`fixtures/recording.json`"),
-        Flag("--log-level", "level of both kept traces (debug: every chunk, for the timelines)",
-             choices=LEVELS, default="debug",
-             doc="the level of both kept traces (`debug`: every chunk, for the timelines)"),
+        Flag("--log-level",
+             "the level of both kept traces (`debug`: every chunk, for the timelines)",
+             choices=LEVELS, default="debug"),
     )),
     FlagGroup(commands=("join-traces",), flags=(
-        Flag("paths", "trace files, or directories of *.jsonl files", Path, nargs="+",
-             shown="—", doc="trace files, or directories of `*.jsonl` files"),
+        Flag("paths", "trace files, or directories of `*.jsonl` files", Path, nargs="+",
+             shown="—"),
         Flag("--stream-id", "only this stream's records", shown="every stream"),
         Flag("--trace-id",
-             "only the records of this OpenTelemetry trace id (32 hex digits), both sides",
-             shown="every trace",
-             doc="only the records that carry this OpenTelemetry trace id (32 hex digits; "
-             "with tracing on: [Traces](traces.md#opentelemetry)), both sides"),
+             "only the records that carry this OpenTelemetry trace id (32 hex digits; "
+             "with tracing on: [Traces](traces.md#opentelemetry)), both sides",
+             shown="every trace"),
         Flag("--event", "only records of this event", shown="every event"),
     )),
     FlagGroup(commands=("trace",), flags=(
         Flag("paths",
-             "PRODUCER.jsonl CONSUMER.jsonl (any order), or a directory of *.jsonl files", Path,
-             nargs="+", metavar="TRACE", shown="—",
-             doc="`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
-             "files"),
-        Flag("--stream", "the stream to show: its id, or the beginning of one (a short id)",
-             aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream",
-             doc="the stream to show: its id, or the beginning of one (a short id); without "
-             "it, the streams found"),
+             "`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
+             "files", Path,
+             nargs="+", metavar="TRACE", shown="—"),
+        Flag("--stream",
+             "the stream to show: its id, or the beginning of one (a short id); without "
+             "it, the streams found",
+             aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream"),
         Flag("--trace-id",
-             "the stream whose records carry this OpenTelemetry trace id (instead of --stream)",
-             metavar="TRACE_ID", shown="—",
-             doc="the stream whose records carry this OpenTelemetry trace id, instead of "
-             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))"),
+             "the stream whose records carry this OpenTelemetry trace id, instead of "
+             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))",
+             metavar="TRACE_ID", shown="—"),
         Flag("--out",
-             "with --stream: also write its timeline here, one self-contained HTML page (an "
-             "SVG); without: a directory, for every stream's page and an index (timelines.html)",
-             Path, metavar="FILE.html|DIR",
-             doc="with `--stream`: also write its timeline here (`FILE.html`), one "
+             "with `--stream`: also write its timeline here (`FILE.html`), one "
              "self-contained HTML page (an SVG); without: a directory, for every stream's page "
-             "and an index (`timelines.html`)"),
+             "and an index (`timelines.html`)",
+             Path, metavar="FILE.html|DIR"),
         Flag("--all",
              "one row per record (default: runs of per-chunk and per-pause records, one row)",
              action="switch", dest="every"),

@@ -107,7 +107,6 @@ from runtime.library_logs import (
 from runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
     LEVELS,
-    TRACE_FLUSH_HELP,
     configure_logging,
     flush_delay_ms,
     flush_trace,
@@ -116,7 +115,6 @@ from runtime.logs import (
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
 from runtime.tracing import (
     ENDPOINT_ENV,
-    OTLP_ENDPOINT_HELP,
     TracingConfig,
     endpoint_from,
     start_tracing,
@@ -139,268 +137,213 @@ FLAGS: Final = FlagTable(
     groups=(
         FlagGroup((
             Flag("--host", "address to listen on", default="127.0.0.1"),
-            Flag("--port", "0 picks a free port", port_number, 50051,
-                 doc="port, 0 to 65535; `0` picks a free one, which is logged and printed as "
+            Flag("--port", "port, 0 to 65535; `0` picks a free one, which is logged and printed as "
                  "`listening on HOST:PORT`. A port that is taken is one line on stderr and "
                  "exit 2 (the producer sets `grpc.so_reuseport` to 0, so a second producer "
-                 "never shares a port)"),
-            Flag("--source", "where replies come from", choices=("recording", "gemini"),
-                 default="recording",
-                 doc="where replies come from: `recording` or `gemini` (see [Live "
-                 "Gemini](gemini.md))"),
-            Flag("--recording", "the hashed recording the replies and bindings come from",
-                 Path, DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`",
-                 doc="the hashed recording the replies and bindings come from: it must have "
+                 "never shares a port)", port_number, 50051),
+            Flag("--source", "where replies come from: `recording` or `gemini` (see [Live "
+                 "Gemini](gemini.md))", choices=("recording", "gemini"),
+                 default="recording"),
+            Flag("--recording",
+                 "the hashed recording the replies and bindings come from: it must have "
                  "the pinned SHA-256 and pass the consistency checks, or the producer refuses "
-                 "to start (exit 2, one line on stderr)"),
+                 "to start (exit 2, one line on stderr)",
+                 Path, DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`"),
             Flag("--recording-sha256",
-                 "the pinned SHA-256 of --recording (a converted capture pins its own)",
-                 default=RECORDING_SHA256, shown="the fixture's",
-                 doc="the pinned hash of `--recording` (a converted capture pins its own)"),
+                 "the pinned hash of `--recording` (a converted capture pins its own)",
+                 default=RECORDING_SHA256, shown="the fixture's"),
             Flag("--conformance",
-                 "serve the conformance vectors of this folder and nothing else (no recording, "
-                 "no provider): docs/conformance.md",
-                 Path,
-                 doc="serve the conformance vectors of this folder (`fixtures/conformance/"
+                 "serve the conformance vectors of this folder (`fixtures/conformance/"
                  "vectors`) and nothing else: an `Open` with a vector's stream id, case, binding "
                  "bytes and wire is answered with its exact chunks; any other request is "
                  "refused with a registered reason; no recording, no provider (see "
-                 "[Conformance](conformance.md#the-wire-mode))"),
-            Flag("--allow-faults", "serve controlled fault requests", action="switch",
-                 doc="serve fault requests; without it they are refused `PERMISSION_DENIED` / "
-                 "`faults_not_allowed`"),
+                 "[Conformance](conformance.md#the-wire-mode))",
+                 Path),
+            Flag("--allow-faults",
+                 "serve fault requests; without it they are refused `PERMISSION_DENIED` / "
+                 "`faults_not_allowed`", action="switch"),
             Flag("--max-connection-age-s",
-                 "drain connections older than this; no stream outlives twice this",
-                 positive_seconds, DEFAULT_MAX_CONNECTION_AGE_S,
-                 doc="connections older than this are drained (GOAWAY) and closed after the "
+                 "connections older than this are drained (GOAWAY) and closed after the "
                  "same again: no stream outlives twice this, even one blocked by a consumer "
                  "that stopped reading without cancelling; a stream cut so ends "
-                 "`connection_aged_out`"),
+                 "`connection_aged_out`",
+                 positive_seconds, DEFAULT_MAX_CONNECTION_AGE_S),
             Flag("--max-connection-idle-s",
-                 "close a connection without a stream for this long (GOAWAY)",
-                 positive_seconds, DEFAULT_MAX_CONNECTION_IDLE_S,
-                 doc="a connection without a stream this long is closed (GOAWAY; its "
+                 "a connection without a stream this long is closed (GOAWAY; its "
                  "consumer reconnects at its next stream); a stream from the same client "
                  "address after that is known to be on a new connection (see "
-                 "[Limits](operations.md#limits))"),
+                 "[Limits](operations.md#limits))",
+                 positive_seconds, DEFAULT_MAX_CONNECTION_IDLE_S),
             Flag("--keepalive-s",
-                 "ping a consumer after this much silence on its connection",
-                 positive_seconds, DEFAULT_KEEPALIVE_S,
-                 doc="a keepalive ping after this much silence from a consumer; with "
+                 "a keepalive ping after this much silence from a consumer; with "
                  "`--keepalive-timeout-s`, how soon a consumer that vanished or stopped "
-                 "is let go (see [Limits](operations.md#limits))"),
+                 "is let go (see [Limits](operations.md#limits))",
+                 positive_seconds, DEFAULT_KEEPALIVE_S),
             Flag("--keepalive-timeout-s",
-                 "a ping unanswered this long closes the connection (its streams end)",
-                 positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S,
-                 doc="a keepalive ping unanswered this long closes the connection: its "
+                 "a keepalive ping unanswered this long closes the connection: its "
                  "streams end `cancelled_by_consumer` within `--keepalive-s` + this of the "
-                 "consumer's silence"),
+                 "consumer's silence",
+                 positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S),
             Flag("--max-streams",
-                 "streams served at once; one more is refused RESOURCE_EXHAUSTED / stream_limit",
-                 Count("streams"), DEFAULT_MAX_STREAMS,
-                 doc="streams served at once, over all connections (at least 1); one more is "
+                 "streams served at once, over all connections (at least 1); one more is "
                  "refused `RESOURCE_EXHAUSTED` / `stream_limit` (see "
-                 "[Limits](operations.md#limits))"),
+                 "[Limits](operations.md#limits))",
+                 Count("streams"), DEFAULT_MAX_STREAMS),
             Flag("--max-streams-per-identity",
-                 "with --auth-tokens: streams one caller may hold at once (default: a quarter "
-                 "of --max-streams); one more is refused RESOURCE_EXHAUSTED / "
-                 "identity_stream_limit. Without tokens every caller is one identity and only "
-                 "--max-streams applies",
-                 OrNone(Count("streams")), shown="a quarter of `--max-streams`",
-                 doc="with `--auth-tokens`: streams one caller may hold at once (at least 1); "
+                 "with `--auth-tokens`: streams one caller may hold at once (at least 1); "
                  "one more is refused `RESOURCE_EXHAUSTED` / `identity_stream_limit` while "
                  "other callers are still served. Without tokens every caller is the one "
                  "identity `anonymous` and only `--max-streams` applies (see "
-                 "[Security](security.md#a-reply-belongs-to-its-caller))"),
+                 "[Security](security.md#a-reply-belongs-to-its-caller))",
+                 OrNone(Count("streams")), shown="a quarter of `--max-streams`"),
             Flag("--max-health-watches",
-                 "health Watch streams (unauthenticated) served at once; one more is refused "
-                 "RESOURCE_EXHAUSTED / health_watch_limit",
-                 Count("health watches"), DEFAULT_MAX_HEALTH_WATCHES,
-                 doc="health `Watch` streams (which need no token) served at once (at least "
+                 "health `Watch` streams (which need no token) served at once (at least "
                  "1); one more is refused `RESOURCE_EXHAUSTED` / `health_watch_limit` (see "
-                 "Operations)"),
+                 "Operations)",
+                 Count("health watches"), DEFAULT_MAX_HEALTH_WATCHES),
             Flag("--max-pending",
-                 "new streams gRPC holds until the servicer takes them (a burst); past it gRPC "
-                 "drops one (the consumer says producer_overloaded)",
-                 Count("streams"), DEFAULT_MAX_PENDING,
-                 doc="new streams gRPC holds until the servicer takes them (a burst; at least "
+                 "new streams gRPC holds until the servicer takes them (a burst; at least "
                  "1); past it gRPC drops one with a bare `CANCELLED`, which the consumer "
-                 "reports `refused` / `producer_overloaded` (see [Limits](operations.md#limits))"),
+                 "reports `refused` / `producer_overloaded` (see [Limits](operations.md#limits))",
+                 Count("streams"), DEFAULT_MAX_PENDING),
             Flag("--max-metadata-bytes",
-                 "request metadata read, as HTTP/2 counts it (name + value + 32 a header); "
-                 "past it a request is refused RESOURCE_EXHAUSTED / metadata_too_large",
-                 Count("bytes", MIN_MAX_METADATA_BYTES), DEFAULT_MAX_METADATA_BYTES,
-                 doc="a request's metadata, as HTTP/2 counts a header list (name + value + 32 "
+                 "a request's metadata, as HTTP/2 counts a header list (name + value + 32 "
                  f"octets a header; at least {MIN_MAX_METADATA_BYTES}); past it the request is "
                  "refused `RESOURCE_EXHAUSTED` / `metadata_too_large` before any of it is "
                  "read, recorded and counted; gRPC itself refuses past twice this (see "
-                 "[Security](security.md#request-metadata))"),
+                 "[Security](security.md#request-metadata))",
+                 Count("bytes", MIN_MAX_METADATA_BYTES), DEFAULT_MAX_METADATA_BYTES),
             Flag("--min-ping-interval-s",
-                 "the most frequent keepalive pings a consumer may send (its --keepalive-s); "
-                 "a peer that pings faster is sent GOAWAY too_many_pings",
-                 seconds_at_least(0.001, "one millisecond"), MIN_PING_INTERVAL_S,
-                 doc="the most frequent keepalive pings a consumer may send (its "
+                 "the most frequent keepalive pings a consumer may send (its "
                  "`--keepalive-s`; gRPC's own client sends at most one a second); a peer that "
                  "pings faster is sent GOAWAY `too_many_pings` after 2 strikes (at least "
-                 "0.001)"),
+                 "0.001)",
+                 seconds_at_least(0.001, "one millisecond"), MIN_PING_INTERVAL_S),
             Flag("--shutdown-grace-s",
-                 "on SIGINT/SIGTERM, how long open streams may finish; the rest end "
-                 "UNAVAILABLE (a second signal ends the grace at once)",
-                 seconds_or_zero, SHUTDOWN_GRACE_S,
-                 doc="on SIGINT / SIGTERM, how long open streams may still finish; the rest "
+                 "on SIGINT / SIGTERM, how long open streams may still finish; the rest "
                  "end `UNAVAILABLE` / `producer_shutdown` (a second signal ends the grace at "
-                 "once)"),
+                 "once)",
+                 seconds_or_zero, SHUTDOWN_GRACE_S),
             Flag("--metrics-port",
-                 "serve Prometheus metrics on this port (0 picks a free one; off by default)",
-                 OrNone(port_number),
-                 doc="serve Prometheus metrics on `http://HOST:PORT/metrics` (`https://` when "
+                 "serve Prometheus metrics on `http://HOST:PORT/metrics` (`https://` when "
                  "the producer has `--tls-cert` and `--tls-key`; `0` picks a free port, logged "
                  "as `metrics_listening`); a port that is taken is one line on stderr and "
-                 "exit 2"),
+                 "exit 2",
+                 OrNone(port_number)),
             Flag("--metrics-host",
-                 "address the metrics endpoint listens on; not a loopback one: needs "
-                 "--tls-cert and --tls-key (then HTTPS), or --insecure",
-                 default="127.0.0.1",
-                 doc="address the metrics endpoint listens on; a non-loopback one follows the "
+                 "address the metrics endpoint listens on; a non-loopback one follows the "
                  "gRPC port's rule: refused (one line, exit 2) unless the producer has TLS, or "
                  "`--insecure`, which is then said at every start (see "
-                 "[Security](security.md#the-metrics-endpoint))"),
-            Flag("--otlp-endpoint", OTLP_ENDPOINT_HELP, metavar="URL",
-                 shown=f"`${ENDPOINT_ENV}`",
-                 doc="export spans over OTLP/gRPC to this collector, continuing the trace "
+                 "[Security](security.md#the-metrics-endpoint))",
+                 default="127.0.0.1"),
+            Flag("--otlp-endpoint",
+                 "export spans over OTLP/gRPC to this collector, continuing the trace "
                  f"context each consumer sends (unset: `${ENDPOINT_ENV}`; the other standard "
                  "`OTEL_*` variables are honoured; off by default: see "
-                 "[Traces](traces.md))"),
+                 "[Traces](traces.md))", metavar="URL",
+                 shown=f"`${ENDPOINT_ENV}`"),
             Flag("--trace-file",
-                 "append the JSON trace to this file (whole lines, in batches: "
-                 "--trace-flush-ms); stderr keeps only one-line messages",
-                 Path,
-                 doc="append the JSON trace to this file instead of stderr, which then keeps "
-                 "only one-line messages; whole lines, written in batches (`--trace-flush-ms`)"),
+                 "append the JSON trace to this file instead of stderr, which then keeps "
+                 "only one-line messages; whole lines, written in batches (`--trace-flush-ms`)",
+                 Path),
             Flag("--log-format",
-                 "trace format on stderr (auto: console on a TTY, JSON lines otherwise)",
-                 choices=("auto", "json", "console"), default="auto",
-                 doc="`json`, `console`, or `auto` (console on a TTY)"),
-            Flag("--log-level", "debug adds one record per chunk sent", choices=LEVELS,
-                 default="info",
-                 doc="`debug`, `info`, `warning`, `error` or `critical`; `debug` adds one "
-                 "record per chunk sent"),
-            Flag("--trace-flush-ms", TRACE_FLUSH_HELP, flush_delay_ms,
-                 round(DEFAULT_FLUSH_DELAY_S * 1000),
-                 doc="trace records are held at most this long and written together (0 to "
+                 "`json`, `console`, or `auto` (console on a TTY)",
+                 choices=("auto", "json", "console"), default="auto"),
+            Flag("--log-level",
+                 "`debug`, `info`, `warning`, `error` or `critical`; `debug` adds one "
+                 "record per chunk sent", choices=LEVELS,
+                 default="info"),
+            Flag("--trace-flush-ms",
+                 "trace records are held at most this long and written together (0 to "
                  "1000; `0`: at the end of each event-loop pass); a clean stop writes what is "
-                 "held, a `SIGKILL` loses it. The consumer takes the same flag"),
+                 "held, a `SIGKILL` loses it. The consumer takes the same flag", flush_delay_ms,
+                 round(DEFAULT_FLUSH_DELAY_S * 1000)),
             Flag("--library-log-chars",
-                 "the longest message of a library's log record (gRPC's, Redis', ...) in the "
-                 "trace; past it cut with …",
-                 Count("characters"), DEFAULT_LIBRARY_LOG_CHARS,
-                 doc="the longest `message` (and `exception`) of a `library_log` record, the "
+                 "the longest `message` (and `exception`) of a `library_log` record, the "
                  "trace record a library's own logging becomes (gRPC's, Redis', the HTTP "
                  "client's); past it the text is cut with `…` and its length given beside it "
-                 "(see [Library records](security.md#library-records))"),
+                 "(see [Library records](security.md#library-records))",
+                 Count("characters"), DEFAULT_LIBRARY_LOG_CHARS),
             Flag("--library-log-burst",
-                 "library log records of one kind written per --library-log-interval-s; the "
-                 "rest are counted",
-                 Count("records"), DEFAULT_LIBRARY_LOG_BURST,
-                 doc="`library_log` records of one kind (logger and message template) written "
+                 "`library_log` records of one kind (logger and message template) written "
                  "per `--library-log-interval-s`; the rest are counted, and told in a later "
-                 "record's `suppressed` and in `producer_stopped`"),
+                 "record's `suppressed` and in `producer_stopped`",
+                 Count("records"), DEFAULT_LIBRARY_LOG_BURST),
             Flag("--library-log-interval-s",
-                 "the window of --library-log-burst",
-                 positive_seconds, DEFAULT_LIBRARY_LOG_INTERVAL_S,
-                 doc="the window `--library-log-burst` counts in (more than 0)"),
+                 "the window `--library-log-burst` counts in (more than 0)",
+                 positive_seconds, DEFAULT_LIBRARY_LOG_INTERVAL_S),
             Flag("--ready-file",
-                 "once listening, write HOST:PORT to this file (atomically): a script waits "
-                 "for it",
-                 Path,
-                 doc="once listening, write `HOST:PORT` to this file (atomically; a stale one "
-                 "is removed at start): a script waits for it"),
+                 "once listening, write `HOST:PORT` to this file (atomically; a stale one "
+                 "is removed at start): a script waits for it",
+                 Path),
             Flag("--detach-grace-s",
-                 "how long a reply is still generated after its consumer disconnected",
-                 seconds_or_zero, DEFAULT_DETACH_GRACE_S,
-                 doc="how long a reply is still generated after its consumer disconnected, so "
-                 "a resume finds it (see [Resume](consumer.md#resume))"),
+                 "how long a reply is still generated after its consumer disconnected, so "
+                 "a resume finds it (see [Resume](consumer.md#resume))",
+                 seconds_or_zero, DEFAULT_DETACH_GRACE_S),
             Flag("--reply-log-max-frames",
-                 "frames logged per reply (over it the reply ends reply_log_limit)",
-                 Count("frames"), DEFAULT_MAX_FRAMES,
-                 doc="frames logged per reply; over it the reply ends `reply_log_limit` (its "
-                 "generation stops at once: a live provider call is closed and settled)"),
+                 "frames logged per reply; over it the reply ends `reply_log_limit` (its "
+                 "generation stops at once: a live provider call is closed and settled)",
+                 Count("frames"), DEFAULT_MAX_FRAMES),
             Flag("--reply-log-max-bytes",
-                 "wire bytes logged per reply (over it the reply ends reply_log_limit)",
-                 Count("bytes"), DEFAULT_MAX_BYTES,
-                 doc="wire bytes logged per reply; over it the reply ends `reply_log_limit` "
-                 "(its generation stops at once: a live provider call is closed and settled)"),
+                 "wire bytes logged per reply; over it the reply ends `reply_log_limit` "
+                 "(its generation stops at once: a live provider call is closed and settled)",
+                 Count("bytes"), DEFAULT_MAX_BYTES),
             Flag("--reply-log-max-replies",
-                 "replies kept for resumes (the oldest ended one goes first)",
-                 Count("replies"), DEFAULT_MAX_REPLIES,
-                 doc="replies kept for resumes (the oldest ended one goes first; with none "
-                 "ended a new stream is refused `stream_limit`)"),
+                 "replies kept for resumes (the oldest ended one goes first; with none "
+                 "ended a new stream is refused `stream_limit`)",
+                 Count("replies"), DEFAULT_MAX_REPLIES),
             Flag("--reply-log-ttl-s", "how long an ended reply is kept for resumes",
                  seconds_or_zero, DEFAULT_REPLY_TTL_S),
             Flag("--reply-log",
-                 "where replies are logged for resumes: memory (this process), or "
-                 "redis://HOST:PORT/DB (rediss://, unix://), shared by replicas",
-                 default="memory", redact=redacted,
-                 doc="where replies are logged: `memory` (this process) or "
+                 "where replies are logged: `memory` (this process) or "
                  "`redis://HOST:PORT/DB` (`rediss://` for TLS, `unix:///PATH?db=N` for a "
                  "socket; the scheme in any case), one Redis Streams log shared by replicas "
                  "(see [Replicas](consumer.md#replicas)); any other `scheme://` or word is a "
                  "usage error (one line, "
                  "exit 2), and a Redis that does not answer at start is one line on stderr and "
-                 "exit 2. A URL's password is never shown (see [Security](security.md))"),
+                 "exit 2. A URL's password is never shown (see [Security](security.md))",
+                 default="memory", redact=redacted),
             Flag("--reply-log-lease-s",
-                 "a shared log: how long a silent generator keeps its lease (then "
-                 "generator_lost)",
-                 positive_seconds, DEFAULT_LEASE_S,
-                 doc="a shared log: a generating replica's lease (refreshed every third of "
+                 "a shared log: a generating replica's lease (refreshed every third of "
                  "it); a reply whose lease lapses before its end ends `generator_lost` for its "
-                 "readers"),
+                 "readers",
+                 positive_seconds, DEFAULT_LEASE_S),
             Flag("--reply-log-connections",
-                 "a shared log: replies this producer reads from it at once, one connection "
-                 "each (past it: reply_log_busy)",
-                 Count("connections"), DEFAULT_READER_CONNECTIONS,
-                 doc="a shared log: the connections its readers use, one per reply read here "
+                 "a shared log: the connections its readers use, one per reply read here "
                  "at once (all the readers of one reply on this producer share one follower "
                  "of it: see [Operations](operations.md#readers-of-the-shared-log)); a stream "
                  "that would read one reply more is refused `RESOURCE_EXHAUSTED` / "
                  "`reply_log_busy` before anything is claimed or paid. The generations' "
-                 "writes and the lookups have connections of their own"),
+                 "writes and the lookups have connections of their own",
+                 Count("connections"), DEFAULT_READER_CONNECTIONS),
             Flag("--reply-log-connections-per-identity",
-                 "a shared log: of them, one caller's replies (past it: reply_log_busy)",
-                 Count("connections"), DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
-                 doc="a shared log, with `--auth-tokens`: of `--reply-log-connections`, how "
+                 "a shared log, with `--auth-tokens`: of `--reply-log-connections`, how "
                  "many one caller's replies may hold at once; one more is refused "
                  "`RESOURCE_EXHAUSTED` / `reply_log_busy` while other callers are still "
                  "served (without tokens every caller is one identity: only "
-                 "`--reply-log-connections` applies)"),
+                 "`--reply-log-connections` applies)",
+                 Count("connections"), DEFAULT_READER_CONNECTIONS_PER_IDENTITY),
         )),
         FlagGroup(
             title="security",
             description="a producer on a non-loopback address needs TLS and tokens, or "
             "--insecure",
             flags=(
-                Flag("--tls-cert", "TLS: this server's certificate", Path,
-                     doc="serve TLS with this certificate (and `--tls-key`; see "
-                     "[Security](security.md#tls))"),
-                Flag("--tls-key", "TLS: its key", Path,
-                     doc="the key of `--tls-cert`"),
+                Flag("--tls-cert", "serve TLS with this certificate (and `--tls-key`; see "
+                     "[Security](security.md#tls))", Path),
+                Flag("--tls-key", "the key of `--tls-cert`", Path),
                 Flag("--tls-client-ca",
                      "mutual TLS: require a client certificate signed by this CA", Path),
                 Flag("--auth-tokens",
-                     "a file of 'NAME TOKEN' lines: every request must carry one of the "
-                     "tokens as 'authorization: Bearer TOKEN'; NAME is the caller in the trace "
-                     "and the ledger",
-                     Path,
-                     doc="a file of `NAME TOKEN` lines; every request must carry one token as "
+                     "a file of `NAME TOKEN` lines; every request must carry one token as "
                      "`authorization: Bearer TOKEN`; `NAME` is the caller in the trace and the "
-                     "ledger"),
+                     "ledger",
+                     Path),
                 Flag("--insecure",
-                     "listen on a non-loopback address without TLS and tokens, and serve "
-                     "metrics on one without TLS (said at every start)",
-                     action="switch",
-                     doc="allow a non-loopback `--host` without TLS and tokens, and a "
+                     "allow a non-loopback `--host` without TLS and tokens, and a "
                      "non-loopback `--metrics-host` without TLS (each said at every start, on "
-                     "stderr and in the trace)"),
+                     "stderr and in the trace)",
+                     action="switch"),
             ),
         ),
         FlagGroup(
@@ -408,93 +351,75 @@ FLAGS: Final = FlagTable(
             flags=(
                 Flag("--model", "the model in the URL", default=DEFAULT_MODEL),
                 Flag("--gemini-base-url",
-                     "where the API is (e.g. the fake server: python -m harness.fake_gemini)",
-                     default=DEFAULT_BASE_URL,
-                     doc="where the API is (tests point it at a local server); must be "
+                     "where the API is (tests point it at a local server); must be "
                      "`https://`, plain `http://` only to a loopback address (127.0.0.0/8, "
-                     "`::1`, `localhost`), else the producer does not start (exit 2)"),
+                     "`::1`, `localhost`), else the producer does not start (exit 2)",
+                     default=DEFAULT_BASE_URL),
                 Flag("--max-output-tokens",
-                     "sent as maxOutputTokens; the worst case the ledger reserves",
-                     Count("tokens"), DEFAULT_MAX_OUTPUT_TOKENS,
-                     doc="sent as `maxOutputTokens`, and the worst case the ledger reserves"),
+                     "sent as `maxOutputTokens`, and the worst case the ledger reserves",
+                     Count("tokens"), DEFAULT_MAX_OUTPUT_TOKENS),
                 Flag("--ledger",
-                     "budget ledger shared by every producer that spends on this key: a file "
-                     "path, or redis://HOST:PORT/DB (rediss://, unix://) for producers on "
-                     "several hosts; any other scheme:// is refused",
-                     default="runs/gemini-ledger.json", redact=redacted,
-                     doc="the budget ledger, a file path or `redis://HOST:PORT/DB`; share it "
+                     "the budget ledger, a file path or `redis://HOST:PORT/DB`; share it "
                      "between producers that spend on one key (a file on one host; Redis for "
                      "producers on several: `redis://`, `rediss://` or `unix://`, the scheme in "
                      "any case). Any other `scheme://` (say `valkey://`) is a usage error, one "
                      "line and exit 2, never a file named after the URL. A URL's password is "
-                     "never shown"),
-                Flag("--ledger-prefix", "the Redis ledger's key prefix", default=DEFAULT_PREFIX,
-                     doc="the Redis ledger's key prefix (several ledgers can share one Redis)"),
+                     "never shown",
+                     default="runs/gemini-ledger.json", redact=redacted),
+                Flag("--ledger-prefix",
+                     "the Redis ledger's key prefix (several ledgers can share one Redis)",
+                     default=DEFAULT_PREFIX),
                 Flag("--ledger-ttl-s",
-                     "a settled or released call stays in the Redis ledger this long (the "
-                     "sums stay)",
+                     "how long a settled or released call stays in the Redis ledger (its "
+                     "cost stays in the sums; `0`: for ever)",
                      Count("seconds", minimum=0), DEFAULT_LEDGER_TTL_S,
-                     shown=f"`{DEFAULT_LEDGER_TTL_S}` (7 days)",
-                     doc="how long a settled or released call stays in the Redis ledger (its "
-                     "cost stays in the sums; `0`: for ever)"),
+                     shown=f"`{DEFAULT_LEDGER_TTL_S}` (7 days)"),
                 Flag("--ledger-lease-s",
-                     "this producer's claim on its reservations lasts this long unrefreshed "
-                     "(refreshed every third of it); once it lapses another producer "
-                     "reconciles them",
-                     seconds_or_zero, DEFAULT_LEDGER_LEASE_S,
-                     doc="this producer's lease on its reservations, refreshed every third of "
+                     "this producer's lease on its reservations, refreshed every third of "
                      "it while it holds any; once it lapses, another producer reconciles them "
-                     "(more than 0)"),
+                     "(more than 0)",
+                     seconds_or_zero, DEFAULT_LEDGER_LEASE_S),
                 Flag("--ledger-timeout-s",
-                     "the longest one ledger operation waits (a Redis round trip, the file's "
-                     "lock); at most a third of --ledger-lease-s",
-                     seconds_or_zero, LEDGER_TIMEOUT_S,
-                     doc="the longest one ledger operation waits (a Redis round trip, the file "
-                     "ledger's lock); more than 0 and at most a third of `--ledger-lease-s`"),
+                     "the longest one ledger operation waits (a Redis round trip, the file "
+                     "ledger's lock); more than 0 and at most a third of `--ledger-lease-s`",
+                     seconds_or_zero, LEDGER_TIMEOUT_S),
                 Flag("--ledger-reconcile-s",
-                     "how often (and once at start) reservations of a producer whose lease "
-                     "lapsed are reconciled: released if never sent, kept (failed) if they may "
-                     "have been",
-                     seconds_or_zero, DEFAULT_RECONCILE_S,
-                     doc="how often (and once at start) a producer reconciles the reservations "
+                     "how often (and once at start) a producer reconciles the reservations "
                      "of producers whose lease lapsed: released if never sent, kept (failed) "
-                     "if they may have been"),
+                     "if they may have been",
+                     seconds_or_zero, DEFAULT_RECONCILE_S),
                 Flag("--ledger-retry-s",
-                     "a settle the ledger did not take is tried again after this, doubling",
-                     seconds_or_zero, DEFAULT_RETRY_S,
-                     doc="a settle the ledger did not take is tried again after this, "
+                     "a settle the ledger did not take is tried again after this, "
                      "doubling up to `--ledger-retry-cap-s`, less a random share of each wait "
-                     "(`--ledger-retry-jitter`)"),
-                Flag("--ledger-retry-cap-s", "the longest wait between two tries of a settle",
-                     seconds_or_zero, DEFAULT_RETRY_CAP_S,
-                     doc="the longest wait between two tries of a settle (at least "
-                     "`--ledger-retry-s`)"),
-                Flag("--ledger-retry-jitter", "the share (0-1) of each wait taken off at random",
-                     non_negative_number, DEFAULT_RETRY_JITTER,
-                     doc="the share (0–1) of each wait between two tries taken off at random"),
+                     "(`--ledger-retry-jitter`)",
+                     seconds_or_zero, DEFAULT_RETRY_S),
+                Flag("--ledger-retry-cap-s",
+                     "the longest wait between two tries of a settle (at least "
+                     "`--ledger-retry-s`)",
+                     seconds_or_zero, DEFAULT_RETRY_CAP_S),
+                Flag("--ledger-retry-jitter",
+                     "the share (0–1) of each wait between two tries taken off at random",
+                     non_negative_number, DEFAULT_RETRY_JITTER),
                 Flag("--ledger-final-try-s",
-                     "at shutdown, how long settles still pending may try; what cannot land is "
-                     "left reserved for the next producer to reconcile",
-                     seconds_or_zero, DEFAULT_FINAL_TRY_S,
-                     doc="at shutdown, how long settles still pending may try; what cannot "
-                     "land is left to the next producer's reconciliation"),
+                     "at shutdown, how long settles still pending may try; what cannot "
+                     "land is left to the next producer's reconciliation",
+                     seconds_or_zero, DEFAULT_FINAL_TRY_S),
                 Flag("--budget-usd",
                      "a reservation that would take the ledger past this is refused",
                      BUDGET_USD, "0.10"),
                 Flag("--budget-per-identity-usd",
-                     "each caller identity's own limit, within --budget-usd (default: "
-                     "--budget-usd)",
-                     OrNone(BUDGET_USD), shown="`--budget-usd`",
-                     doc="each caller identity's own limit: a reservation that would take the "
-                     "caller's committed amount past this is refused too"),
-                Flag("--input-usd-per-mtok", "input rate the ledger charges", RATE_USD, "0.25",
-                     doc="the input rate the ledger charges, US dollars per million tokens"),
-                Flag("--output-usd-per-mtok", "output rate the ledger charges", RATE_USD,
-                     "1.50",
-                     doc="the output rate the ledger charges, US dollars per million tokens"),
-                Flag("--record", "capture every live call into this new directory", Path,
-                     doc="capture every live call into this directory, which must not exist "
-                     "yet (or be empty)"),
+                     "each caller identity's own limit: a reservation that would take the "
+                     "caller's committed amount past this is refused too",
+                     OrNone(BUDGET_USD), shown="`--budget-usd`"),
+                Flag("--input-usd-per-mtok",
+                     "the input rate the ledger charges, US dollars per million tokens", RATE_USD,
+                     "0.25"),
+                Flag("--output-usd-per-mtok",
+                     "the output rate the ledger charges, US dollars per million tokens", RATE_USD,
+                     "1.50"),
+                Flag("--record",
+                     "capture every live call into this directory, which must not exist "
+                     "yet (or be empty)", Path),
             ),
         ),
     ),

@@ -2,12 +2,12 @@
 defaults, its validators and the documentation's flag table are all made.
 
 A :class:`Flag` is one line of a table: its name, how its text is read (a validator
-below), its default, its ``--help`` line and the longer meaning the documentation's
-table gives (``tools/docs.py`` renders it). A :class:`FlagTable` groups them (an
-argparse group, a consumer command) and says whether the process reads
-``REPLYWIRE_<FLAG>`` environment variables: the producer does, for every flag, and a
-flag on the command line wins; an empty variable is as good as unset. A value from the
-environment goes through the flag's own validator, as the flag's text would.
+below), its default, and its one description, in Markdown: the documentation's table
+gives it as it is (``tools/docs.py`` renders it), ``--help`` as plain text. A
+:class:`FlagTable` groups them (an argparse group, a consumer command) and says whether
+the process reads ``REPLYWIRE_<FLAG>`` environment variables: the producer does, for every
+flag, and a flag on the command line wins; an empty variable is as good as unset. A value
+from the environment goes through the flag's own validator, as the flag's text would.
 
 The validators are written once, named for what they accept, and raise
 ``argparse.ArgumentTypeError``: argparse turns that into its one-line usage error
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -137,7 +138,8 @@ Action = Literal["store", "switch", "toggle"]
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One flag: ``name`` is ``--long-name`` (or a positional argument's name), ``help``
-    its ``--help`` line and ``doc`` the documentation table's meaning (``help`` if empty).
+    its one description, in Markdown: the documentation table's meaning as it is, and the
+    ``--help`` line as plain text (``plain``: links as their text, no backticks).
 
     ``action``: ``store`` takes a value (read by ``type``), ``switch`` is on when given,
     ``toggle`` is ``--name`` / ``--no-name`` (unset: None). ``required_in``: the commands
@@ -149,7 +151,6 @@ class Flag:
     help: str
     type: Callable[[str], Any] | None = None
     default: Any = None
-    doc: str = ""
     aliases: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
     action: Action = "store"
@@ -170,7 +171,7 @@ class Flag:
 
     @property
     def meaning(self) -> str:
-        return self.doc or self.help
+        return self.help
 
     def env_name(self, prefix: str) -> str:
         return prefix + self.name.lstrip("-").upper().replace("-", "_")
@@ -201,12 +202,22 @@ class Flag:
         parser.add_argument(*self.names, **options)
 
     def _help(self, default: Any) -> str:
+        text = plain(self.help).replace("%", "%%")  # argparse formats help with %
         if self.redact is None or not isinstance(default, str):
-            return self.help
+            return text
         # The default shown without what ``redact`` takes out. ``%(default).0s`` formats the
         # real default as nothing: argparse, seeing it, adds no ``(default: ...)`` of its own.
-        shown = self.redact(default).replace("%", "%%")  # argparse formats help with %
-        return f"{self.help} (default: {shown})%(default).0s"
+        shown = self.redact(default).replace("%", "%%")
+        return f"{text} (default: {shown})%(default).0s"
+
+
+#: A Markdown link, ``[text](target)``.
+_LINK: Final = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def plain(markdown: str) -> str:
+    """A flag's description as a terminal shows it: each link as its text, no backticks."""
+    return _LINK.sub(r"\1", markdown).replace("`", "")
 
 
 @dataclass(frozen=True, slots=True)
