@@ -42,8 +42,7 @@ from producer.sources import Source, StreamPlan
 from producer.spans import relayed_cancel_span
 from runtime.tracing import active
 from shared.errors import REASONS, REPLY_ENDINGS, Reason, RequestRefused, Status
-from shared.pb import replywire_pb2 as pb
-from shared.requests import CheckedRequest, binding_sha256
+from shared.requests import CheckedRequest
 from shared.wire import codec_for
 
 #: Tries to attach to or claim a live reply that keeps changing hands before giving up.
@@ -163,9 +162,7 @@ class Generations:
 
     # --- attaching ------------------------------------------------------------------------
 
-    async def attach(
-        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest
-    ) -> Attached | None:
+    async def attach(self, key: ReplyKey, checked: CheckedRequest) -> Attached | None:
         """Attach to the caller's logged reply of this stream id, if there is one (this
         process's, or another replica's in a shared log): never a second generation.
         Refuses a binding other than the logged one, and a reply that ended without its
@@ -175,7 +172,7 @@ class Generations:
         ``reply_log_busy`` past its bounds), given back when it detaches."""
         release = self.log.hold_reader(key)
         try:
-            attached = await self._attach(key, request, checked, release)
+            attached = await self._attach(key, checked, release)
         except BaseException:
             release()
             raise
@@ -186,25 +183,24 @@ class Generations:
     async def _attach(
         self,
         key: ReplyKey,
-        request: pb.OpenRequest,
         checked: CheckedRequest,
         release: Callable[[], None],
     ) -> Attached | None:
         reply = await self.log.find(key)
         if reply is None:
             return None
-        if binding_sha256(request.binding_json) != reply.binding_sha256:
+        if checked.binding_sha256 != reply.binding_sha256:
             raise RequestRefused(Reason.RESUME_BINDING_MISMATCH, "not the logged binding")
         if checked.wire.value != reply.wire:
             raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
         if reply.error is not None:
             if self.source.regenerates:
                 return None  # generated again, from the start
-            if not request.resume_after and refused_before_made(reply):
+            if not checked.resume_after and refused_before_made(reply):
                 return None
             raise ended_reply_refusal(reply.error)
         tracing = active()
-        if tracing is not None and request.resume_after and reply.first_span is not None:
+        if tracing is not None and checked.resume_after and reply.first_span is not None:
             # A resume (this delivery's span is current) links to the first delivery's,
             # whichever replica served it; one served here is linked already.
             tracing.link_current_to_first(reply.first_span)
@@ -220,7 +216,7 @@ class Generations:
     # --- claiming and generating ------------------------------------------------------------
 
     async def claim_live(
-        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest
+        self, key: ReplyKey, checked: CheckedRequest
     ) -> tuple[Attached, Opened | None]:
         """Attach to the caller's live reply of this stream id, or claim it and start its
         generation, which calls the provider; with how the call opened (None: attached to
@@ -229,7 +225,7 @@ class Generations:
         claims nothing. A refused call raises its refusal, with nothing held."""
         release = self.log.hold_reader(key)
         try:
-            return await self._claim_live(key, request, checked, release)
+            return await self._claim_live(key, checked, release)
         except BaseException:
             release()
             raise
@@ -237,7 +233,6 @@ class Generations:
     async def _claim_live(
         self,
         key: ReplyKey,
-        request: pb.OpenRequest,
         checked: CheckedRequest,
         release: Callable[[], None],
     ) -> tuple[Attached, Opened | None]:
@@ -245,18 +240,18 @@ class Generations:
             # One claimant of a key at a time here: the others attach to what it claimed
             # (a thousand Opens of one new reply make one claim, not a thousand).
             async with self._claiming(key):
-                attached = await self._attach(key, request, checked, release)
+                attached = await self._attach(key, checked, release)
                 if attached is not None:
                     return attached, None
-                if request.resume_after:
+                if checked.resume_after:
                     raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
-                self.source.verify(request, checked)
-                binding = binding_sha256(request.binding_json)
+                self.source.verify(checked)
+                binding = checked.binding_sha256
                 try:
                     reply = await self.log.create(key, binding, checked.wire.value, _first_span())
                 except ReplyBusy:  # claimed by another delivery meanwhile: attach to it
                     continue
-                generation = self._generation(reply, self._opener(reply, request, checked))
+                generation = self._generation(reply, self._opener(reply, checked))
                 attached = Attached(reply, generation, generation.attach(), release)
             try:
                 # Shielded: a consumer that leaves now leaves the opening to the generation.
@@ -285,21 +280,19 @@ class Generations:
             if not claim.users:
                 del self._claims[key]
 
-    def _opener(
-        self, reply: LoggedReply, request: pb.OpenRequest, checked: CheckedRequest
-    ) -> Opener:
+    def _opener(self, reply: LoggedReply, checked: CheckedRequest) -> Opener:
         """How a claimed live reply's generation calls its provider."""
         codec = codec_for(checked.wire)
         source, identity = self.source, reply.key.identity
 
         async def open_upstream() -> Upstream:
-            plan = await source.prepare(request, checked, identity=identity)
+            plan = await source.prepare(checked, identity=identity)
             return PlanUpstream(plan, codec)
 
         return open_upstream
 
     async def log_recorded(
-        self, key: ReplyKey, request: pb.OpenRequest, checked: CheckedRequest, plan: StreamPlan
+        self, key: ReplyKey, checked: CheckedRequest, plan: StreamPlan
     ) -> tuple[Attached, bool] | None:
         """Log a recorded plan's reply under its key (None: the plan has none to log) and
         attach to it: generated here (True), or, when another delivery (here, or on
@@ -308,11 +301,11 @@ class Generations:
         (``reply_log_busy`` past the log's bounds); one from the plan reads nothing."""
         if plan.reply_frames is None:
             return None
-        binding = binding_sha256(request.binding_json)
+        binding = checked.binding_sha256
         generation = await self._log_plan(key, binding, checked, plan)
         if generation is not None:
             attached = Attached(generation.reply, generation, generation.attach())
-            if request.resume_after:  # delivered from the log
+            if checked.resume_after:  # delivered from the log
                 try:
                     release = self.log.hold_reader(key)
                 except BaseException:

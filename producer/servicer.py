@@ -341,7 +341,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             # The limits first: a refused stream costs no check, no source, no upstream call.
             self.admission.admit(task, stream.caller)
             checked = check_request(request, allow_faults=self.allow_faults)
-            return checked, await self._delivery(request, checked, stream)
+            return checked, await self._delivery(checked, stream)
         except ReplywireError as error:
             stream.fire(StreamInput.REFUSE, reason=error.code, detail=scrubbed_detail(error.detail))
             if error.metadata:
@@ -349,50 +349,47 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
             raise AssertionError("abort raises") from error
 
-    async def _delivery(
-        self, request: pb.OpenRequest, checked: CheckedRequest, stream: ProducerStream
-    ) -> Delivery:
+    async def _delivery(self, checked: CheckedRequest, stream: ProducerStream) -> Delivery:
         """Where the frames come from; nothing is held if this raises."""
-        key = ReplyKey(stream.caller, request.stream_id) if request.stream_id else None
+        key = ReplyKey(stream.caller, checked.stream_id) if checked.stream_id else None
         if key is not None and not self.source.regenerates:
             # Claim, then pay: a live reply is claimed in the log before its provider is
             # called, so one call makes it, whoever else opens or resumes it.
-            attached, opened = await self.generations.claim_live(key, request, checked)
-            delivery = Delivery(request.resume_after, logged=attached, from_plan=False)
+            attached, opened = await self.generations.claim_live(key, checked)
+            delivery = Delivery(checked.resume_after, logged=attached, from_plan=False)
             if opened is None:
                 self._fire_attach(stream, checked, delivery)
             else:
                 self._fire_verify(stream, delivery, opened.description)
             return delivery
         if key is not None:
-            found = await self.generations.attach(key, request, checked)
+            found = await self.generations.attach(key, checked)
             if found is not None:
-                delivery = await self._with_takeover_plan(request, checked, stream, found)
+                delivery = await self._with_takeover_plan(checked, stream, found)
                 self._fire_attach(stream, checked, delivery)
                 return delivery
-        if request.resume_after and not self.source.regenerates:
+        if checked.resume_after and not self.source.regenerates:
             raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
-        delivery = await self._planned(key, request, checked, stream)
+        delivery = await self._planned(key, checked, stream)
         self._fire_verify(stream, delivery, delivery.plan.description if delivery.plan else {})
         return delivery
 
     async def _planned(
         self,
         key: ReplyKey | None,
-        request: pb.OpenRequest,
         checked: CheckedRequest,
         stream: ProducerStream,
     ) -> Delivery:
         """A new reply from the source's plan, logged under its key when it has one to log
         (a recorded reply); nothing is held if this raises."""
-        resume_after = request.resume_after
-        plan = await self.source.prepare(request, checked, identity=stream.caller)
+        resume_after = checked.resume_after
+        plan = await self.source.prepare(checked, identity=stream.caller)
         try:
             if resume_after and plan.reply_frames is None:
                 raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
             logged = None
             if key is not None:
-                logged = await self.generations.log_recorded(key, request, checked, plan)
+                logged = await self.generations.log_recorded(key, checked, plan)
         except BaseException:
             if plan.needs_close:
                 await _close_even_if_cancelled(plan, StreamState.REFUSED.value)
@@ -408,7 +405,6 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
 
     async def _with_takeover_plan(
         self,
-        request: pb.OpenRequest,
         checked: CheckedRequest,
         stream: ProducerStream,
         attached: Attached,
@@ -418,11 +414,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         plan = None
         if attached.generation is None and self.source.regenerates:
             try:
-                plan = await self.source.prepare(request, checked, identity=stream.caller)
+                plan = await self.source.prepare(checked, identity=stream.caller)
             except BaseException:
                 attached.detach()
                 raise
-        return Delivery(request.resume_after, plan=plan, logged=attached, from_plan=False)
+        return Delivery(checked.resume_after, plan=plan, logged=attached, from_plan=False)
 
     def _fire_verify(
         self, stream: ProducerStream, delivery: Delivery, description: dict[str, Any]

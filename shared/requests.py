@@ -62,13 +62,22 @@ FRAME_PLAN: Final = ChunkPlan(ChunkMode.FRAME)
 DEFAULT_LIMITS: Final = Limits()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckedRequest:
+    """An ``OpenRequest`` read once, at the producer's edge: everything past it reads this,
+    never the protobuf message."""
+
+    stream_id: str
     case_id: str
+    #: The last frame the consumer has (0: none; a resume otherwise).
+    resume_after: int
     wire: WireFormat
     plan: ChunkPlan
     fault: Fault | None
     interval_s: float
+    #: The binding's canonical bytes as sent, and their digest (every frame carries it).
+    binding_json: bytes
+    binding_sha256: str
 
 
 def check_envelope(request: pb.OpenRequest) -> None:
@@ -108,15 +117,19 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
             byte_count=request.fault.byte_count or None,
             stall_ms=request.fault.stall_ms or None,
         )
-    binding_sha256(request.binding_json)
+    digest = binding_sha256(request.binding_json)
     if fault is not None and not allow_faults:
         raise RequestRefused(Reason.FAULTS_NOT_ALLOWED, fault.kind.value)
     return CheckedRequest(
+        stream_id=request.stream_id,
         case_id=request.case_id,
+        resume_after=request.resume_after,
         wire=_WIRES[request.wire_format],
         plan=plan,
         fault=fault,
         interval_s=request.chunk_interval_ms / 1000,
+        binding_json=request.binding_json,
+        binding_sha256=digest,
     )
 
 

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from producer.replylog import Entry
 from shared.errors import Reason
 from shared.frames import Frame
-from shared.pb import replywire_pb2 as pb
 from shared.requests import CheckedRequest
 
 
@@ -66,14 +65,12 @@ class Source(Protocol):
     #: paid for: the servicer claims a live reply in the log before it is prepared).
     regenerates: bool
 
-    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
+    def verify(self, checked: CheckedRequest) -> None:
         """The checks ``prepare`` makes that cost nothing (the binding, what the source
         serves): raises the ``ReplywireError`` it would, before anything is claimed."""
         ...
 
-    async def prepare(
-        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
-    ) -> StreamPlan:
+    async def prepare(self, checked: CheckedRequest, *, identity: str) -> StreamPlan:
         """``identity``: the authenticated caller, charged for what the source spends."""
         ...
 

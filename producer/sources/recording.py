@@ -19,7 +19,6 @@ from shared.digest import canonical_json, within_depth
 from shared.errors import Reason
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
-from shared.pb import replywire_pb2 as pb
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
 from shared.wire import WireFormat
@@ -128,14 +127,12 @@ class RecordingSource:
             self._kept.popitem(last=False)
         return transmission, entries
 
-    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
-        self.bound_case(checked.case_id, request.binding_json)
+    def verify(self, checked: CheckedRequest) -> None:
+        self.bound_case(checked.case_id, checked.binding_json)
 
-    async def prepare(
-        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str
-    ) -> RecordingPlan:
+    async def prepare(self, checked: CheckedRequest, *, identity: str) -> RecordingPlan:
         del identity  # a recorded reply costs nothing
-        case = self.bound_case(checked.case_id, request.binding_json)
+        case = self.bound_case(checked.case_id, checked.binding_json)
         transmission, entries = self._transmission(case, checked)
         return RecordingPlan(transmission, checked, entries)
 

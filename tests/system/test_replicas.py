@@ -160,7 +160,7 @@ async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recordin
     no lease refresh, no end)."""
     opened = request.open_request()
     checked = check_request(opened, allow_faults=False)
-    plan = await RecordingSource(recording).prepare(opened, checked, identity="a")
+    plan = await RecordingSource(recording).prepare(checked, identity="a")
     assert plan.reply_frames is not None
     binding = digest(parse_binding(opened.binding_json))
     reply = await log.create(ReplyKey(ANONYMOUS, request.stream_id), binding, checked.wire.value)

@@ -177,7 +177,7 @@ async def produce(sent: pb.OpenRequest, *, allow_faults: bool = True) -> tuple[
     a refusal's code, the plan's abort details (UNAVAILABLE), or a clean end."""
     try:
         checked = check_request(sent, allow_faults=allow_faults)
-        plan = await SOURCE.prepare(sent, checked, identity="walk")
+        plan = await SOURCE.prepare(checked, identity="walk")
     except ReplywireError as refused:
         return [], refused_over_grpc(refused)
     chunks = [data async for data in plan.chunks() if isinstance(data, bytes)]

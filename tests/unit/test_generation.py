@@ -293,9 +293,9 @@ def test_the_registry_forgets_ended_generations_beyond_its_bound_oldest_first(
                 stream_id=f"s{index}",
             ).open_request()
             checked = check_request(request, allow_faults=False)
-            plan = await source.prepare(request, checked, identity="alice")
+            plan = await source.prepare(checked, identity="alice")
             key = ReplyKey("alice", f"s{index}")
-            logged = await registry.log_recorded(key, request, checked, plan)
+            logged = await registry.log_recorded(key, checked, plan)
             assert logged is not None and logged[1]  # made here, ended at once
             logged[0].detach()
         assert len(registry) == 2

@@ -74,7 +74,6 @@ from runtime.tracing import active
 from shared.digest import digest
 from shared.errors import ConfigurationError, Reason, RequestRefused, registered
 from shared.frames import Frame
-from shared.pb import replywire_pb2 as pb
 from shared.questions import check_question_binding, is_question
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
@@ -316,8 +315,8 @@ class GeminiSource:
         base_url, model = self.settings.base_url.rstrip("/"), self.settings.model
         return f"{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
 
-    def verify(self, request: pb.OpenRequest, checked: CheckedRequest) -> None:
-        self.bind(request, checked)
+    def verify(self, checked: CheckedRequest) -> None:
+        self.bind(checked)
 
     def start(self) -> None:
         """The ledger's background work: the owner lease, reconciliation (at once, then every
@@ -328,12 +327,12 @@ class GeminiSource:
         """``plan`` is closing (its call is settled by its own ``close``)."""
         self._open.discard(plan)
 
-    def bind(self, request: pb.OpenRequest, checked: CheckedRequest) -> Mapping[str, Any]:
+    def bind(self, checked: CheckedRequest) -> Mapping[str, Any]:
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         if not is_question(checked.case_id):
             self.recording.case(checked.case_id)  # the allowlist, before the binding
-        supplied = parse_binding(request.binding_json)
+        supplied = parse_binding(checked.binding_json)
         if is_question(checked.case_id):
             binding = check_question_binding(supplied)
             if binding["case_id"] != checked.case_id:
@@ -341,14 +340,12 @@ class GeminiSource:
             return binding
         return self.recording.bind_request(checked.case_id, supplied).binding
 
-    async def prepare(
-        self, request: pb.OpenRequest, checked: CheckedRequest, *, identity: str = ANONYMOUS
-    ) -> GeminiPlan:
+    async def prepare(self, checked: CheckedRequest, *, identity: str = ANONYMOUS) -> GeminiPlan:
         """Reserve, mark sending, send, and return the open stream; ``identity`` is the caller
         charged. Whatever fails after the reservation, the call is recorded (settled, kept
         or released) before this returns or raises."""
         self.start()
-        binding = self.bind(request, checked)
+        binding = self.bind(checked)
         body = request_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex
         log = self._log.bind(call_id=call_id, model=self.settings.model, identity=identity)
