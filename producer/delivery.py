@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Final
 
 import grpc
+import structlog
 
 from producer.counters import ProducerCounters
+from producer.delivery_plan import Origin
 from producer.generations import Attached, Generations
 from producer.metrics import ProducerMetrics
 from producer.replylog import LogEnded
@@ -34,23 +36,50 @@ Context = grpc.aio.ServicerContext[pb.OpenRequest, pb.Chunk]
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """Where one Open's frames come from, decided once it is prepared: ``plan``'s own
-    chunks, its fault with them (``from_plan``: a first delivery), or the reply log's
-    from ``resume_after + 1`` (a resume, an attach, every live reply's). What it holds
-    until the stream has ended: ``logged``'s attachment to this process's generation of
-    the reply, and ``plan`` (closed then, if it holds anything: a generation owns a live
-    reply's). Beside a delivery from the log, ``plan`` is the one to generate the reply
-    from again should its generator be lost."""
+class FromPlan:
+    """A first delivery from ``plan``'s own chunks, its fault with them; ``logged``: its
+    attachment to the reply's generation here, when the reply is logged as it goes."""
 
     resume_after: int
-    plan: StreamPlan | None = None
+    plan: StreamPlan
     logged: Attached | None = None
-    from_plan: bool = True
 
     @property
     def attempt(self) -> int:
         return self.logged.attempt if self.logged is not None else 1
+
+
+@dataclass(frozen=True, slots=True)
+class FromLog:
+    """A delivery from the reply log, from ``resume_after + 1`` (a resume, an attach, every
+    live reply's). ``plan``: one to generate the reply from again should its generator be
+    lost, or the prepared plan whose reply another delivery generates (closed at the end)."""
+
+    resume_after: int
+    logged: Attached
+    plan: StreamPlan | None = None
+
+    @property
+    def attempt(self) -> int:
+        return self.logged.attempt
+
+
+#: Where one Open's frames come from (``producer.delivery_plan`` decides which). What it
+#: holds until the stream has ended: ``logged``'s attachment to this process's generation
+#: of the reply, and ``plan`` (closed then, if it holds anything: a generation owns a live
+#: reply's).
+Delivery = FromPlan | FromLog
+
+
+def delivery_of(
+    origin: Origin, resume_after: int, plan: StreamPlan | None, logged: Attached | None
+) -> Delivery:
+    """The delivery ``decide`` chose, from what its steps found."""
+    if origin is Origin.PLAN:
+        assert plan is not None
+        return FromPlan(resume_after, plan, logged)
+    assert logged is not None
+    return FromLog(resume_after, logged, plan)
 
 
 class ConsumerGone(Exception):
@@ -110,14 +139,13 @@ class Writer:
         checked: CheckedRequest,
         context: Context,
         stream: ProducerStream,
-        delivery: Delivery,
+        delivery: FromLog,
     ) -> None:
         """A delivery from the log: the logged frames from ``resume_after + 1`` on, cut
         afresh by this request's chunking, never with a fault. A reply whose generator is
         lost is taken over (a source that regenerates) at most ``MAX_TAKEOVERS`` times;
         what a takeover attached to is detached here."""
         attached = delivery.logged
-        assert attached is not None
         stream.fire(StreamInput.START)
         chunker = Chunker(checked.plan)
         after = delivery.resume_after
@@ -194,3 +222,20 @@ class Writer:
                 size=len(data),
                 bytes_sent=stream.bytes_sent,
             )
+
+
+async def close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
+    """Close the plan to the end even when grpc.aio cancels the handler meanwhile (it does
+    once it sees the consumer gone): a close cut short leaves a ledger entry reserved and
+    a call missing from the capture. The cancellation is passed on afterwards."""
+    closing = asyncio.ensure_future(plan.close(outcome))
+    cancelled = False
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:  # the stream's state is final: log it, never answer with it
+            structlog.get_logger().exception("plan_close_failed", outcome=outcome)
+    if cancelled:
+        raise asyncio.CancelledError

@@ -1,9 +1,10 @@
 """The ``replywire.v1.ReplyStream`` servicer: ``Open`` and ``Cancel``.
 
-A thin I/O edge: it turns an ``OpenRequest`` into a checked request
-(``shared.requests``), decides where its frames come from (a ``Delivery``: the
-source's plan, or the reply log through ``producer.generations``), and writes them one
-at a time with ``context.write()``. A write waits for HTTP/2 flow control, so a
+A thin I/O edge: it authenticates, turns an ``OpenRequest`` into a checked request
+(``shared.requests``: nothing past here reads the protobuf message), asks where its
+frames come from (``producer.delivery_plan.decide``, run by ``DeliverySteps``: a
+``Delivery`` from the source's plan or from the reply log), and writes them one at a
+time with ``context.write()``. A write waits for HTTP/2 flow control, so a
 consumer that stops reading stops the producer and nothing is buffered without bound.
 
 Every stream ends in exactly one final state, whatever ends it (see
@@ -31,15 +32,24 @@ from grpc_health.v1 import health_pb2
 from producer.admission import Admission
 from producer.connections import ConnectionAges, peer_of
 from producer.counters import ProducerCounters
-from producer.delivery import ConsumerGone, Delivery, Writer
-from producer.generations import Attached, Generations
+from producer.delivery import (
+    ConsumerGone,
+    Delivery,
+    FromLog,
+    FromPlan,
+    Writer,
+    close_even_if_cancelled,
+)
+from producer.delivery_plan import Record
+from producer.delivery_steps import DeliverySteps
+from producer.generations import Generations
 from producer.health import BoundedHealthServicer
 from producer.metrics import ProducerMetrics
 from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
 from producer.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
 from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
-from producer.sources import Source, StreamPlan
+from producer.sources import Source
 from producer.spans import ServeSpan, cancel_span
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.tracing import active
@@ -233,11 +243,11 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         """Prepare, then deliver: the plan's own chunks (a first delivery) or the log's."""
         checked, delivery = await self._prepare(request, context, stream, task)
         holding.delivery = delivery
-        if delivery.from_plan:
-            assert delivery.plan is not None
-            await self.writer.from_plan(checked, context, stream, delivery.plan)
-        else:
-            await self.writer.from_log(checked, context, stream, delivery)
+        match delivery:
+            case FromPlan():
+                await self.writer.from_plan(checked, context, stream, delivery.plan)
+            case FromLog():
+                await self.writer.from_log(checked, context, stream, delivery)
 
     async def _finish(
         self, task: asyncio.Task[Any], stream: ProducerStream, delivery: Delivery | None
@@ -251,7 +261,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 if delivery.logged is not None:
                     delivery.logged.detach()
                 if delivery.plan is not None and delivery.plan.needs_close:
-                    await _close_even_if_cancelled(delivery.plan, stream.state.value)
+                    await close_even_if_cancelled(delivery.plan, stream.state.value)
         finally:
             del self._active[task]
             self.admission.release(task)
@@ -350,75 +360,16 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             raise AssertionError("abort raises") from error
 
     async def _delivery(self, checked: CheckedRequest, stream: ProducerStream) -> Delivery:
-        """Where the frames come from; nothing is held if this raises."""
-        key = ReplyKey(stream.caller, checked.stream_id) if checked.stream_id else None
-        if key is not None and not self.source.regenerates:
-            # Claim, then pay: a live reply is claimed in the log before its provider is
-            # called, so one call makes it, whoever else opens or resumes it.
-            attached, opened = await self.generations.claim_live(key, checked)
-            delivery = Delivery(checked.resume_after, logged=attached, from_plan=False)
-            if opened is None:
-                self._fire_attach(stream, checked, delivery)
-            else:
-                self._fire_verify(stream, delivery, opened.description)
-            return delivery
-        if key is not None:
-            found = await self.generations.attach(key, checked)
-            if found is not None:
-                delivery = await self._with_takeover_plan(checked, stream, found)
-                self._fire_attach(stream, checked, delivery)
-                return delivery
-        if checked.resume_after and not self.source.regenerates:
-            raise RequestRefused(Reason.RESUME_UNAVAILABLE, "no logged reply")
-        delivery = await self._planned(key, checked, stream)
-        self._fire_verify(stream, delivery, delivery.plan.description if delivery.plan else {})
-        return delivery
-
-    async def _planned(
-        self,
-        key: ReplyKey | None,
-        checked: CheckedRequest,
-        stream: ProducerStream,
-    ) -> Delivery:
-        """A new reply from the source's plan, logged under its key when it has one to log
-        (a recorded reply); nothing is held if this raises."""
-        resume_after = checked.resume_after
-        plan = await self.source.prepare(checked, identity=stream.caller)
-        try:
-            if resume_after and plan.reply_frames is None:
-                raise RequestRefused(Reason.RESUME_UNAVAILABLE, "this reply is not logged")
-            logged = None
-            if key is not None:
-                logged = await self.generations.log_recorded(key, checked, plan)
-        except BaseException:
-            if plan.needs_close:
-                await _close_even_if_cancelled(plan, StreamState.REFUSED.value)
-            raise
-        if logged is None:  # not logged (no stream id, or a frame fault): the plan's own
-            return Delivery(resume_after, plan=plan)
-        # A reply logged here is delivered from the plan, its fault with it; a resume the
-        # producer had no log of (it restarted) from the log, from resume_after + 1, without
-        # the fault; one another delivery generates, from the log.
-        attached, made_here = logged
-        from_plan = made_here and not resume_after
-        return Delivery(resume_after, plan=plan, logged=attached, from_plan=from_plan)
-
-    async def _with_takeover_plan(
-        self,
-        checked: CheckedRequest,
-        stream: ProducerStream,
-        attached: Attached,
-    ) -> Delivery:
-        """A delivery from the log; attached to another replica's reply with a source that
-        regenerates, with the plan to generate it here should that replica be lost."""
-        plan = None
-        if attached.generation is None and self.source.regenerates:
-            try:
-                plan = await self.source.prepare(checked, identity=stream.caller)
-            except BaseException:
-                attached.detach()
-                raise
-        return Delivery(checked.resume_after, plan=plan, logged=attached, from_plan=False)
+        """Where the frames come from (``producer.delivery_plan.decide``, its steps run by
+        ``DeliverySteps``), its record fired; nothing is held if this raises."""
+        decided = await DeliverySteps(
+            self.source, self.generations, checked, stream.caller
+        ).decided()
+        if decided.record is Record.ATTACH:
+            self._fire_attach(stream, checked, decided.delivery)
+        else:
+            self._fire_verify(stream, decided.delivery, decided.description)
+        return decided.delivery
 
     def _fire_verify(
         self, stream: ProducerStream, delivery: Delivery, description: dict[str, Any]
@@ -473,20 +424,3 @@ async def _abort_unless_gone(
         raise
     except grpc.aio.BaseError:  # the consumer is already gone: nothing to tell it
         return
-
-
-async def _close_even_if_cancelled(plan: StreamPlan, outcome: str) -> None:
-    """Close the plan to the end even when grpc.aio cancels the handler meanwhile (it does
-    once it sees the consumer gone): a close cut short leaves a ledger entry reserved and
-    a call missing from the capture. The cancellation is passed on afterwards."""
-    closing = asyncio.ensure_future(plan.close(outcome))
-    cancelled = False
-    while not closing.done():
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError:
-            cancelled = True
-        except Exception:  # the stream's state is final: log it, never answer with it
-            structlog.get_logger().exception("plan_close_failed", outcome=outcome)
-    if cancelled:
-        raise asyncio.CancelledError

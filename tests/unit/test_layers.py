@@ -89,8 +89,11 @@ def names(paths: list[Path]) -> list[str]:
     return [str(path.relative_to(ROOT)) for path in paths]
 
 
+#: The producer's decisions, pure: where a delivery's frames come from.
+PURE_DECISION_MODULES: Final = ("producer/delivery_plan.py",)
 PURE: Final = sources("shared") + [
-    ROOT / module for module in (*PURE_PROVIDER_MODULES, *PURE_TRACE_MODULES)
+    ROOT / module
+    for module in (*PURE_PROVIDER_MODULES, *PURE_TRACE_MODULES, *PURE_DECISION_MODULES)
 ]
 
 
