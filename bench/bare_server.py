@@ -7,7 +7,7 @@ uses, and writes them. Prints ``listening on 127.0.0.1:PORT`` like the producer.
 A request's ``chunk_interval_ms`` paces it as the producer paces it (a sleep of the
 interval before every chunk after the first: ``bench.paced``); ``--recording`` and
 ``--recording-sha256`` serve another hashed recording, as the producer's flags do.
-``--producer-options`` runs it with the producer's gRPC server options (``producer.server
+``--producer-options`` runs it with the producer's gRPC server options (``producer.edge.server
 .server_options``: the pending-RPC bound, the stream bound, the keepalive policy, the
 connection age), so that only the work differs: with gRPC's defaults, a burst past 1,000
 pending RPCs is dropped with a bare CANCELLED and a consumer's keepalive pings (every 10 s)
@@ -39,8 +39,8 @@ import grpc
 import structlog
 
 from bench.least_records import LeastLogger, LeastWriter
-from producer.security import ANONYMOUS
-from producer.server import server_options
+from producer.edge.security import ANONYMOUS
+from producer.edge.server import server_options
 from producer.states import ProducerStream, StreamInput
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording

@@ -29,7 +29,7 @@ from bench.paced import PLANS as PACED_PLANS
 from bench.paced import paced_recording
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
-from producer.server import start_server
+from producer.edge.server import start_server
 from producer.settings import ServerSettings
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording

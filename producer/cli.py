@@ -23,7 +23,6 @@ import structlog
 
 from native import running, version_line
 from producer import conformance
-from producer.admission import default_per_identity
 from producer.budget.keeper import (
     DEFAULT_FINAL_TRY_S,
     DEFAULT_RECONCILE_S,
@@ -39,8 +38,11 @@ from producer.budget.options import DEFAULT_PREFIX, RedisOptions
 from producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates
+from producer.edge.admission import default_per_identity
+from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from producer.edge.security import TokenAuthenticator, is_loopback, server_credentials
+from producer.edge.server import start_server, stop_server
 from producer.files import write_atomically
-from producer.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
 from producer.replylog import (
     DEFAULT_DETACH_GRACE_S,
@@ -56,8 +58,6 @@ from producer.replylog import (
     ReplyLog,
 )
 from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
-from producer.security import TokenAuthenticator, is_loopback, server_credentials
-from producer.server import start_server, stop_server
 from producer.settings import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,

@@ -25,10 +25,15 @@ from typing import Any, Final
 import grpc
 import structlog
 
+from producer.edge.rpc import (
+    SERVICE_NAME,
+    MalformedRequest,
+    parse_cancel_request,
+    parse_open_request,
+)
+from producer.edge.security import is_loopback
+from producer.edge.server import server_options
 from producer.files import write_atomically
-from producer.rpc import SERVICE_NAME, MalformedRequest, parse_cancel_request, parse_open_request
-from producer.security import is_loopback
-from producer.server import server_options
 from runtime.logs import flush_trace
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.pb import replywire_pb2 as pb

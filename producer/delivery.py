@@ -17,9 +17,9 @@ from typing import Final
 import grpc
 import structlog
 
+from producer.claims import Attached, Generations
 from producer.counters import ProducerCounters
 from producer.delivery_plan import Origin
-from producer.generations import Attached, Generations
 from producer.metrics import ProducerMetrics
 from producer.replylog import LogEnded
 from producer.sources import Stall, StreamPlan

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from producer.claims import Attached, Generations
 from producer.delivery import Delivery, close_even_if_cancelled, delivery_of
 from producer.delivery_plan import (
     ClaimLive,
@@ -20,7 +21,6 @@ from producer.delivery_plan import (
     Step,
     decide,
 )
-from producer.generations import Attached, Generations
 from producer.replylog import ReplyKey
 from producer.sources import Source, StreamPlan
 from producer.states import StreamState

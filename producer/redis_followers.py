@@ -23,7 +23,7 @@ the first admission of one of its readers until its last reader is gone (``hold`
 most ``connections`` replies are read here at once, and at most ``per_identity`` of one
 caller's, so one caller can never take the connections another needs. A delivery that
 would start reading one more reply past either bound is refused ``reply_log_busy``
-before anything of the reply is claimed (``producer.generations``); a reader of a reply
+before anything of the reply is claimed (``producer.claims``); a reader of a reply
 read here already is never refused. Each follower holds at most one connection at a time
 (its commands run one after the other), so the pool is never short by more than a
 follower ending while another starts, which waits for its connection.

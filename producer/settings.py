@@ -8,10 +8,10 @@ from typing import Final
 
 import grpc
 
-from producer.health import DEFAULT_MAX_HEALTH_WATCHES
+from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from producer.edge.security import TokenAuthenticator
 from producer.metrics import ProducerMetrics
 from producer.replylog import LogLimits, ReplyLog
-from producer.security import TokenAuthenticator
 from shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 #: Streams served at once by default: 3,000 concurrent streams on one producer complete,
@@ -19,7 +19,7 @@ from shared.requests import DEFAULT_MAX_METADATA_BYTES
 DEFAULT_MAX_STREAMS: Final = 4000
 DEFAULT_MAX_CONNECTION_AGE_S: Final = 300.0
 #: A connection without a stream this long is closed (GOAWAY): after it, a stream from the
-#: same client address is on a new connection (producer.connections).
+#: same client address is on a new connection (producer.edge.connections).
 DEFAULT_MAX_CONNECTION_IDLE_S: Final = 60.0
 #: The producer's keepalive: a ping after this much silence from the consumer ...
 DEFAULT_KEEPALIVE_S: Final = 20.0

@@ -14,7 +14,7 @@ any open state -> connection_aged_out  connection_aged: --max-connection-age-s c
 
 Every stream reaches exactly one final state, logged once by ``Machine.fire``;
 the servicer's counters are kept by the same call, so opened = the sum of the
-final counts. The servicer (``producer.servicer``) is the only code that fires.
+final counts. The servicer (``producer.edge.servicer``) is the only code that fires.
 
 A ``reason`` fired with is a registered code (``shared.errors.REASONS``) in the trace and
 in the metrics: one that is not (a bug in the caller) is recorded as ``internal_error``,

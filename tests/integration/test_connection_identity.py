@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bench.loopback import LoopbackProxy
-from producer.server import start_server, stop_server
+from producer.edge.server import start_server, stop_server
 from producer.settings import ServerSettings
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb

@@ -16,7 +16,7 @@ import pytest
 
 from consumer.client import stream_reply
 from consumer.options import DEFAULT_RESUME_ATTEMPTS, StreamOptions
-from producer.server import start_server
+from producer.edge.server import start_server
 from producer.settings import ServerSettings
 from shared.faults import (
     EXPECTED_OUTCOMES,

@@ -16,9 +16,9 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from producer.health import MAX_LIST_SERVICES
-from producer.rpc import HEALTH_SERVICES
-from producer.server import start_server
+from producer.edge.health import MAX_LIST_SERVICES
+from producer.edge.rpc import HEALTH_SERVICES
+from producer.edge.server import start_server
 from producer.settings import ServerSettings
 from shared.recording import Recording
 

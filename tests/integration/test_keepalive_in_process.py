@@ -24,7 +24,7 @@ from consumer.options import (
     MIN_KEEPALIVE_S,
     StreamOptions,
 )
-from producer.server import start_server, stop_server
+from producer.edge.server import start_server, stop_server
 from producer.settings import MIN_PING_INTERVAL_S, ServerSettings
 from shared.faults import Fault, FaultKind
 from shared.recording import Recording

@@ -22,10 +22,10 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from consumer.security import MAX_TOKEN_CHARS
 from consumer.session import StreamSession
+from producer.edge.rpc import HEADER_OVERHEAD_BYTES, grpc_metadata_limit, metadata_bytes
+from producer.edge.server import start_server, stop_server
+from producer.edge.servicer import ReplyStreamServicer
 from producer.metrics import ProducerMetrics
-from producer.rpc import HEADER_OVERHEAD_BYTES, grpc_metadata_limit, metadata_bytes
-from producer.server import start_server, stop_server
-from producer.servicer import ReplyStreamServicer
 from producer.settings import ServerSettings
 from runtime.otel import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS
 from shared.recording import Recording

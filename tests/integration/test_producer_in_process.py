@@ -10,7 +10,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from producer.server import start_server
+from producer.edge.server import start_server
 from producer.settings import ServerSettings
 from shared.digest import canonical_json
 from shared.faults import transmit

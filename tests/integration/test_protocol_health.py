@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from producer.server import start_server, stop_server
+from producer.edge.server import start_server, stop_server
 from producer.settings import ServerSettings
 from shared.recording import Recording
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
-from producer.server import start_server, stop_server
+from producer.edge.server import start_server, stop_server
 from producer.settings import ServerSettings
 from producer.spans import SPAN_NAME
 from runtime.tracing import TracingConfig, start_tracing, stop_tracing

@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from harness.children import stop_process
-from producer.security import TokenAuthenticator
-from producer.server import start_server
+from producer.edge.security import TokenAuthenticator
+from producer.edge.server import start_server
 from producer.settings import Exposure, ServerSettings
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc

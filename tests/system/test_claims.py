@@ -26,7 +26,7 @@ import structlog
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
 from producer.budget.file_ledger import BudgetLedger
-from producer.server import start_server, stop_server
+from producer.edge.server import start_server, stop_server
 from producer.settings import ServerSettings
 from producer.sources.gemini.source import GeminiSettings, GeminiSource
 from shared.recording import Recording

@@ -28,9 +28,9 @@ import grpc
 import pytest
 import redis
 
+from producer.edge.security import ANONYMOUS
 from producer.redis_replylog import DEFAULT_PREFIX
 from producer.replylog import ReplyKey
-from producer.security import ANONYMOUS
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
 from shared.requests import ReplyRequest

@@ -367,7 +367,7 @@ def test_off_nothing_of_it_is_loaded() -> None:
     probe = (
         "import sys, consumer.cli, consumer.client; "
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')]; "
-        "import producer.cli, producer.servicer, producer.sources.gemini.source; "
+        "import producer.cli, producer.edge.servicer, producer.sources.gemini.source; "
         "assert 'runtime.otel' not in sys.modules and 'opentelemetry.sdk.trace' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, timeout=60)

@@ -29,10 +29,10 @@ import redis
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
 from harness.children import stop_process
+from producer.edge.security import ANONYMOUS
+from producer.edge.server import start_server, stop_server
 from producer.redis_replylog import RedisReplyLog
 from producer.replylog import Entry, LogLimits, ReplyKey
-from producer.security import ANONYMOUS
-from producer.server import start_server, stop_server
 from producer.settings import ServerSettings
 from producer.sources.recording import RecordingSource
 from producer.states import StreamState

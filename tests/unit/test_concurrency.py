@@ -13,7 +13,7 @@ from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
 from producer.cli import build_parser
-from producer.server import server_options
+from producer.edge.server import server_options
 from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording

@@ -23,7 +23,7 @@ from conformance.testee import answer
 from conformance.vectors import SCHEMA, VECTORS_DIR, load_all
 from conformance.wire_mode import expand, limit_flags
 from producer.conformance import load_folder, refusal
-from producer.rpc import MalformedRequest
+from producer.edge.rpc import MalformedRequest
 from shared.digest import digest
 from shared.errors import Reason
 from shared.frames import frames_from_deltas

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import structlog
 
+from producer.claims import Generations
 from producer.generation import COMPLETED, Generation, Upstream
-from producer.generations import Generations
 from producer.replylog import Entry, LogEnded, LogLimits, MemoryReplyLog, ReplyKey
 from producer.sources.recording import RecordingSource
 from shared.errors import REASONS, Reason, RequestRefused

@@ -15,10 +15,10 @@ import structlog
 import structlog.testing
 
 from producer.cli import build_parser
-from producer.connections import ConnectionAges
-from producer.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
+from producer.edge.connections import ConnectionAges
+from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
+from producer.edge.server import server_options
 from producer.metrics import ProducerMetrics, install, record_ledger_spend
-from producer.server import server_options
 from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from producer.states import FINAL_STATES, StreamInput, StreamState
 from runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging

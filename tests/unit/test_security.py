@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from producer.security import TokenAuthenticator, is_loopback, parse_token_lines
+from producer.edge.security import TokenAuthenticator, is_loopback, parse_token_lines
 from shared.errors import ConfigurationError, Reason, RequestRefused
 from shared.pb import replywire_pb2 as pb
 from shared.questions import build_question_binding, check_question_binding

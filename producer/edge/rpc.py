@@ -15,7 +15,7 @@ from shared.pb import replywire_pb2 as pb
 from shared.requests import MAX_REQUEST_BYTES
 
 if TYPE_CHECKING:
-    from producer.servicer import ReplyStreamServicer
+    from producer.edge.servicer import ReplyStreamServicer
 
 #: What HTTP/2 adds to each header's name and value when it sizes a header list.
 HEADER_OVERHEAD_BYTES: Final = 32

@@ -16,7 +16,7 @@ cut by ``--max-connection-age-s`` (``connection_aged_out``), an unexpected error
 (``internal_error``, detail in the trace only), or the producer's own shutdown
 (``producer_shutdown``). Above ``--max-streams`` open streams (or a caller's
 ``--max-streams-per-identity``) a new one is refused before any work
-(``producer.admission``). Every stream updates the producer's Prometheus metrics
+(``producer.edge.admission``). Every stream updates the producer's Prometheus metrics
 (``producer.metrics``) where it updates its counters.
 """
 
@@ -29,8 +29,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2
 
-from producer.admission import Admission
-from producer.connections import ConnectionAges, peer_of
+from producer.claims import Generations
 from producer.counters import ProducerCounters
 from producer.delivery import (
     ConsumerGone,
@@ -42,12 +41,13 @@ from producer.delivery import (
 )
 from producer.delivery_plan import Record
 from producer.delivery_steps import DeliverySteps
-from producer.generations import Generations
-from producer.health import BoundedHealthServicer
+from producer.edge.admission import Admission
+from producer.edge.connections import ConnectionAges, peer_of
+from producer.edge.health import BoundedHealthServicer
+from producer.edge.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
+from producer.edge.security import ANONYMOUS
 from producer.metrics import ProducerMetrics
 from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
-from producer.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
-from producer.security import ANONYMOUS
 from producer.settings import ServerSettings
 from producer.sources import Source
 from producer.spans import ServeSpan, cancel_span

@@ -27,7 +27,7 @@ import structlog
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2
 
-from producer.connections import peer_of
+from producer.edge.connections import peer_of
 from shared.errors import Reason
 
 DEFAULT_MAX_HEALTH_WATCHES: Final = 100

@@ -1,9 +1,9 @@
 """The grpc.aio server around the ``replywire.v1.ReplyStream`` servicer: its options, its
 start and its stop.
 
-Beside ``ReplyStream`` (``producer.servicer``) the server carries the standard health
+Beside ``ReplyStream`` (``producer.edge.servicer``) the server carries the standard health
 service (``grpc.health.v1.Health``: SERVING once listening, NOT_SERVING from the start
-of shutdown; ``producer.health`` bounds its ``Watch`` streams) and server reflection.
+of shutdown; ``producer.edge.health`` bounds its ``Watch`` streams) and server reflection.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from producer.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
-from producer.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
+from producer.edge.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
+from producer.edge.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
 from producer.settings import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
@@ -88,7 +88,7 @@ def server_options(  # noqa: PLR0913 - every bound gRPC's own options carry
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         # A connection without a stream this long is closed (GOAWAY): a later stream from
-        # its client address is on a new connection (producer.connections).
+        # its client address is on a new connection (producer.edge.connections).
         ("grpc.max_connection_idle_ms", round(max_connection_idle_s * 1000)),
         # Notice a consumer that vanished or stopped (SIGSTOP) without closing its
         # connection: a ping after keepalive_s of silence, unanswered within the timeout,
