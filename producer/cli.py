@@ -52,7 +52,9 @@ from producer.replylog import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_REPLIES,
     DEFAULT_READER_CONNECTIONS,
-    DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
+    DEFAULT_REPLIES_READ,
+    DEFAULT_REPLIES_READ_PER_IDENTITY,
+    DEFAULT_WRITER_CONNECTIONS,
     LogLimits,
     MemoryReplyLog,
     ReaderLimits,
@@ -352,23 +354,38 @@ FLAGS: Final = FlagTable(
                  "it); a reply whose lease lapses before its end ends `generator_lost` for its "
                  "readers"),
             Flag("--reply-log-connections",
-                 "a shared log: replies this producer reads from it at once, one connection "
-                 "each (past it: reply_log_busy)",
+                 "a shared log: connections its followers read with (Redis commands in "
+                 "flight at once, not replies)",
                  Count("connections"), DEFAULT_READER_CONNECTIONS,
-                 doc="a shared log: the connections its readers use, one per reply read here "
-                 "at once (all the readers of one reply on this producer share one follower "
-                 "of it: see [Operations](operations.md#readers-of-the-shared-log)); a stream "
-                 "that would read one reply more is refused `RESOURCE_EXHAUSTED` / "
-                 "`reply_log_busy` before anything is claimed or paid. The generations' "
-                 "writes and the lookups have connections of their own"),
-            Flag("--reply-log-connections-per-identity",
+                 doc="a shared log: the connections its followers read with, one short "
+                 "`XREAD` each at a time; it bounds the Redis commands in flight at once, not "
+                 "the replies read (a follower waits for news on the one pub/sub connection, "
+                 "holding none: see [Operations](operations.md#readers-of-the-shared-log)); "
+                 "a read that finds none free waits at most 5 s, then its readers end "
+                 "`reply_log_unavailable`"),
+            Flag("--reply-log-writer-connections",
+                 "a shared log: connections the generations write with",
+                 Count("connections"), DEFAULT_WRITER_CONNECTIONS,
+                 doc="a shared log: the connections the generations use (the claim, every "
+                 "frame's write, the lease refreshes, taking a relayed `Cancel`), short "
+                 "commands only; one that finds none free waits at most 5 s, then fails "
+                 "`reply_log_unavailable`"),
+            Flag("--reply-log-replies-read",
+                 "a shared log: replies this producer reads from it at once, one follower "
+                 "each (past it: reply_log_busy)",
+                 Count("replies"), DEFAULT_REPLIES_READ,
+                 doc="a shared log: replies this producer reads from it at once (all the "
+                 "readers of one reply here share one follower of it, which costs memory, "
+                 "not a connection); a stream that would read one reply more is refused "
+                 "`RESOURCE_EXHAUSTED` / `reply_log_busy` before anything is claimed or paid"),
+            Flag("--reply-log-replies-read-per-identity",
                  "a shared log: of them, one caller's replies (past it: reply_log_busy)",
-                 Count("connections"), DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
-                 doc="a shared log, with `--auth-tokens`: of `--reply-log-connections`, how "
-                 "many one caller's replies may hold at once; one more is refused "
+                 Count("replies"), DEFAULT_REPLIES_READ_PER_IDENTITY,
+                 doc="a shared log, with `--auth-tokens`: of `--reply-log-replies-read`, how "
+                 "many one caller's replies may be at once; one more is refused "
                  "`RESOURCE_EXHAUSTED` / `reply_log_busy` while other callers are still "
                  "served (without tokens every caller is one identity: only "
-                 "`--reply-log-connections` applies)"),
+                 "`--reply-log-replies-read` applies)"),
         )),
         FlagGroup(
             title="security",
@@ -668,10 +685,12 @@ async def open_reply_log(
 
     try:
         # Without tokens every caller is the one identity: its bound would be the whole.
-        per_identity = args.reply_log_connections_per_identity
+        per_identity = args.reply_log_replies_read_per_identity
         readers = ReaderLimits(
             connections=args.reply_log_connections,
-            per_identity=per_identity if args.auth_tokens else args.reply_log_connections,
+            writer_connections=args.reply_log_writer_connections,
+            replies=args.reply_log_replies_read,
+            per_identity=per_identity if args.auth_tokens else args.reply_log_replies_read,
         )
         log = RedisReplyLog(store.target, limits, readers=readers)
     except ValueError as error:

@@ -75,6 +75,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from producer.redis_followers import READERS_CLIENT_NAME, Followers
+from producer.redis_notify import NOTIFY_CLIENT_NAME, Notifier
 from producer.replylog import (
     Entry,
     LogLimits,
@@ -116,9 +117,10 @@ if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'first_span', ARGV[6]) end
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-# KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms.
-# Idempotent: a write whose entry is already the last one (a retry after its answer was
-# lost) is done; any other write needs the lease.
+# KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms,
+# the reply's notify channel. Idempotent: a write whose entry is already the last one (a
+# retry after its answer was lost) is done; any other write needs the lease. Each entry
+# written is published (its id) to the reply's followers on every replica.
 _WRITE: Final = """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
 if last and last[1] == ARGV[2] then return 1 end
@@ -127,25 +129,35 @@ redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
 if ARGV[3] == 'e' then redis.call('DEL', KEYS[1], KEYS[4]) end
+redis.call('PUBLISH', ARGV[7], ARGV[2])
 return 1
 """
-# KEYS: lease, log, meta. ARGV: token, lease ms, expire ms.
+# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, relayed Cancels to take
+# (0: none). {0} when the lease is not this token's, else {1, the Cancels taken...}.
 _REFRESH: Final = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
+local taken = {1}
+local n = tonumber(ARGV[4])
+if n > 0 then
+  local popped = redis.call('LPOP', KEYS[4], n)
+  if popped then for _, v in ipairs(popped) do taken[#taken + 1] = v end end
+end
+return taken
 """
 
 
-# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept. Queued only while a
-# generator holds the lease; the newest requests are kept.
+# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept, the reply's cancels
+# channel. Queued only while a generator holds the lease; the newest requests are kept;
+# the generator is told at once (published), and looks at each lease refresh too.
 _CANCEL: Final = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PUBLISH', ARGV[4], '1')
 return 1
 """
 
@@ -204,43 +216,90 @@ class RedisReply:
         self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.key}")
 
     async def _refresh(self) -> None:
-        limits = self._log.limits
-        while True:
-            await self._await_cancel(limits.lease_s / 3)
-            try:
-                owned = await self._log.scripts.refresh(
-                    keys=self._keys,
-                    args=[self._token, _ms(limits.lease_s), _ms(limits.lease_s + limits.ttl_s)],
-                )
-            except aioredis.RedisError as error:  # the next refresh may still make it
-                structlog.get_logger().warning(
-                    "lease_refresh_failed", detail=scrubbed_detail(str(error))
-                )
-                continue
-            if not owned:
-                return
-
-    async def _await_cancel(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for a relayed ``Cancel``, handing its caller on."""
-        if self._on_cancel is None:
-            await asyncio.sleep(timeout_s)
-            return
+        """Refresh the lease every third of ``lease_s`` (taking the relayed ``Cancel``
+        requests queued meanwhile with it); between refreshes, take them as soon as the
+        reply's cancels channel says one came (no connection held while waiting)."""
+        log, limits = self._log, self._log.limits
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        channel = log.channels(self.key)[1]
+        watching = False
         try:
-            popped = await self._log.client.blpop([self._keys[3]], timeout=timeout_s)
-        except aioredis.RedisError as error:  # the lease refresh below says more
+            while True:
+                if self._on_cancel is not None and not watching:
+                    await log.notifier.subscribe(channel, woken.set)
+                    watching = True
+                    await self._take_cancels()  # any relayed before the subscription
+                until = loop.time() + limits.lease_s / 3
+                while watching and (left := until - loop.time()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await woken.wait()
+                    if woken.is_set():
+                        woken.clear()
+                        await self._take_cancels()
+                if not watching:
+                    await asyncio.sleep(limits.lease_s / 3)
+                if not await self._refreshed(watching):
+                    return
+        finally:
+            if watching:
+                log.notifier.unsubscribe(channel, woken.set)
+
+    async def _refreshed(self, take_cancels: bool) -> bool:
+        """Refresh the lease (and take the relayed ``Cancel`` requests): False once it is
+        not this process's any more."""
+        limits = self._log.limits
+        try:
+            answer = await self._log.scripts.refresh(
+                keys=self._keys,
+                args=[
+                    self._token,
+                    _ms(limits.lease_s),
+                    _ms(limits.lease_s + limits.ttl_s),
+                    MAX_CANCEL_REQUESTS if take_cancels else 0,
+                ],
+            )
+        except aioredis.RedisError as error:  # the next refresh may still make it
+            structlog.get_logger().warning(
+                "lease_refresh_failed", detail=scrubbed_detail(str(error))
+            )
+            return True
+        if not answer or not answer[0]:
+            return False
+        self._relay(answer[1:])
+        return True
+
+    async def _take_cancels(self) -> None:
+        """Take the relayed ``Cancel`` requests queued now (one ``LPOP``, never blocking)."""
+        try:
+            popped = await self._log.client.lpop(self._keys[3], MAX_CANCEL_REQUESTS)
+        except aioredis.RedisError as error:  # the next refresh takes them
             structlog.get_logger().warning(
                 "cancel_watch_failed", detail=scrubbed_detail(str(error))
             )
-            await asyncio.sleep(timeout_s)
             return
-        if popped:
-            self._on_cancel(*relayed_cancel(popped[1]))
+        self._relay(popped or [])
+
+    def _relay(self, requests: Sequence[bytes]) -> None:
+        if self._on_cancel is None:
+            return
+        for value in requests:
+            self._on_cancel(*relayed_cancel(value))
 
     async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
         limits = self._log.limits
         written = await self._log.scripts.write(
             keys=self._keys,
-            args=[self._token, entry_id, field, value, limits.max_frames + 1, _ms(expire_s)],
+            args=[
+                self._token,
+                entry_id,
+                field,
+                value,
+                limits.max_frames + 1,
+                _ms(expire_s),
+                self._log.channels(self.key)[0],
+            ],
         )
         return bool(written)
 
@@ -312,38 +371,55 @@ class RedisReplyLog:
     ) -> None:
         self.limits = limits or LogLimits()
         self.prefix = prefix
-        # A blocked XREAD holds its connection for a quarter lease: the socket waits longer.
+        # Every command is short (nothing blocks in Redis: waiters are told by pub/sub).
         # Typed Any: redis-py's command stubs answer bytes | str | Awaitable unions.
         # One retry at once, on a new connection (a pooled one may be stale after a Redis
         # restart); no backoff: a store that is gone fails the reply now, not in seconds.
         # Writes are idempotent (_WRITE), so a retried one never logs an entry twice.
         options: dict[str, Any] = {
-            "socket_timeout": TIMEOUT_S + self.limits.lease_s,
+            "socket_timeout": TIMEOUT_S,
             "socket_connect_timeout": TIMEOUT_S,
             "retry": AsyncRetry(NoBackoff(), 1),
         }
-        #: The generations' commands (claim, writes, lease refreshes, their relayed-Cancel
-        #: watch): a pool of their own, so that no reader ever makes them wait.
-        self.client: Any = aioredis.Redis.from_url(url, client_name=WRITERS_NAME, **options)
-        self.scripts = _Scripts(self.client)
-        #: What every Open asks (``find``) and a relayed ``Cancel``: short commands, on a
-        #: small pool of their own; one that finds no connection free waits (bounded).
-        self.lookups: Any = aioredis.Redis(
-            connection_pool=BlockingConnectionPool.from_url(
-                url, max_connections=LOOKUP_CONNECTIONS, timeout=TIMEOUT_S,
-                client_name=LOOKUPS_NAME, **options,
-            )
-        )  # fmt: skip
-        self.cancel_script: Any = self.lookups.register_script(_CANCEL)
-        #: The readers' follows, one connection per reply read here (``--reply-log-connections``).
         self.readers = readers or ReaderLimits()
-        self.reader_client: Any = aioredis.Redis(
+
+        def pool(name: str, size: int) -> Any:
+            """A pool of ``size`` connections named ``name``: a command that finds none free
+            waits at most ``TIMEOUT_S``, then fails (a ``RedisError``: the caller's
+            ``reply_log_unavailable``), never ``MaxConnectionsError``."""
+            return aioredis.Redis(
+                connection_pool=BlockingConnectionPool.from_url(
+                    url, max_connections=size, timeout=TIMEOUT_S, client_name=name, **options
+                )
+            )
+
+        #: The generations' commands (claim, writes, lease refreshes, taking relayed
+        #: Cancels): a pool of their own, so that no reader ever makes them wait.
+        self.client: Any = pool(WRITERS_NAME, self.readers.writer_connections)
+        self.scripts = _Scripts(self.client)
+        #: What every Open asks (``find``) and a relayed ``Cancel``: a small pool.
+        self.lookups: Any = pool(LOOKUPS_NAME, LOOKUP_CONNECTIONS)
+        self.cancel_script: Any = self.lookups.register_script(_CANCEL)
+        #: The followers' reads (``--reply-log-connections``), each a short command.
+        self.reader_client: Any = pool(READERS_CLIENT_NAME, self.readers.connections)
+        #: The one pub/sub connection that tells followers and generations here that a
+        #: reply changed (``producer.redis_notify``).
+        self.notify_client: Any = aioredis.Redis(
             connection_pool=BlockingConnectionPool.from_url(
-                url, max_connections=self.readers.connections, timeout=TIMEOUT_S,
-                client_name=READERS_CLIENT_NAME, **options,
+                url, max_connections=1, timeout=TIMEOUT_S, client_name=NOTIFY_CLIENT_NAME,
+                socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                retry=AsyncRetry(NoBackoff(), 0),
             )
         )  # fmt: skip
-        self.followers = Followers(self.reader_client, self.readers, self.limits, self.keys)
+        self.notifier = Notifier(self.notify_client)
+        self.followers = Followers(
+            self.reader_client,
+            self.notifier,
+            self.readers,
+            self.limits,
+            self.keys,
+            lambda key: self.channels(key)[0],
+        )
 
     def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
         """Admit a delivery that will read the key's reply here (``Followers.hold``):
@@ -355,6 +431,12 @@ class RedisReplyLog:
         """The lease, log, meta and cancel keys of a reply."""
         base = f"{self.prefix}{{{key.token}}}:"
         return [base + "lease", base + "log", base + "meta", base + "cancel"]
+
+    def channels(self, key: ReplyKey) -> tuple[str, str]:
+        """The reply's pub/sub channels, in its hash tag: its log grew or ended
+        (``notify``), a ``Cancel`` was relayed to its generator (``cancels``)."""
+        base = f"{self.prefix}{{{key.token}}}:"
+        return base + "notify", base + "cancels"
 
     async def check(self) -> None:
         """Raises ``redis.RedisError`` unless the server answers, ``ClusterNode`` if it is a
@@ -424,7 +506,12 @@ class RedisReplyLog:
         lease, _, _, cancel = self.keys(key)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            args = [relay_value(key.identity, traceparent), expire_ms, MAX_CANCEL_REQUESTS]
+            args = [
+                relay_value(key.identity, traceparent),
+                expire_ms,
+                MAX_CANCEL_REQUESTS,
+                self.channels(key)[1],
+            ]
             if not await self.cancel_script(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(key, wait_s)
@@ -450,7 +537,8 @@ class RedisReplyLog:
 
     async def aclose(self) -> None:
         await self.followers.aclose()
-        for client in (self.client, self.lookups, self.reader_client):
+        await self.notifier.aclose()
+        for client in (self.client, self.lookups, self.reader_client, self.notify_client):
             with contextlib.suppress(aioredis.RedisError):
                 await client.aclose()
 

@@ -199,7 +199,7 @@ def test_past_the_bounds_a_new_reply_is_refused_reply_log_busy_and_readers_of_on
     server: RedisServer,
 ) -> None:
     async def scenario() -> None:
-        a, b = two(server, "f6:", ReaderLimits(connections=2, per_identity=1))
+        a, b = two(server, "f6:", ReaderLimits(replies=2, per_identity=1))
         alice, alice2 = ReplyKey("alice", "s"), ReplyKey("alice", "t")
         bob, carol = ReplyKey("bob", "s"), ReplyKey("carol", "s")
         held = [b.hold_reader(alice) for _ in range(3)]  # one reply: read once

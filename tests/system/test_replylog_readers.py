@@ -9,7 +9,7 @@ processes (the producer, the fake Gemini server, a private valkey/redis server),
   most one Redis connection per reply read at once (two), its lookups at most their
   pool's. Before the readers shared a follower, 105 readers and more all failed
   (``generator_lost``, ``reply_log_unavailable``), and ``bob`` with them.
-* Past ``--reply-log-connections-per-identity`` a caller's new reply is refused
+* Past ``--reply-log-replies-read-per-identity`` a caller's new reply is refused
   ``RESOURCE_EXHAUSTED`` / ``reply_log_busy`` before its provider is called, while its
   reply already read and another caller's are served.
 """
@@ -103,7 +103,7 @@ def test_past_a_callers_share_a_new_reply_is_refused_reply_log_busy_before_its_c
                 chunks.append(chunk)
             return [live, refused, bob[0], (await call.code()).name]
 
-    flags = ("--reply-log-connections", "2", "--reply-log-connections-per-identity", "1",
+    flags = ("--reply-log-replies-read", "2", "--reply-log-replies-read-per-identity", "1",
              "--log-level", "info", "--metrics-port", "0")  # fmt: skip
     with deployment(tmp_path, 10, *flags) as (running, server, fake, tokens):
         before = len(fake.log())
