@@ -140,12 +140,15 @@ class Notifier:
             await pubsub.connect()
             self._confirmed = {}
             self._leaving.clear()
+            # From now on a new waiter's channel is subscribed by ``subscribe`` itself.
+            self._pubsub = pubsub
             wanted = list(self._waiters)
             for channel in wanted:
                 self._confirmed[channel] = asyncio.Event()
             if wanted:
                 await pubsub.subscribe(*wanted)
         except BaseException:
+            self._pubsub = None
             with contextlib.suppress(aioredis.RedisError, OSError):
                 await pubsub.aclose()
             raise
@@ -158,7 +161,6 @@ class Notifier:
             pubsub = None
             try:
                 pubsub = await self._connect()
-                self._pubsub = pubsub
                 if lost:
                     log.info("reply_log_notify_restored", channels=len(self._waiters))
                     lost = False
