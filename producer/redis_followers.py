@@ -3,34 +3,44 @@
 Every delivery of a reply from the shared log (``producer.redis_replylog``) is a reader
 of it. On one replica, all the readers of one reply (its ``ReplyKey``: identity and
 stream id) are fed by one ``Follower``: one task that follows the reply's stream in
-Redis (``XREAD BLOCK`` from the last entry it read, a batch of up to ``READ_COUNT``
-entries a read) into one in-memory list of the reply's frames, and wakes its readers
-when the list grows or the reply ends. Each reader walks the list with its own cursor,
-from its ``resume_after``: a slow reader holds nobody back, and nothing is copied per
-reader. The list holds at most the reply's own frames (the log's bounds:
-``--reply-log-max-frames``, ``--reply-log-max-bytes``), read from the reply's first
-frame, so a reader that joins late, or resumes from any point, finds every frame after
-its point there. A follower ends when it reads the reply's end entry, when the reply's
-lease is gone with no end entry (``generator_lost``, as a reader's own read decided it
-before: within a quarter lease of the lapse), when Redis fails (``reply_log_unavailable``)
-or when its last reader leaves; a follower that ended in error is not reused (the next
-reader starts a new one: a reply generated again is read afresh).
+Redis into one in-memory list of the reply's frames, and wakes its readers when the list
+grows or the reply ends. Each reader walks the list with its own cursor, from its
+``resume_after``: a slow reader holds nobody back, and nothing is copied per reader. The
+list holds at most the reply's own frames (the log's bounds: ``--reply-log-max-frames``,
+``--reply-log-max-bytes``), read from the reply's first frame, so a reader that joins
+late, or resumes from any point, finds every frame after its point there.
 
-The bounds (``ReaderLimits``): the followers' connections are a pool of their own,
-``--reply-log-connections`` (redis-py's ``BlockingConnectionPool``: a follower that finds
-none free waits; it never fails ``MaxConnectionsError``). A reply is *read here* from
-the first admission of one of its readers until its last reader is gone (``hold``); at
-most ``connections`` replies are read here at once, and at most ``per_identity`` of one
-caller's, so one caller can never take the connections another needs. A delivery that
-would start reading one more reply past either bound is refused ``reply_log_busy``
-before anything of the reply is claimed (``producer.generations``); a reader of a reply
-read here already is never refused. Each follower holds at most one connection at a time
-(its commands run one after the other), so the pool is never short by more than a
-follower ending while another starts, which waits for its connection.
+How a follower waits: it subscribes to the reply's ``notify`` channel on the replica's
+one pub/sub connection (``producer.redis_notify``; the write script publishes every
+entry there) *before* its first read, then loops: read what follows its last entry with
+one non-blocking ``XREAD`` (up to ``READ_COUNT`` entries, at once again when it got that
+many), then wait for a notification or a quarter lease, whichever comes first. When no
+notification came, its next read is a poll: the ``XREAD`` and the lease's ``EXISTS`` in
+one transaction, so a lost notification, or the pub/sub connection lost, costs a
+quarter lease, never a frame. No follower holds a connection while it waits: the
+pool's connections carry short commands only, so ``--reply-log-connections`` bounds the
+Redis commands in flight at once, not the replies read.
+
+A follower ends when it reads the reply's end entry, when the reply's lease is gone
+with no end entry (``generator_lost``: within a quarter lease of the lapse), when Redis
+fails (``reply_log_unavailable``) or when its last reader leaves; a follower that ended
+in error is not reused (the next reader starts a new one: a reply generated again is
+read afresh).
+
+The bounds (``ReaderLimits``): a reply is *read here* from the first admission of one of
+its readers until its last reader is gone (``hold``); at most ``replies``
+(``--reply-log-replies-read``) are read here at once, and at most ``per_identity``
+(``--reply-log-replies-read-per-identity``) of one caller's, so one caller can never
+take the room another needs. A delivery that would start reading one more reply past
+either bound is refused ``reply_log_busy`` before anything of the reply is claimed
+(``producer.generations``); a reader of a reply read here already is never refused. A
+follower's read that finds no connection of the pool free waits (redis-py's
+``BlockingConnectionPool``, at most the log's timeout, then ``reply_log_unavailable``);
+it never fails ``MaxConnectionsError``.
 
 Its connections are named ``replywire-readers`` (``CLIENT SETNAME``), as the lookups'
-(``replywire-lookups``) and the generations' (``replywire-writers``) are: ``CLIENT LIST``
-tells them apart.
+(``replywire-lookups``), the generations' (``replywire-writers``) and the pub/sub one
+(``replywire-notify``) are: ``CLIENT LIST`` tells them apart.
 """
 
 from __future__ import annotations

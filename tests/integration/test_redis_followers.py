@@ -247,9 +247,7 @@ async def until(predicate: Any, what: str) -> None:
     raise AssertionError(f"not within {PROMPTLY_S} s: {what}")
 
 
-def test_many_distinct_replies_are_followed_on_one_pubsub_connection_holding_none_while_waiting() -> (
-    None
-):
+def test_many_distinct_replies_share_one_pubsub_connection_holding_none_while_waiting() -> None:
     """300 distinct live replies read at once on one replica (past the readers' pool of 8):
     every one complete, and no follower holds a connection while it waits: the one
     pub/sub connection carries all 300 subscriptions, nothing is blocked in Redis."""

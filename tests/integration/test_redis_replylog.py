@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer.redis_replylog import (
+from producer.redis_replylog import RedisReply, RedisReplyLog
+from producer.redis_scripts import (
     MAX_CANCEL_REQUESTS,
     MAX_RELAYED_TRACEPARENT_CHARS,
-    RedisReply,
-    RedisReplyLog,
     relay_value,
     relayed_cancel,
 )
