@@ -178,8 +178,8 @@ class RedisReply:
         try:
             while True:
                 if self._on_cancel is not None and not watching:
+                    watching = True  # left in ``finally`` even if stopped while subscribing
                     await log.notifier.subscribe(channel, woken.set)
-                    watching = True
                     await self._take_cancels()  # any relayed before the subscription
                 until = loop.time() + limits.lease_s / 3
                 while watching and (left := until - loop.time()) > 0:

@@ -274,6 +274,8 @@ def test_many_distinct_replies_share_one_pubsub_connection_holding_none_while_wa
         ended = await asyncio.wait_for(asyncio.gather(*readers), PROMPTLY_S)
         assert ended == [(frames(3), None)] * count
         assert (b.followers.active, b.followers.replies) == (0, 0)
+        # Every follower gone, every channel left: none kept subscribed.
+        await until(lambda: _all_subscribed(b, 0), "every channel left")
         await a.aclose()
         await b.aclose()
 
@@ -314,6 +316,7 @@ def test_many_live_generations_hold_no_writer_connection_and_another_reply_is_wr
         assert named.count("replywire-lookups") <= LOOKUP_CONNECTIONS * 2
         for reply in replies:
             await reply.end()
+        await until(lambda: _all_subscribed(a, 0), "every cancels channel left")
         await a.aclose()
         await b.aclose()
 
