@@ -382,7 +382,7 @@ FLAGS: Final = FlagTable(
                  "a shared log: of them, one caller's replies (past it: reply_log_busy)",
                  Count("replies"), DEFAULT_REPLIES_READ_PER_IDENTITY,
                  doc="a shared log, with `--auth-tokens`: of `--reply-log-replies-read`, how "
-                 "many one caller's replies may be at once; one more is refused "
+                 "many of one caller's replies may be read here at once; one more is refused "
                  "`RESOURCE_EXHAUSTED` / `reply_log_busy` while other callers are still "
                  "served (without tokens every caller is one identity: only "
                  "`--reply-log-replies-read` applies)"),

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import MaxConnectionsError
 
 from producer.redis_followers import READERS_CLIENT_NAME
 from producer.redis_notify import NOTIFY_CLIENT_NAME
 from producer.redis_replylog import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReply, RedisReplyLog
-from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
+from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey, ReplyLogFailed
 from shared.errors import Reason, RequestRefused
 from tests.redis_server import RedisServer, redis_server
 
@@ -404,6 +405,39 @@ def test_a_relayed_cancel_is_heard_through_the_notification_not_the_lease_refres
         assert await b.request_cancel(key, 1.5) is True
         assert heard == [("alice", None)]
         await asyncio.gather(*ending)
+        await a.aclose()
+        await b.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_exhausted_pool_fails_reply_log_unavailable_never_max_connections(
+    server: RedisServer,
+) -> None:
+    """Every pool is bounded and blocking: with its one connection taken, a generation's
+    write and a follower's read wait (at most the log's timeout), then fail as any Redis
+    failure does (``reply_log_unavailable``), never ``MaxConnectionsError``; once the
+    connection is back, both go on."""
+
+    async def scenario() -> None:
+        limits = LogLimits(lease_s=30.0)  # no refresh wants a connection meanwhile
+        one = ReaderLimits(connections=1, writer_connections=1)
+        a = RedisReplyLog(server.url, limits, prefix="f12:", readers=one)
+        b = RedisReplyLog(server.url, limits, prefix="f12:", readers=one)
+        key = ReplyKey("alice", "s")
+        reply = await a.create(key, "b", "lp")
+        writers, readers = a.client.connection_pool, b.reader_client.connection_pool
+        taken = [await writers.get_connection(), await readers.get_connection()]
+        with pytest.raises(ReplyLogFailed) as failed:
+            await write(reply, range(1, 2))
+        assert failed.value.reason is Reason.REPLY_LOG_UNAVAILABLE
+        assert not isinstance(failed.value.__cause__, MaxConnectionsError)
+        assert await read(await found(b, key)) == ([], Reason.REPLY_LOG_UNAVAILABLE.value)
+        await writers.release(taken[0])
+        await readers.release(taken[1])
+        await write(reply, range(1, 2))
+        await reply.end()
+        assert await read(await found(b, key)) == (frames(1), None)
         await a.aclose()
         await b.aclose()
 
