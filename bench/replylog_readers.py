@@ -2,6 +2,7 @@
 
 python -m bench.replylog_readers                        # 50, 95, 105, 150 and 1,000 readers
 python -m bench.replylog_readers --readers 20 --json readers.json
+python -m bench.replylog_readers --distinct --readers 65,300   # as many distinct replies
 
 For each number of readers: a private valkey/redis server (``tests.redis_server``), the
 fake Gemini server (``harness.fake_gemini``, its slow drip slowed to ``DRIP_DELAY_S``)
@@ -9,11 +10,14 @@ and one producer (``--source gemini --reply-log redis://...``, tokens for ``alic
 ``bob``) are started afresh. ``alice`` opens that many streams of one stream id at once
 (raw gRPC, over ``CHANNELS`` channels of this process): one live reply, its readers;
 once they are all open, ``bob`` opens a stream of his own (another reply). Every stream
-is read to its end. A row: how many of ``alice``'s readers ended OK with the same bytes,
-how the others ended (their reason codes), ``bob``'s ending, the provider calls the fake
-server counted, and the Redis connections the producer held at most (``CLIENT LIST``,
-sampled every ``SAMPLE_S``; the sampler's own connection not counted) and, of them, the
-readers' (named ``replywire-readers``: none before the readers shared a follower).
+is read to its end. With ``--distinct`` each of ``alice``'s streams has a stream id of
+its own: that many distinct live replies read at once (``--reply-log-replies-read`` and
+its per-identity share raised to fit them). A row: how many of ``alice``'s readers ended
+OK (with the same bytes, one reply), how the others ended (their reason codes), ``bob``'s
+ending, the provider calls the fake server counted, and the Redis connections the
+producer held at most (``CLIENT LIST``, sampled every ``SAMPLE_S``; the sampler's own
+connection not counted) and, of them, the readers' (named ``replywire-readers``), and
+the most of each pool's name at once (``peak_by_name``).
 
 The figures are measurements, never asserted by time; a test runs this at a small size.
 """
@@ -61,6 +65,8 @@ READERS_NAME: Final = "replywire-readers"
 @dataclass
 class Row:
     readers: int
+    #: Each reader reads a reply of its own (else all of them one reply).
+    distinct: bool = False
     complete: int = 0
     identical: bool = False
     failed: dict[str, int] = field(default_factory=dict)
@@ -68,6 +74,8 @@ class Row:
     provider_calls: int = 0
     peak_connections: int = 0
     peak_reader_connections: int = 0
+    #: The most connections of each name at once (a pool's, the pub/sub one).
+    peak_by_name: dict[str, int] = field(default_factory=dict)
     #: Once every stream ended: the connections the producer's pools hold open, by name
     #: (a pool keeps what it opened: the most it used at once).
     open_connections: dict[str, int] = field(default_factory=dict)
@@ -97,7 +105,7 @@ async def open_connections(url: str) -> dict[str, int]:
     return dict(sorted(named.items()))
 
 
-async def _sample(url: str, peaks: list[int], stop: asyncio.Event) -> None:
+async def _sample(url: str, peaks: list[int], by_name: dict[str, int], stop: asyncio.Event) -> None:
     client: Any = aioredis.Redis.from_url(url, client_name=SAMPLER)
     try:
         while not stop.is_set():
@@ -106,27 +114,40 @@ async def _sample(url: str, peaks: list[int], stop: asyncio.Event) -> None:
             peaks[0] = max(peaks[0], len(others))
             readers = sum(1 for c in others if c.get("name") == READERS_NAME)
             peaks[1] = max(peaks[1], readers)
+            named = collections.Counter(c.get("name") or "" for c in others)
+            for name, n in named.items():
+                by_name[name] = max(by_name.get(name, 0), n)
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), SAMPLE_S)
     finally:
         await client.aclose()
 
 
-async def _streams(target: str, url: str, readers: int, tokens: dict[str, str]) -> Row:
+async def _streams(
+    target: str, url: str, readers: int, tokens: dict[str, str], distinct: bool = False
+) -> Row:
     recording = load_recording()
     plan = ChunkPlan.parse("frame")
-    shared = ReplyRequest.for_case(recording, CASE, plan=plan, stream_id="shared")
     own = ReplyRequest.for_case(recording, CASE, plan=plan, stream_id="own")
     channels = [grpc.aio.insecure_channel(target) for _ in range(CHANNELS)]
     peaks = [0, 0]
+    by_name: dict[str, int] = {}
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_sample(url, peaks, stop))
+    sampler = asyncio.create_task(_sample(url, peaks, by_name, stop))
     try:
         stubs = [pb_grpc.ReplyStreamStub(channel) for channel in channels]
-        alice = shared.open_request()
+        ids = [f"shared-{i}" if distinct else "shared" for i in range(readers)]
+        requests = {
+            stream_id: ReplyRequest.for_case(
+                recording, CASE, plan=plan, stream_id=stream_id
+            ).open_request()
+            for stream_id in dict.fromkeys(ids)
+        }
         tasks = [
-            asyncio.create_task(read_stream(stubs[i % CHANNELS], alice, tokens["alice"]))
-            for i in range(readers)
+            asyncio.create_task(
+                read_stream(stubs[i % CHANNELS], requests[stream_id], tokens["alice"])
+            )
+            for i, stream_id in enumerate(ids)
         ]
         await asyncio.sleep(0)  # every one of them started before bob's
         other = await read_stream(stubs[0], own.open_request(), tokens["bob"])
@@ -141,12 +162,14 @@ async def _streams(target: str, url: str, readers: int, tokens: dict[str, str]) 
     failed = collections.Counter(status for status, _ in ended if status != "ok")
     return Row(
         readers=readers,
+        distinct=distinct,
         complete=len(complete),
         identical=bool(complete) and all(data == complete[0] for data in complete),
         failed=dict(sorted(failed.items())),
         other_identity=other[0],
         peak_connections=peaks[0],
         peak_reader_connections=peaks[1],
+        peak_by_name=dict(sorted(by_name.items())),
         open_connections=still_open,
     )
 
@@ -161,15 +184,16 @@ def tokens_in(workdir: Path) -> tuple[dict[str, str], Path]:
 
 @contextmanager
 def deployment(
-    workdir: Path, readers: int, *flags: str
+    workdir: Path, readers: int, *flags: str, drip_delay_s: str = DRIP_DELAY_S
 ) -> Iterator[tuple[Producer, RedisServer, FakeGeminiProcess, dict[str, str]]]:
-    """A private Redis server, the fake Gemini server, and one producer of the Gemini
-    source on the Redis reply log with tokens for alice and bob (``readers`` streams of a
-    caller allowed at once, and more); the tokens."""
+    """A private Redis server, the fake Gemini server (``drip_delay_s`` between its
+    pieces), and one producer of the Gemini source on the Redis reply log with tokens for
+    alice and bob (``readers`` streams of a caller allowed at once, and more); the
+    tokens."""
     tokens, token_file = tokens_in(workdir)
     with ExitStack() as stack:
         server = stack.enter_context(redis_server())
-        fake = stack.enter_context(fake_gemini(API_KEY, "--drip-delay-s", DRIP_DELAY_S))
+        fake = stack.enter_context(fake_gemini(API_KEY, "--drip-delay-s", drip_delay_s))
         args = (
             "--source", "gemini", "--gemini-base-url", fake.base_url,
             "--model", "fake-slow-drip", "--ledger", str(workdir / "ledger.json"),
@@ -183,11 +207,16 @@ def deployment(
         yield running, server, fake, tokens
 
 
-def run_row(readers: int, workdir: Path, *flags: str) -> Row:
-    """One row: fresh servers and producer, ``readers`` readers of alice's one reply."""
+def run_row(readers: int, workdir: Path, *flags: str, distinct: bool = False) -> Row:
+    """One row: fresh servers and producer, ``readers`` readers of alice's one reply (or,
+    ``distinct``, of a reply each)."""
+    if distinct:  # every reply read at once fits the followers' bounds
+        fit = str(readers + 10)
+        flags = ("--reply-log-replies-read", fit,
+                 "--reply-log-replies-read-per-identity", fit, *flags)  # fmt: skip
     with deployment(workdir, readers, *flags) as (running, server, fake, tokens):
         before = len(fake.log())
-        row = asyncio.run(_streams(running.target, server.url, readers, tokens))
+        row = asyncio.run(_streams(running.target, server.url, readers, tokens, distinct))
         row.provider_calls = len(fake.log()) - before
     return row
 
@@ -213,13 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--readers", default=",".join(map(str, SIZES)), help="comma-separated reader counts"
     )
+    parser.add_argument(
+        "--distinct", action="store_true", help="a reply of its own for each reader"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("flags", nargs="*", help="more producer flags (after --)")
     args = parser.parse_args(argv)
     rows = []
     for readers in (int(n) for n in args.readers.split(",")):
         with tempfile.TemporaryDirectory(prefix="replylog-readers-") as workdir:
-            rows.append(run_row(readers, Path(workdir), *args.flags))
+            rows.append(run_row(readers, Path(workdir), *args.flags, distinct=args.distinct))
         print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:

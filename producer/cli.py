@@ -51,7 +51,9 @@ from producer.replylog import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_REPLIES,
     DEFAULT_READER_CONNECTIONS,
-    DEFAULT_READER_CONNECTIONS_PER_IDENTITY,
+    DEFAULT_REPLIES_READ,
+    DEFAULT_REPLIES_READ_PER_IDENTITY,
+    DEFAULT_WRITER_CONNECTIONS,
     LogLimits,
     MemoryReplyLog,
     ReaderLimits,
@@ -309,20 +311,32 @@ FLAGS: Final = FlagTable(
                  "readers",
                  positive_seconds, DEFAULT_LEASE_S),
             Flag("--reply-log-connections",
-                 "a shared log: the connections its readers use, one per reply read here "
-                 "at once (all the readers of one reply on this producer share one follower "
-                 "of it: see [Operations](operations.md#readers-of-the-shared-log)); a stream "
-                 "that would read one reply more is refused `RESOURCE_EXHAUSTED` / "
-                 "`reply_log_busy` before anything is claimed or paid. The generations' "
-                 "writes and the lookups have connections of their own",
+                 "a shared log: the connections its followers read with, one short "
+                 "`XREAD` each at a time; it bounds the Redis commands in flight at once, not "
+                 "the replies read (a follower waits for news on the one pub/sub connection, "
+                 "holding none: see [Operations](operations.md#readers-of-the-shared-log)); "
+                 "a read that finds none free waits at most 5 s, then its readers end "
+                 "`reply_log_unavailable`",
                  Count("connections"), DEFAULT_READER_CONNECTIONS),
-            Flag("--reply-log-connections-per-identity",
-                 "a shared log, with `--auth-tokens`: of `--reply-log-connections`, how "
-                 "many one caller's replies may hold at once; one more is refused "
+            Flag("--reply-log-writer-connections",
+                 "a shared log: the connections the generations use (the claim, every "
+                 "frame's write, the lease refreshes, taking a relayed `Cancel`), short "
+                 "commands only; one that finds none free waits at most 5 s, then fails "
+                 "`reply_log_unavailable`",
+                 Count("connections"), DEFAULT_WRITER_CONNECTIONS),
+            Flag("--reply-log-replies-read",
+                 "a shared log: replies this producer reads from it at once (all the "
+                 "readers of one reply here share one follower of it, which costs memory, "
+                 "not a connection); a stream that would read one reply more is refused "
+                 "`RESOURCE_EXHAUSTED` / `reply_log_busy` before anything is claimed or paid",
+                 Count("replies"), DEFAULT_REPLIES_READ),
+            Flag("--reply-log-replies-read-per-identity",
+                 "a shared log, with `--auth-tokens`: of `--reply-log-replies-read`, how "
+                 "many of one caller's replies may be read here at once; one more is refused "
                  "`RESOURCE_EXHAUSTED` / `reply_log_busy` while other callers are still "
                  "served (without tokens every caller is one identity: only "
-                 "`--reply-log-connections` applies)",
-                 Count("connections"), DEFAULT_READER_CONNECTIONS_PER_IDENTITY),
+                 "`--reply-log-replies-read` applies)",
+                 Count("replies"), DEFAULT_REPLIES_READ_PER_IDENTITY),
         )),
         FlagGroup(
             title="security",
@@ -597,10 +611,12 @@ async def open_reply_log(
 
     try:
         # Without tokens every caller is the one identity: its bound would be the whole.
-        per_identity = args.reply_log_connections_per_identity
+        per_identity = args.reply_log_replies_read_per_identity
         readers = ReaderLimits(
             connections=args.reply_log_connections,
-            per_identity=per_identity if args.auth_tokens else args.reply_log_connections,
+            writer_connections=args.reply_log_writer_connections,
+            replies=args.reply_log_replies_read,
+            per_identity=per_identity if args.auth_tokens else args.reply_log_replies_read,
         )
         log = RedisReplyLog(store.target, limits, readers=readers)
     except ValueError as error:

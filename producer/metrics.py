@@ -17,10 +17,10 @@ timestamp gauge that counts nothing, so the counters here are :class:`Tally`):
 - ``replywire_chunk_write_wait_seconds``: how long each ``context.write`` waited
   (for the consumer's HTTP/2 window)
 - ``replywire_ledger_spend_usd_total``: the cost the Gemini ledger settled
-- ``replywire_reply_log_followers``: a shared reply log: followers running now, each
-  holding at most one of the ``--reply-log-connections`` readers' connections
+- ``replywire_reply_log_followers``: a shared reply log: followers running now (none
+  holds a connection while it waits: they are told on one pub/sub connection)
 - ``replywire_reply_log_replies_read``: a shared reply log: replies read here now (their
-  readers admitted; at most ``--reply-log-connections``)
+  readers admitted; at most ``--reply-log-replies-read``)
 - ``replywire_requests_refused_total{reason}``: requests refused before a stream began
   (``invalid_token``, ``invalid_request``, ``metadata_too_large``): the trace's
   ``requests_unauthenticated``, ``requests_malformed``, ``requests_metadata_too_large``
@@ -120,12 +120,12 @@ class ProducerMetrics:
         r = self.registry
         Gauge(
             "replywire_reply_log_followers",
-            "Followers of the shared reply log running now (one connection each at most)",
+            "Followers of the shared reply log running now (none holds a connection waiting)",
             registry=r,
         ).set_function(followers)
         Gauge(
             "replywire_reply_log_replies_read",
-            "Replies read from the shared reply log here now (at most --reply-log-connections)",
+            "Replies read from the shared reply log here now (at most --reply-log-replies-read)",
             registry=r,
         ).set_function(replies)
 

@@ -3,34 +3,44 @@
 Every delivery of a reply from the shared log (``producer.redis_replylog``) is a reader
 of it. On one replica, all the readers of one reply (its ``ReplyKey``: identity and
 stream id) are fed by one ``Follower``: one task that follows the reply's stream in
-Redis (``XREAD BLOCK`` from the last entry it read, a batch of up to ``READ_COUNT``
-entries a read) into one in-memory list of the reply's frames, and wakes its readers
-when the list grows or the reply ends. Each reader walks the list with its own cursor,
-from its ``resume_after``: a slow reader holds nobody back, and nothing is copied per
-reader. The list holds at most the reply's own frames (the log's bounds:
-``--reply-log-max-frames``, ``--reply-log-max-bytes``), read from the reply's first
-frame, so a reader that joins late, or resumes from any point, finds every frame after
-its point there. A follower ends when it reads the reply's end entry, when the reply's
-lease is gone with no end entry (``generator_lost``, as a reader's own read decided it
-before: within a quarter lease of the lapse), when Redis fails (``reply_log_unavailable``)
-or when its last reader leaves; a follower that ended in error is not reused (the next
-reader starts a new one: a reply generated again is read afresh).
+Redis into one in-memory list of the reply's frames, and wakes its readers when the list
+grows or the reply ends. Each reader walks the list with its own cursor, from its
+``resume_after``: a slow reader holds nobody back, and nothing is copied per reader. The
+list holds at most the reply's own frames (the log's bounds: ``--reply-log-max-frames``,
+``--reply-log-max-bytes``), read from the reply's first frame, so a reader that joins
+late, or resumes from any point, finds every frame after its point there.
 
-The bounds (``ReaderLimits``): the followers' connections are a pool of their own,
-``--reply-log-connections`` (redis-py's ``BlockingConnectionPool``: a follower that finds
-none free waits; it never fails ``MaxConnectionsError``). A reply is *read here* from
-the first admission of one of its readers until its last reader is gone (``hold``); at
-most ``connections`` replies are read here at once, and at most ``per_identity`` of one
-caller's, so one caller can never take the connections another needs. A delivery that
-would start reading one more reply past either bound is refused ``reply_log_busy``
-before anything of the reply is claimed (``producer.claims``); a reader of a reply
-read here already is never refused. Each follower holds at most one connection at a time
-(its commands run one after the other), so the pool is never short by more than a
-follower ending while another starts, which waits for its connection.
+How a follower waits: it subscribes to the reply's ``notify`` channel on the replica's
+one pub/sub connection (``producer.redis_notify``; the write script publishes every
+entry there) *before* its first read, then loops: read what follows its last entry with
+one non-blocking ``XREAD`` (up to ``READ_COUNT`` entries, at once again when it got that
+many), then wait for a notification or a quarter lease, whichever comes first. When no
+notification came, its next read is a poll: the ``XREAD`` and the lease's ``EXISTS`` in
+one transaction, so a lost notification, or the pub/sub connection lost, costs a
+quarter lease, never a frame. No follower holds a connection while it waits: the
+pool's connections carry short commands only, so ``--reply-log-connections`` bounds the
+Redis commands in flight at once, not the replies read.
+
+A follower ends when it reads the reply's end entry, when the reply's lease is gone
+with no end entry (``generator_lost``: within a quarter lease of the lapse), when Redis
+fails (``reply_log_unavailable``) or when its last reader leaves; a follower that ended
+in error is not reused (the next reader starts a new one: a reply generated again is
+read afresh).
+
+The bounds (``ReaderLimits``): a reply is *read here* from the first admission of one of
+its readers until its last reader is gone (``hold``); at most ``replies``
+(``--reply-log-replies-read``) are read here at once, and at most ``per_identity``
+(``--reply-log-replies-read-per-identity``) of one caller's, so one caller can never
+take the room another needs. A delivery that would start reading one more reply past
+either bound is refused ``reply_log_busy`` before anything of the reply is claimed
+(``producer.claims``); a reader of a reply read here already is never refused. A
+follower's read that finds no connection of the pool free waits (redis-py's
+``BlockingConnectionPool``, at most the log's timeout, then ``reply_log_unavailable``);
+it never fails ``MaxConnectionsError``.
 
 Its connections are named ``replywire-readers`` (``CLIENT SETNAME``), as the lookups'
-(``replywire-lookups``) and the generations' (``replywire-writers``) are: ``CLIENT LIST``
-tells them apart.
+(``replywire-lookups``), the generations' (``replywire-writers``) and the pub/sub one
+(``replywire-notify``) are: ``CLIENT LIST`` tells them apart.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
+from producer.redis_notify import Notifier
 from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
 from shared.errors import Reason, RequestRefused
 
@@ -63,10 +74,15 @@ def _sequence(entry_id: bytes) -> int:
 class Follower:
     """The one reader of a reply's stream in Redis on this replica, and its frames so far."""
 
-    def __init__(self, client: Any, keys: list[str], limits: LogLimits) -> None:
+    def __init__(
+        self, client: Any, notifier: Notifier, keys: list[str], channel: str, limits: LogLimits
+    ) -> None:
         self._client = client
+        self._notifier = notifier
         self._lease, self._log_key = keys[0], keys[1]
-        self._block_ms = _ms(limits.lease_s / 4)
+        self._channel = channel
+        #: The longest it waits for a notification before it looks itself (and at the lease).
+        self._poll_s = limits.lease_s / 4
         #: The reply's frames read so far, in order: ``entries[i].sequence == i + 1``.
         self.entries: list[Entry] = []
         self.ended = False
@@ -75,7 +91,12 @@ class Follower:
         #: The readers walking ``entries`` now.
         self.readers = 0
         self._changed = asyncio.Event()
+        #: Set by a notification on the reply's channel (or one that may have been missed).
+        self._woken = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: Reads it made, and of them the ones that also looked at the lease (polls).
+        self.reads = 0
+        self.polls = 0
 
     def start(self, name: str) -> asyncio.Task[None]:
         self.task = asyncio.create_task(self._run(), name=name)
@@ -95,6 +116,7 @@ class Follower:
 
     async def _run(self) -> None:
         try:
+            await self._notifier.subscribe(self._channel, self._woken.set)
             await self._follow()
         except LogEnded as ended:
             self._end(str(ended))
@@ -102,22 +124,29 @@ class Follower:
             structlog.get_logger().warning("reply_log_read_failed", detail=type(error).__name__)
             self._end(Reason.REPLY_LOG_UNAVAILABLE.value)
         finally:
+            self._notifier.unsubscribe(self._channel, self._woken.set)
             if not self.ended:  # stopped: its last reader left
                 self._end(Reason.REPLY_LOG_UNAVAILABLE.value)
 
+    async def _read(self, last: str, poll: bool) -> tuple[Any, bool]:
+        """What follows ``last`` (one non-blocking ``XREAD``), and whether the lease is
+        held (looked at with it, atomically, when ``poll``; else taken as held)."""
+        self.reads += 1
+        if not poll:
+            return await self._client.xread({self._log_key: last}, count=READ_COUNT), True
+        self.polls += 1
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.xread({self._log_key: last}, count=READ_COUNT).exists(self._lease)
+            batch, leased = await pipe.execute()
+        return batch, bool(leased)
+
     async def _follow(self) -> None:
-        client, log_key = self._client, self._log_key
-        last = "0-0"
+        last, poll = "0-0", True
         while True:
-            batch = await client.xread({log_key: last}, count=READ_COUNT, block=self._block_ms)
-            if not batch and not await client.exists(self._lease):
-                # The lease is gone: the end entry is written with its removal, so it is
-                # there now if the generator ended the reply.
-                batch = await client.xread({log_key: last}, count=READ_COUNT)
-                if not batch:
-                    raise LogEnded(Reason.GENERATOR_LOST)
-            grew = False
-            for entry_id, fields in batch[0][1] if batch else ():
+            self._woken.clear()  # a write after this wakes the wait below
+            batch, leased = await self._read(last, poll)
+            entries = batch[0][1] if batch else ()
+            for entry_id, fields in entries:
                 if b"e" in fields:
                     self._end(fields[b"e"].decode() or None)
                     return
@@ -126,9 +155,21 @@ class Follower:
                     raise LogEnded(Reason.REPLY_LOG_UNAVAILABLE)
                 last = entry_id.decode()
                 self.entries.append(Entry(sequence, fields[b"d"]))
-                grew = True
-            if grew:
+            if entries:
                 self._notify()
+            if not leased and len(entries) < READ_COUNT:
+                # The lease is gone and, read with it, no end entry: the end entry is
+                # written with the lease's removal, so the generator is lost.
+                raise LogEnded(Reason.GENERATOR_LOST)
+            if len(entries) >= READ_COUNT:
+                poll = False  # more may be there already
+                continue
+            try:
+                async with asyncio.timeout(self._poll_s):
+                    await self._woken.wait()
+                poll = False
+            except TimeoutError:
+                poll = True  # no word for a while: look, and at the lease
 
     async def after(self, after: int) -> AsyncIterator[Entry]:
         """The reply's frames with sequence > ``after`` as they come; ends as the reply
@@ -166,17 +207,21 @@ class Followers:
     def __init__(
         self,
         client: Any,
+        notifier: Notifier,
         limits: ReaderLimits,
         log_limits: LogLimits,
         keys_of: Callable[[ReplyKey], list[str]],
+        channel_of: Callable[[ReplyKey], str],
     ) -> None:
         self.limits = limits
         self._client = client
+        self._notifier = notifier
+        self._channel_of = channel_of
         self._log_limits = log_limits
         self._keys_of = keys_of
         self._reads: dict[ReplyKey, _Read] = {}
         self._by_identity: collections.Counter[str] = collections.Counter()
-        #: Follower tasks not finished (each holds at most one connection).
+        #: Follower tasks not finished (each holds a connection only while it reads).
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -186,7 +231,7 @@ class Followers:
 
     @property
     def active(self) -> int:
-        """Followers running now (each holds at most one connection of the pool)."""
+        """Followers running now (none holds a connection while it waits)."""
         return len(self._tasks)
 
     def hold(self, key: ReplyKey) -> Callable[[], None]:
@@ -196,7 +241,7 @@ class Followers:
         read = self._reads.get(key)
         if read is None:
             limits = self.limits
-            if len(self._reads) >= limits.connections:
+            if len(self._reads) >= limits.replies:
                 raise RequestRefused(
                     Reason.REPLY_LOG_BUSY, f"{len(self._reads)} replies read from the log"
                 )
@@ -228,7 +273,13 @@ class Followers:
     def _follower(self, key: ReplyKey, read: _Read) -> Follower:
         follower = read.follower
         if follower is None or (follower.ended and follower.error is not None):
-            follower = read.follower = Follower(self._client, self._keys_of(key), self._log_limits)
+            follower = read.follower = Follower(
+                self._client,
+                self._notifier,
+                self._keys_of(key),
+                self._channel_of(key),
+                self._log_limits,
+            )
             task = follower.start(f"follow-{key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

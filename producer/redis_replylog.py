@@ -15,10 +15,16 @@ every script touches together, in one slot::
                                        the error reason code
     PREFIX{IDENTITY/ID}:lease  string  the generating process's token, ``SET ... PX``
     PREFIX{IDENTITY/ID}:cancel list    ``Cancel`` requests that reached another replica:
-                                       the generator pops them (``BLPOP``) and stops;
+                                       the generator pops them (``LPOP``) and stops;
                                        each the caller's name, or, from a replica that
                                        traces, a JSON object ``{"caller": NAME,
                                        "traceparent": ITS CANCEL SPAN}``
+
+and two pub/sub channels (not keys; in the same hash tag, so that Redis Cluster's sharded
+pub/sub could carry them later: plain ``PUBLISH`` / ``SUBSCRIBE`` now)::
+
+    PREFIX{IDENTITY/ID}:notify         each entry written (its id), by the write script
+    PREFIX{IDENTITY/ID}:cancels        each ``Cancel`` relayed, by the cancel script
 
 Another identity's Open of the same stream id names other keys: it never attaches to,
 reads, blocks or learns of this reply.
@@ -27,9 +33,11 @@ The generator holds the lease: it claims it with ``SET NX PX`` when it creates t
 reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
 one Lua script that first checks the lease is still its own, so a generator that lost
 its lease writes nothing more (its write raises ``ReplyLogFailed``: ``generator_lost``;
-a Redis error: ``reply_log_unavailable``). The readers of a reply on one replica share
-one follower of its stream (``producer.redis_followers``: one ``XREAD BLOCK`` per batch
-of new entries, whatever the number of readers), which follows it to its end entry; a
+a Redis error: ``reply_log_unavailable``), and publishes the entry on the reply's
+``notify`` channel. The readers of a reply on one replica share one follower of its
+stream (``producer.redis_followers``: told by the replica's one pub/sub connection,
+``producer.redis_notify``, it reads what is new with one non-blocking ``XREAD``, whatever
+the number of readers), which follows it to its end entry; a
 read from at or past the end of an ended reply ends once the follower reached the end,
 as the memory log's does; the readers of a reply whose lease is gone with no end entry
 end with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
@@ -39,19 +47,27 @@ that regenerates): the create claims the lease first, then empties the stream.
 
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
 the log (``request_cancel``): the caller's name is pushed on the cancel list while the
-lease is held, and the generator, which waits on that list between lease refreshes,
-sees it at once; the relaying replica waits (bounded) for the reply's end entry. The
+lease is held and published on the reply's ``cancels`` channel; the generator, whose
+replica subscribes to it, pops the list (``LPOP``) at once, and at each lease refresh
+too (inside the refresh script: a lost message costs a third of a lease at most); the
+relaying replica waits (bounded, ``RELAY_CANCEL_WAIT_S``) for the reply's end entry. The
 relay carries the W3C ``traceparent`` of the relaying replica's ``Cancel`` span when it
 traces (at most ``MAX_RELAYED_TRACEPARENT_CHARS``; nothing when it does not), so the
 generator's stop is in the caller's trace (``producer/spans.py``).
 
-Connections: three pools, so that no reader makes a generation wait: the generations'
-(``replywire-writers``: the claim, the writes, the lease refreshes, the relayed-``Cancel``
-watch), the lookups' (``replywire-lookups``: ``LOOKUP_CONNECTIONS``, every Open's
-``find`` and a relayed ``Cancel``; a command that finds none free waits, bounded), and
-the followers' (``replywire-readers``: ``--reply-log-connections``, with at most that many
-replies read here and ``--reply-log-connections-per-identity`` of one caller's; past
-either, a delivery that would read one more is refused ``reply_log_busy``).
+Connections: nothing waits in Redis (no ``BLPOP``, no ``XREAD BLOCK``): every pooled
+command is short, and whoever waits for news waits on the replica's one pub/sub
+connection (``replywire-notify``). Three pools, each a ``BlockingConnectionPool`` (a
+command that finds none free waits at most ``TIMEOUT_S``, then fails, a ``RedisError``:
+``reply_log_unavailable``, never ``MaxConnectionsError``), so that no reader makes a
+generation wait: the generations' (``replywire-writers``,
+``--reply-log-writer-connections``: the claim, the writes, the lease refreshes, taking a
+relayed ``Cancel``), the lookups' (``replywire-lookups``: ``LOOKUP_CONNECTIONS``, every
+Open's ``find`` and a relayed ``Cancel``), and the followers' (``replywire-readers``:
+``--reply-log-connections``). Replies read here at once are bounded apart, a follower
+costing memory, not a connection (``--reply-log-replies-read``, and
+``--reply-log-replies-read-per-identity`` of one caller's; past either, a delivery that
+would read one more is refused ``reply_log_busy``).
 
 Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
@@ -63,7 +79,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
@@ -75,6 +90,15 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from producer.redis_followers import READERS_CLIENT_NAME, Followers
+from producer.redis_notify import NOTIFY_CLIENT_NAME, Notifier
+from producer.redis_scripts import (
+    CANCEL,
+    MAX_CANCEL_REQUESTS,
+    Scripts,
+    bounded,
+    relay_value,
+    relayed_cancel,
+)
 from producer.replylog import (
     Entry,
     LogLimits,
@@ -92,69 +116,8 @@ TIMEOUT_S: Final = 5.0
 LOOKUP_CONNECTIONS: Final = 8
 WRITERS_NAME: Final = "replywire-writers"
 LOOKUPS_NAME: Final = "replywire-lookups"
-#: Relayed ``Cancel`` requests a reply's cancel list keeps (the newest) until its generator
-#: takes them.
-MAX_CANCEL_REQUESTS: Final = 16
-#: The longest ``traceparent`` a relayed ``Cancel`` or a reply's ``first_span`` carries (a
-#: W3C one of version 00 is 55 characters); a longer one is neither written nor read.
-MAX_RELAYED_TRACEPARENT_CHARS: Final = 256
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
-
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire, first
-# span ("": none). A reply
-# that is being generated (its lease is held) or complete (its end entry is empty) is
-# never claimed: whoever claims the lease first generates it.
-_CREATE: Final = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-if tail and tail[2][1] == 'e' and tail[2][2] == '' then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-redis.call('HSET', KEYS[3], 'binding', ARGV[4], 'wire', ARGV[5])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'first_span', ARGV[6]) end
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-# KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms.
-# Idempotent: a write whose entry is already the last one (a retry after its answer was
-# lost) is done; any other write needs the lease.
-_WRITE: Final = """
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-if last and last[1] == ARGV[2] then return 1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
-if ARGV[3] == 'e' then redis.call('DEL', KEYS[1], KEYS[4]) end
-return 1
-"""
-# KEYS: lease, log, meta. ARGV: token, lease ms, expire ms.
-_REFRESH: Final = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-
-
-# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept. Queued only while a
-# generator holds the lease; the newest requests are kept.
-_CANCEL: Final = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
-"""
-
-
-class _Scripts:
-    def __init__(self, client: Any) -> None:
-        self.create = client.register_script(_CREATE)
-        self.write = client.register_script(_WRITE)
-        self.refresh = client.register_script(_REFRESH)
 
 
 def _ms(seconds: float) -> int:
@@ -204,43 +167,90 @@ class RedisReply:
         self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.key}")
 
     async def _refresh(self) -> None:
-        limits = self._log.limits
-        while True:
-            await self._await_cancel(limits.lease_s / 3)
-            try:
-                owned = await self._log.scripts.refresh(
-                    keys=self._keys,
-                    args=[self._token, _ms(limits.lease_s), _ms(limits.lease_s + limits.ttl_s)],
-                )
-            except aioredis.RedisError as error:  # the next refresh may still make it
-                structlog.get_logger().warning(
-                    "lease_refresh_failed", detail=scrubbed_detail(str(error))
-                )
-                continue
-            if not owned:
-                return
-
-    async def _await_cancel(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for a relayed ``Cancel``, handing its caller on."""
-        if self._on_cancel is None:
-            await asyncio.sleep(timeout_s)
-            return
+        """Refresh the lease every third of ``lease_s`` (taking the relayed ``Cancel``
+        requests queued meanwhile with it); between refreshes, take them as soon as the
+        reply's cancels channel says one came (no connection held while waiting)."""
+        log, limits = self._log, self._log.limits
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        channel = log.channels(self.key)[1]
+        watching = False
         try:
-            popped = await self._log.client.blpop([self._keys[3]], timeout=timeout_s)
-        except aioredis.RedisError as error:  # the lease refresh below says more
+            while True:
+                if self._on_cancel is not None and not watching:
+                    watching = True  # left in ``finally`` even if stopped while subscribing
+                    await log.notifier.subscribe(channel, woken.set)
+                    await self._take_cancels()  # any relayed before the subscription
+                until = loop.time() + limits.lease_s / 3
+                while watching and (left := until - loop.time()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await woken.wait()
+                    if woken.is_set():
+                        woken.clear()
+                        await self._take_cancels()
+                if not watching:
+                    await asyncio.sleep(limits.lease_s / 3)
+                if not await self._refreshed(watching):
+                    return
+        finally:
+            if watching:
+                log.notifier.unsubscribe(channel, woken.set)
+
+    async def _refreshed(self, take_cancels: bool) -> bool:
+        """Refresh the lease (and take the relayed ``Cancel`` requests): False once it is
+        not this process's any more."""
+        limits = self._log.limits
+        try:
+            answer = await self._log.scripts.refresh(
+                keys=self._keys,
+                args=[
+                    self._token,
+                    _ms(limits.lease_s),
+                    _ms(limits.lease_s + limits.ttl_s),
+                    MAX_CANCEL_REQUESTS if take_cancels else 0,
+                ],
+            )
+        except aioredis.RedisError as error:  # the next refresh may still make it
+            structlog.get_logger().warning(
+                "lease_refresh_failed", detail=scrubbed_detail(str(error))
+            )
+            return True
+        if not answer or not answer[0]:
+            return False
+        self._relay(answer[1:])
+        return True
+
+    async def _take_cancels(self) -> None:
+        """Take the relayed ``Cancel`` requests queued now (one ``LPOP``, never blocking)."""
+        try:
+            popped = await self._log.client.lpop(self._keys[3], MAX_CANCEL_REQUESTS)
+        except aioredis.RedisError as error:  # the next refresh takes them
             structlog.get_logger().warning(
                 "cancel_watch_failed", detail=scrubbed_detail(str(error))
             )
-            await asyncio.sleep(timeout_s)
             return
-        if popped:
-            self._on_cancel(*relayed_cancel(popped[1]))
+        self._relay(popped or [])
+
+    def _relay(self, requests: Sequence[bytes]) -> None:
+        if self._on_cancel is None:
+            return
+        for value in requests:
+            self._on_cancel(*relayed_cancel(value))
 
     async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
         limits = self._log.limits
         written = await self._log.scripts.write(
             keys=self._keys,
-            args=[self._token, entry_id, field, value, limits.max_frames + 1, _ms(expire_s)],
+            args=[
+                self._token,
+                entry_id,
+                field,
+                value,
+                limits.max_frames + 1,
+                _ms(expire_s),
+                self._log.channels(self.key)[0],
+            ],
         )
         return bool(written)
 
@@ -312,49 +322,72 @@ class RedisReplyLog:
     ) -> None:
         self.limits = limits or LogLimits()
         self.prefix = prefix
-        # A blocked XREAD holds its connection for a quarter lease: the socket waits longer.
+        # Every command is short (nothing blocks in Redis: waiters are told by pub/sub).
         # Typed Any: redis-py's command stubs answer bytes | str | Awaitable unions.
         # One retry at once, on a new connection (a pooled one may be stale after a Redis
         # restart); no backoff: a store that is gone fails the reply now, not in seconds.
         # Writes are idempotent (_WRITE), so a retried one never logs an entry twice.
         options: dict[str, Any] = {
-            "socket_timeout": TIMEOUT_S + self.limits.lease_s,
+            "socket_timeout": TIMEOUT_S,
             "socket_connect_timeout": TIMEOUT_S,
             "retry": AsyncRetry(NoBackoff(), 1),
         }
-        #: The generations' commands (claim, writes, lease refreshes, their relayed-Cancel
-        #: watch): a pool of their own, so that no reader ever makes them wait.
-        self.client: Any = aioredis.Redis.from_url(url, client_name=WRITERS_NAME, **options)
-        self.scripts = _Scripts(self.client)
-        #: What every Open asks (``find``) and a relayed ``Cancel``: short commands, on a
-        #: small pool of their own; one that finds no connection free waits (bounded).
-        self.lookups: Any = aioredis.Redis(
-            connection_pool=BlockingConnectionPool.from_url(
-                url, max_connections=LOOKUP_CONNECTIONS, timeout=TIMEOUT_S,
-                client_name=LOOKUPS_NAME, **options,
-            )
-        )  # fmt: skip
-        self.cancel_script: Any = self.lookups.register_script(_CANCEL)
-        #: The readers' follows, one connection per reply read here (``--reply-log-connections``).
         self.readers = readers or ReaderLimits()
-        self.reader_client: Any = aioredis.Redis(
+
+        def pool(name: str, size: int) -> Any:
+            """A pool of ``size`` connections named ``name``: a command that finds none free
+            waits at most ``TIMEOUT_S``, then fails (a ``RedisError``: the caller's
+            ``reply_log_unavailable``), never ``MaxConnectionsError``."""
+            return aioredis.Redis(
+                connection_pool=BlockingConnectionPool.from_url(
+                    url, max_connections=size, timeout=TIMEOUT_S, client_name=name, **options
+                )
+            )
+
+        #: The generations' commands (claim, writes, lease refreshes, taking relayed
+        #: Cancels): a pool of their own, so that no reader ever makes them wait.
+        self.client: Any = pool(WRITERS_NAME, self.readers.writer_connections)
+        self.scripts = Scripts(self.client)
+        #: What every Open asks (``find``) and a relayed ``Cancel``: a small pool.
+        self.lookups: Any = pool(LOOKUPS_NAME, LOOKUP_CONNECTIONS)
+        self.cancel_script: Any = self.lookups.register_script(CANCEL)
+        #: The followers' reads (``--reply-log-connections``), each a short command.
+        self.reader_client: Any = pool(READERS_CLIENT_NAME, self.readers.connections)
+        #: The one pub/sub connection that tells followers and generations here that a
+        #: reply changed (``producer.redis_notify``).
+        self.notify_client: Any = aioredis.Redis(
             connection_pool=BlockingConnectionPool.from_url(
-                url, max_connections=self.readers.connections, timeout=TIMEOUT_S,
-                client_name=READERS_CLIENT_NAME, **options,
+                url, max_connections=1, timeout=TIMEOUT_S, client_name=NOTIFY_CLIENT_NAME,
+                socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                retry=AsyncRetry(NoBackoff(), 0),
             )
         )  # fmt: skip
-        self.followers = Followers(self.reader_client, self.readers, self.limits, self.keys)
+        self.notifier = Notifier(self.notify_client)
+        self.followers = Followers(
+            self.reader_client,
+            self.notifier,
+            self.readers,
+            self.limits,
+            self.keys,
+            lambda key: self.channels(key)[0],
+        )
 
     def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
         """Admit a delivery that will read the key's reply here (``Followers.hold``):
-        ``RequestRefused`` (``reply_log_busy``) past ``--reply-log-connections`` replies
-        read here, or the caller's ``--reply-log-connections-per-identity``."""
+        ``RequestRefused`` (``reply_log_busy``) past ``--reply-log-replies-read`` replies
+        read here, or the caller's ``--reply-log-replies-read-per-identity``."""
         return self.followers.hold(key)
 
     def keys(self, key: ReplyKey) -> list[str]:
         """The lease, log, meta and cancel keys of a reply."""
         base = f"{self.prefix}{{{key.token}}}:"
         return [base + "lease", base + "log", base + "meta", base + "cancel"]
+
+    def channels(self, key: ReplyKey) -> tuple[str, str]:
+        """The reply's pub/sub channels, in its hash tag: its log grew or ended
+        (``notify``), a ``Cancel`` was relayed to its generator (``cancels``)."""
+        base = f"{self.prefix}{{{key.token}}}:"
+        return base + "notify", base + "cancels"
 
     async def check(self) -> None:
         """Raises ``redis.RedisError`` unless the server answers, ``ClusterNode`` if it is a
@@ -383,7 +416,7 @@ class RedisReplyLog:
             _ending(tail, bool(leased)),
             _frames(tail),
         )
-        reply.first_span = _bounded(fields.get(b"first_span", b"").decode(errors="replace"))
+        reply.first_span = bounded(fields.get(b"first_span", b"").decode(errors="replace"))
         return reply
 
     async def create(
@@ -402,7 +435,7 @@ class RedisReplyLog:
                     _ms(self.limits.lease_s + self.limits.ttl_s),
                     binding_sha256,
                     wire,
-                    _bounded(first_span) or "",
+                    bounded(first_span) or "",
                 ],
             )
         except aioredis.RedisError as error:
@@ -410,7 +443,7 @@ class RedisReplyLog:
         if not claimed:
             raise ReplyBusy(f"reply {key} is being generated elsewhere")
         reply = RedisReply(self, key, binding_sha256, wire)
-        reply.first_span = _bounded(first_span)
+        reply.first_span = bounded(first_span)
         reply.generate(token)
         return reply
 
@@ -424,7 +457,12 @@ class RedisReplyLog:
         lease, _, _, cancel = self.keys(key)
         expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
         try:
-            args = [relay_value(key.identity, traceparent), expire_ms, MAX_CANCEL_REQUESTS]
+            args = [
+                relay_value(key.identity, traceparent),
+                expire_ms,
+                MAX_CANCEL_REQUESTS,
+                self.channels(key)[1],
+            ]
             if not await self.cancel_script(keys=[lease, cancel], args=args):
                 return False
             return await self._ended_cancelled(key, wait_s)
@@ -450,41 +488,10 @@ class RedisReplyLog:
 
     async def aclose(self) -> None:
         await self.followers.aclose()
-        for client in (self.client, self.lookups, self.reader_client):
+        await self.notifier.aclose()
+        for client in (self.client, self.lookups, self.reader_client, self.notify_client):
             with contextlib.suppress(aioredis.RedisError):
                 await client.aclose()
-
-
-def _bounded(traceparent: str | None) -> str | None:
-    """A trace context the log keeps: None when there is none or it is past the bound."""
-    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
-        return None
-    return traceparent
-
-
-def relay_value(caller: str, traceparent: str | None) -> str:
-    """A relayed ``Cancel`` as the cancel list holds it: the caller's name alone (no trace
-    context, or one past the bound), else a JSON object with its ``traceparent``."""
-    if not traceparent or len(traceparent) > MAX_RELAYED_TRACEPARENT_CHARS:
-        return caller
-    return json.dumps({"caller": caller, "traceparent": traceparent}, separators=(",", ":"))
-
-
-def relayed_cancel(value: bytes) -> tuple[str, str | None]:
-    """(caller, traceparent) of a cancel list entry; anything but ``relay_value``'s JSON
-    object is a caller's name alone (the generator compares it with the reply's own)."""
-    text = value.decode(errors="replace")
-    if text.startswith("{"):
-        try:
-            fields = json.loads(text)
-        except ValueError:
-            return text, None
-        if isinstance(fields, dict) and isinstance(fields.get("caller"), str):
-            traceparent = fields.get("traceparent")
-            if isinstance(traceparent, str) and len(traceparent) <= MAX_RELAYED_TRACEPARENT_CHARS:
-                return fields["caller"], traceparent
-            return fields["caller"], None
-    return text, None
 
 
 Tail = list[tuple[bytes, dict[bytes, bytes]]]

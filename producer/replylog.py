@@ -63,24 +63,35 @@ class LogLimits:
                 raise ValueError(f"{name} must be >= 0")
 
 
-#: Replies one replica reads from a shared log at once (one connection each), by default.
+#: Connections of the followers' pool (their short reads), by default.
 DEFAULT_READER_CONNECTIONS: Final = 64
+#: Connections of the generations' pool (claims, writes, lease refreshes), by default.
+DEFAULT_WRITER_CONNECTIONS: Final = 32
+#: Replies one replica reads from a shared log at once (one follower each), by default:
+#: as many as the streams it serves at once (``--max-streams``' default).
+DEFAULT_REPLIES_READ: Final = 4000
 #: Of them, one caller's.
-DEFAULT_READER_CONNECTIONS_PER_IDENTITY: Final = 16
+DEFAULT_REPLIES_READ_PER_IDENTITY: Final = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderLimits:
-    """A shared log only: how many replies one replica reads from it at once (one
-    connection each: ``--reply-log-connections``), and of them one caller's
-    (``--reply-log-connections-per-identity``); see ``producer.redis_followers``."""
+    """A shared log only (see ``producer.redis_followers``): the connections of the
+    followers' pool (``--reply-log-connections``: Redis commands in flight at once, not
+    replies) and of the generations' (``--reply-log-writer-connections``); how many
+    replies one replica reads from it at once (one follower each, which costs memory,
+    not a connection: ``--reply-log-replies-read``), and of them one caller's
+    (``--reply-log-replies-read-per-identity``)."""
 
     connections: int = DEFAULT_READER_CONNECTIONS
-    per_identity: int = DEFAULT_READER_CONNECTIONS_PER_IDENTITY
+    writer_connections: int = DEFAULT_WRITER_CONNECTIONS
+    replies: int = DEFAULT_REPLIES_READ
+    per_identity: int = DEFAULT_REPLIES_READ_PER_IDENTITY
 
     def __post_init__(self) -> None:
-        if self.connections < 1 or self.per_identity < 1:
-            raise ValueError("connections and per_identity must be >= 1")
+        for name in ("connections", "writer_connections", "replies", "per_identity"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

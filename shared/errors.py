@@ -407,8 +407,8 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.REPLY_LOG_BUSY: _info(
         _R,
         "RESOURCE_EXHAUSTED",
-        "the producer already reads --reply-log-connections replies from the shared log (or "
-        "the caller --reply-log-connections-per-identity); try later",
+        "the producer already reads --reply-log-replies-read replies from the shared log (or "
+        "the caller --reply-log-replies-read-per-identity); try later",
     ),
     Reason.HEALTH_WATCH_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-health-watches Watch streams"

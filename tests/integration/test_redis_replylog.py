@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer.redis_replylog import (
+from producer.redis_replylog import RedisReply, RedisReplyLog
+from producer.redis_scripts import (
     MAX_CANCEL_REQUESTS,
     MAX_RELAYED_TRACEPARENT_CHARS,
-    RedisReply,
-    RedisReplyLog,
     relay_value,
     relayed_cancel,
 )
@@ -185,7 +184,7 @@ def test_a_cancel_relayed_by_another_replica_reaches_the_generator_at_once(
     before a lease refresh would), in order; b is answered ``True`` once the reply ended
     ``consumer_cancelled``, ``False`` when it did not end in time, or when nothing is
     generated. A new generation of the stream id does not inherit a stale request."""
-    lease_s = 30.0  # the watcher waits up to 10 s between refreshes: a prompt hear is BLPOP's
+    lease_s = 30.0  # a refresh every 10 s: a prompt hear is the cancels channel's
 
     async def scenario() -> None:
         shared = LogLimits(lease_s=lease_s)

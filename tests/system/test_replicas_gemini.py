@@ -48,7 +48,7 @@ pytestmark = pytest.mark.timeout(240)
 
 CASE = "backup-schedule"
 #: The replicas' lease (``--reply-log-lease-s``): a lost generator's readers end within
-#: it and a quarter of it (the readers' XREAD BLOCK) after its last refresh.
+#: it and a quarter of it (the followers' poll) after its last refresh.
 LEASE_S = 2.0
 #: The replicas' detach grace, far longer than every bounded wait here: whatever stops
 #: within them was not the grace.

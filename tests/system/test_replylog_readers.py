@@ -9,7 +9,15 @@ processes (the producer, the fake Gemini server, a private valkey/redis server),
   most one Redis connection per reply read at once (two), its lookups at most their
   pool's. Before the readers shared a follower, 105 readers and more all failed
   (``generator_lost``, ``reply_log_unavailable``), and ``bob`` with them.
-* Past ``--reply-log-connections-per-identity`` a caller's new reply is refused
+* 300 distinct live replies of one caller read at once on one producer (``python -m
+  bench.replylog_readers --distinct --readers 300``): every one completes, and the Redis
+  connections stay within the pools' sizes plus the one pub/sub connection. Before the
+  followers waited on pub/sub, each held a connection of the readers' pool (64): the
+  65th distinct reply was refused ``reply_log_busy``.
+* 150 live generations whose readers left (in their detach grace) and another caller's
+  new reply: it completes, no ``MaxConnectionsError`` in the trace (each generation held a
+  connection of the writers' pool, of 100, in ``BLPOP`` before).
+* Past ``--reply-log-replies-read-per-identity`` a caller's new reply is refused
   ``RESOURCE_EXHAUSTED`` / ``reply_log_busy`` before its provider is called, while its
   reply already read and another caller's are served.
 """
@@ -23,9 +31,11 @@ from typing import Any
 
 import grpc
 import pytest
+import redis.asyncio as aioredis
 
 from bench.replylog_readers import (
     CASE,
+    CHANNELS,
     READERS_NAME,
     Row,
     deployment,
@@ -34,7 +44,9 @@ from bench.replylog_readers import (
     read_stream,
     run_row,
 )
-from producer.redis_replylog import LOOKUP_CONNECTIONS, LOOKUPS_NAME
+from producer.redis_notify import NOTIFY_CLIENT_NAME
+from producer.redis_replylog import LOOKUP_CONNECTIONS, LOOKUPS_NAME, WRITERS_NAME
+from producer.replylog import DEFAULT_READER_CONNECTIONS, DEFAULT_WRITER_CONNECTIONS
 from runtime.recording_file import load_recording
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -49,8 +61,8 @@ pytestmark = pytest.mark.timeout(300)
 def check(row: Row, readers: int) -> None:
     assert (row.readers, row.complete, row.identical, row.failed) == (readers, readers, True, {})
     assert (row.other_identity, row.provider_calls) == ("ok", 2)
-    # Two replies read at once (alice's and bob's): at most one connection each, however
-    # many readers; the lookups within their own pool.
+    # Two replies read at once (alice's and bob's): at most one connection each (a short
+    # read at a time), however many readers; the lookups within their own pool.
     assert 1 <= row.open_connections.get(READERS_NAME, 0) <= 2
     assert row.peak_reader_connections <= 2
     assert row.open_connections.get(LOOKUPS_NAME, 0) <= LOOKUP_CONNECTIONS
@@ -63,6 +75,79 @@ def test_150_readers_of_one_reply_and_another_callers_reply_all_complete(
     assert main(["--readers", "150", "--json", str(out)]) == 0
     (row,) = [Row(**fields) for fields in json.loads(out.read_text())]
     check(row, 150)
+
+
+def test_300_distinct_live_replies_on_one_replica_all_complete_within_the_pools(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "rows.json"
+    assert main(["--distinct", "--readers", "300", "--json", str(out)]) == 0
+    (row,) = [Row(**fields) for fields in json.loads(out.read_text())]
+    assert row.distinct
+    assert (row.readers, row.complete, row.failed, row.other_identity) == (300, 300, {}, "ok")
+    assert row.provider_calls == 301
+    peaks = row.peak_by_name
+    assert peaks.get(NOTIFY_CLIENT_NAME) == 1
+    assert peaks.get(READERS_NAME, 0) <= DEFAULT_READER_CONNECTIONS
+    assert peaks.get(WRITERS_NAME, 0) <= DEFAULT_WRITER_CONNECTIONS
+    assert peaks.get(LOOKUPS_NAME, 0) <= LOOKUP_CONNECTIONS
+    # Named or still connecting (a connection is unnamed until its CLIENT SETNAME), all
+    # of them the pools' and the one pub/sub connection at most.
+    pools = DEFAULT_READER_CONNECTIONS + DEFAULT_WRITER_CONNECTIONS + LOOKUP_CONNECTIONS + 1
+    assert row.peak_connections <= pools
+
+
+def test_150_generations_whose_readers_left_leave_room_for_another_callers_reply(
+    tmp_path: Path,
+) -> None:
+    count = 150
+    recording = load_recording()
+    plan = ChunkPlan.parse("frame")
+
+    def request(stream_id: str) -> Any:
+        return ReplyRequest.for_case(recording, CASE, plan=plan, stream_id=stream_id)
+
+    async def keys(url: str, kind: str) -> int:
+        client: Any = aioredis.Redis.from_url(url)
+        try:
+            return len([k async for k in client.scan_iter(match=f"*:{kind}", count=1000)])
+        finally:
+            await client.aclose()
+
+    async def scenario(target: str, url: str, tokens: dict[str, str]) -> tuple[int, str]:
+        alice = (("authorization", f"Bearer {tokens['alice']}"),)
+        channels = [grpc.aio.insecure_channel(target) for _ in range(CHANNELS)]
+        try:
+            stubs = [pb_grpc.ReplyStreamStub(channel) for channel in channels]
+            calls = [
+                stubs[i % CHANNELS].Open(request(f"left-{i}").open_request(), metadata=alice)
+                for i in range(count)
+            ]
+            # Every reply claimed (bounded), then how many generations are live (their
+            # lease held; most of them waiting for one of the provider's 32 connections).
+            for _ in range(3000):
+                if await keys(url, "meta") >= count:
+                    break
+                await asyncio.sleep(0.02)
+            live = await keys(url, "lease")
+            for call in calls:  # the readers leave; their generations go on (detach grace)
+                call.cancel()
+            bob = await read_stream(stubs[0], request("own").open_request(), tokens["bob"])
+        finally:
+            for channel in channels:
+                await channel.close(None)
+        return live, bob[0]
+
+    with deployment(tmp_path, count, "--log-level", "info") as (running, server, _fake, tokens):
+        live, bob = asyncio.run(scenario(running.target, server.url, tokens))
+        named = asyncio.run(open_connections(server.url))
+        trace = running.trace_path.read_text()
+    assert bob == "ok"
+    assert live > 100  # more generations live at once than the writers' pool held before
+    assert "MaxConnectionsError" not in trace
+    assert "reply_log_unavailable" not in trace
+    assert named.get(WRITERS_NAME, 0) <= DEFAULT_WRITER_CONNECTIONS
+    assert named.get(NOTIFY_CLIENT_NAME) == 1
 
 
 @pytest.mark.slow
@@ -103,7 +188,7 @@ def test_past_a_callers_share_a_new_reply_is_refused_reply_log_busy_before_its_c
                 chunks.append(chunk)
             return [live, refused, bob[0], (await call.code()).name]
 
-    flags = ("--reply-log-connections", "2", "--reply-log-connections-per-identity", "1",
+    flags = ("--reply-log-replies-read", "2", "--reply-log-replies-read-per-identity", "1",
              "--log-level", "info", "--metrics-port", "0")  # fmt: skip
     with deployment(tmp_path, 10, *flags) as (running, server, fake, tokens):
         before = len(fake.log())
