@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -58,6 +57,8 @@ from producer.redis_notify import Notifier
 from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
 from shared.errors import Reason, RequestRefused
 
+#: The longest ``aclose`` waits for the followers to end when cancelled.
+STOP_WAIT_S: Final = 2.0
 #: Entries one read of a follower takes at most.
 READ_COUNT: Final = 256
 READERS_CLIENT_NAME: Final = "replywire-readers"
@@ -309,7 +310,10 @@ class Followers:
             release()
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
+        """Stop every follower: bounded, whatever a task does with its cancellation (a read
+        under redis-py's timeout was seen to swallow one: ``producer.redis_notify``)."""
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)

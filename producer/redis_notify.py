@@ -33,8 +33,8 @@ import redis.asyncio as aioredis
 import structlog
 
 NOTIFY_CLIENT_NAME: Final = "replywire-notify"
-#: The longest a listener waits for a message before it looks for channels to leave.
-LISTEN_S: Final = 0.5
+#: The longest ``aclose`` waits for each of the notifier's tasks to end when cancelled.
+STOP_WAIT_S: Final = 2.0
 #: The longest ``subscribe`` waits for the server's confirmation (then the waiter's own
 #: looks cover what it might miss).
 CONFIRM_WAIT_S: Final = 1.0
@@ -56,6 +56,11 @@ class Notifier:
         self._leaving: set[str] = set()
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
+        #: Set when a channel is to be left: the leaver task unsubscribes.
+        self._leave_wanted = asyncio.Event()
+        self._leaver: asyncio.Task[None] | None = None
+        #: Closed for good: nothing reconnects.
+        self._closed = False
         #: Outages of the connection since the start (each logged once).
         self.outages = 0
 
@@ -70,8 +75,12 @@ class Notifier:
         return self._pubsub is not None
 
     def _start(self) -> None:
+        if self._closed:
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._listen(), name="reply-log-notify")
+        if self._leaver is None or self._leaver.done():
+            self._leaver = asyncio.create_task(self._leave_when_wanted(), name="reply-log-leave")
 
     async def subscribe(self, channel: str, wake: Wake) -> None:
         """Call ``wake()`` at each message on ``channel`` (and whenever one may have been
@@ -99,7 +108,7 @@ class Notifier:
 
     def unsubscribe(self, channel: str, wake: Wake) -> None:
         """Stop waking ``wake`` for ``channel``; the last waiter's leaving unsubscribes
-        (by the listener, within ``LISTEN_S``)."""
+        (by the leaver task, at once)."""
         waiters = self._waiters.get(channel)
         if waiters is None:
             return
@@ -107,6 +116,7 @@ class Notifier:
         if not waiters:
             del self._waiters[channel]
             self._leaving.add(channel)
+            self._leave_wanted.set()
 
     def _wake_all(self) -> None:
         for waiters in list(self._waiters.values()):
@@ -125,6 +135,18 @@ class Notifier:
             confirmed = self._confirmed.get(name)
             if confirmed is not None:
                 confirmed.set()
+
+    async def _leave_when_wanted(self) -> None:
+        """Unsubscribe from the channels nobody waits on any more, as they come. Apart
+        from the listener, whose read waits with no timeout (see ``_listen``)."""
+        while not self._closed:
+            await self._leave_wanted.wait()
+            self._leave_wanted.clear()
+            pubsub = self._pubsub
+            if pubsub is None:
+                continue  # a new connection subscribes only the channels still wanted
+            with contextlib.suppress(aioredis.RedisError, OSError):
+                await self._leave(pubsub)  # a failed connection: the listener reconnects
 
     async def _leave(self, pubsub: Any) -> None:
         leaving = [c for c in self._leaving if c not in self._waiters]
@@ -157,7 +179,7 @@ class Notifier:
     async def _listen(self) -> None:
         log = structlog.get_logger()
         backoff, lost = RECONNECT_MIN_S, False
-        while True:
+        while not self._closed:
             pubsub = None
             try:
                 pubsub = await self._connect()
@@ -167,12 +189,16 @@ class Notifier:
                 backoff = RECONNECT_MIN_S
                 self._wake_all()  # what was written while nobody listened
                 while True:
-                    await self._leave(pubsub)
-                    message = await pubsub.get_message(timeout=LISTEN_S)
+                    # No timeout: a read under redis-py's own timeout was seen to swallow
+                    # this task's cancellation (aclose then waited for good); one with
+                    # none ends at once when cancelled, and at the connection's end.
+                    message = await pubsub.get_message(timeout=None)
                     if message is not None:
                         self._on_message(message)
             except (aioredis.RedisError, OSError) as error:
                 self._pubsub = None
+                if self._closed:  # closed under it (a cancellation redis-py turned into this)
+                    return
                 for confirmed in self._confirmed.values():
                     confirmed.set()  # nobody waits on a subscription that is gone
                 if not lost:
@@ -188,12 +214,22 @@ class Notifier:
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        """Stop the listener and the leaver, then close the connection: bounded, whatever
+        the tasks do with their cancellation."""
+        self._closed = True
+        self._leave_wanted.set()  # the leaver sees it is closed and ends on its own
+        tasks = [task for task in (self._task, self._leaver) if task is not None]
+        self._task = self._leaver = None
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
+            # Ends a read still waiting (its cancellation lost): it fails, and the listener,
+            # closed, does not reconnect.
             with contextlib.suppress(aioredis.RedisError, OSError):
                 await pubsub.aclose()
+        left = [task for task in tasks if not task.done()]
+        if left:
+            await asyncio.wait(left, timeout=STOP_WAIT_S)
