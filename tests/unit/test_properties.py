@@ -49,13 +49,10 @@ from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from shared.wire.lp import frame_with_header
 
-# Hypothesis over every wire and fault: a minute of CPU, so make check leaves it to make test.
-pytestmark = pytest.mark.slow
-
 # Not traced by coverage: hundreds of generated examples per test run the same lines again
 # and again, twice as slow under the tracer (make test); the wire, machine and SSE
-# tests measure those lines.
-pytestmark = pytest.mark.no_cover
+# tests measure those lines. Slow: a minute of CPU, so make check leaves it to make test.
+pytestmark = [pytest.mark.no_cover, pytest.mark.slow]
 
 QUIET: Final = structlog.wrap_logger(
     structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)

@@ -114,6 +114,7 @@ def test_drawn_by_rich_the_shown_form_is_text_never_markup_nor_a_sequence(text: 
         assert "[" in drawn
 
 
+@pytest.mark.slow  # 300 recursive examples: make test runs it, make check does not
 @settings(max_examples=300, deadline=None)
 @given(value=st.recursive(TEXT, lambda inner: st.lists(inner) | st.dictionaries(TEXT, inner)))
 def test_json_for_a_terminal_is_the_same_json(value: Any) -> None:
