@@ -27,7 +27,7 @@ from typing import Any
 
 from consumer.cli import FLAGS as CONSUMER_FLAGS
 from consumer.reader_states import SPEC as READER_SPEC
-from producer.cli import FLAGS as PRODUCER_FLAGS
+from producer.flags import FLAGS as PRODUCER_FLAGS
 from producer.states import SPEC as PRODUCER_SPEC
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
@@ -170,7 +170,7 @@ def flag_table(table: FlagTable) -> str:
 
 
 def producer_flags() -> str:
-    """``python -m producer``'s flags (producer/cli.py)."""
+    """``python -m producer``'s flags (producer/flags.py)."""
     return flag_table(PRODUCER_FLAGS)
 
 

@@ -28,8 +28,8 @@ import structlog.testing
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from producer.cli import build_parser
 from producer.edge.health import BoundedHealthServicer
+from producer.flags import build_parser
 from producer.metrics import ProducerMetrics
 from runtime.library_logs import FOREIGN_LOG_EVENT
 from shared.digest import canonical_json

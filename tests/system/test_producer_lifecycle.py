@@ -26,7 +26,7 @@ import pytest
 
 from harness.children import stop_process
 from harness.demo import demo_runs, stream_all
-from producer.cli import build_parser
+from producer.flags import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from runtime.logs import configure_logging
 from shared.digest import canonical_json

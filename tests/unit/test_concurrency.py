@@ -12,8 +12,8 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
-from producer.cli import build_parser
 from producer.edge.server import server_options
+from producer.flags import build_parser
 from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
 from shared.errors import REASONS, Reason, Status
 from shared.recording import Recording

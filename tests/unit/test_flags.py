@@ -14,6 +14,7 @@ import pytest
 
 from consumer import cli as consumer_cli
 from producer import cli as producer_cli
+from producer import flags as producer_table
 from runtime.flags import (
     MAX_PORT,
     Count,
@@ -119,7 +120,7 @@ def documented_arguments(table: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("build", "render"),
-    [(producer_cli.build_parser, producer_flags), (consumer_cli.build_parser, consumer_flags)],
+    [(producer_table.build_parser, producer_flags), (consumer_cli.build_parser, consumer_flags)],
     ids=["producer", "consumer"],
 )
 def test_the_generated_table_lists_every_flag_argparse_knows(
@@ -130,7 +131,7 @@ def test_the_generated_table_lists_every_flag_argparse_knows(
     assert documented - known == set(), "stale: in the table, not in argparse"
 
 
-@pytest.mark.parametrize("table", [producer_cli.FLAGS, consumer_cli.FLAGS])
+@pytest.mark.parametrize("table", [producer_table.FLAGS, consumer_cli.FLAGS])
 def test_every_flag_has_its_own_line_for_the_table(table: FlagTable) -> None:
     for flag in table:
         assert flag.help and flag.meaning, flag.name
@@ -164,10 +165,10 @@ def another_value(flag: Flag) -> str:
     return "elsewhere"  # a text, a path, a URL
 
 
-PRODUCER_VALUED = [flag for flag in producer_cli.FLAGS if flag.action == "store"]
+PRODUCER_VALUED = [flag for flag in producer_table.FLAGS if flag.action == "store"]
 
 
-PRODUCER_SWITCHES = [flag for flag in producer_cli.FLAGS if flag.action == "switch"]
+PRODUCER_SWITCHES = [flag for flag in producer_table.FLAGS if flag.action == "switch"]
 
 
 @pytest.mark.parametrize("flag", PRODUCER_VALUED, ids=[flag.name for flag in PRODUCER_VALUED])
@@ -177,19 +178,22 @@ def test_a_producer_flag_reads_its_environment_variable_and_the_command_line_win
     def parse(text: str) -> Any:
         return flag.type(text) if flag.type is not None else text
 
-    dest, variable = flag.dest or flag.name[2:].replace("-", "_"), producer_cli.FLAGS.env_name(flag)
+    dest, variable = (
+        flag.dest or flag.name[2:].replace("-", "_"),
+        producer_table.FLAGS.env_name(flag),
+    )
     assert variable == "REPLYWIRE_" + dest.upper()
-    default = getattr(producer_cli.build_parser().parse_args([]), dest)
+    default = getattr(producer_table.build_parser().parse_args([]), dest)
     from_env = parse(another_value(flag))
     assert from_env != default
     monkeypatch.setenv(variable, another_value(flag))
-    assert getattr(producer_cli.build_parser().parse_args([]), dest) == from_env
+    assert getattr(producer_table.build_parser().parse_args([]), dest) == from_env
     # The command line wins, even with an empty value where that means unset (--metrics-port '').
     given = "" if isinstance(flag.type, OrNone) else str(flag.default or "from-the-command-line")
-    from_line = getattr(producer_cli.build_parser().parse_args([flag.name, given]), dest)
+    from_line = getattr(producer_table.build_parser().parse_args([flag.name, given]), dest)
     assert from_line == parse(given) != from_env
     monkeypatch.setenv(variable, "")  # an empty variable is as good as unset
-    assert getattr(producer_cli.build_parser().parse_args([]), dest) == default
+    assert getattr(producer_table.build_parser().parse_args([]), dest) == default
 
 
 @pytest.mark.parametrize("flag", PRODUCER_SWITCHES, ids=[flag.name for flag in PRODUCER_SWITCHES])
@@ -197,10 +201,10 @@ def test_a_producer_flag_reads_its_environment_variable_and_the_command_line_win
 def test_a_producer_switch_from_the_environment(
     flag: Flag, text: str, on: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(producer_cli.FLAGS.env_name(flag) or "", text)
+    monkeypatch.setenv(producer_table.FLAGS.env_name(flag) or "", text)
     dest = flag.name.lstrip("-").replace("-", "_")
-    assert getattr(producer_cli.build_parser().parse_args([]), dest) is on
-    assert getattr(producer_cli.build_parser().parse_args([flag.name]), dest) is True
+    assert getattr(producer_table.build_parser().parse_args([]), dest) is on
+    assert getattr(producer_table.build_parser().parse_args([flag.name]), dest) is True
 
 
 def test_an_environment_value_goes_through_the_flag_s_validator(
@@ -208,11 +212,11 @@ def test_an_environment_value_goes_through_the_flag_s_validator(
 ) -> None:
     monkeypatch.setenv("REPLYWIRE_SOURCE", "bogus")
     with pytest.raises(SystemExit) as exit_info:
-        producer_cli.build_parser().parse_args([])
+        producer_table.build_parser().parse_args([])
     assert exit_info.value.code == 2
     assert "argument --source: invalid choice: 'bogus'" in capsys.readouterr().err
     # ... unless the command line says otherwise: the environment's value is then unused.
-    assert producer_cli.build_parser().parse_args(["--source", "gemini"]).source == "gemini"
+    assert producer_table.build_parser().parse_args(["--source", "gemini"]).source == "gemini"
 
 
 def test_the_consumer_reads_no_flag_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ import structlog
 from producer.budget.file_ledger import BudgetLedger
 from producer.budget.keeper import Job, LedgerPolicy
 from producer.budget.ledger import Ledger, NotWritten, Owner
-from producer.cli import build_parser
+from producer.flags import build_parser
 from producer.sources.gemini.source import Call, GeminiSettings, GeminiSource
 from shared.errors import Reason, RequestRefused
 from shared.recording import Recording

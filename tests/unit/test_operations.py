@@ -14,10 +14,10 @@ import pytest
 import structlog
 import structlog.testing
 
-from producer.cli import build_parser
 from producer.edge.connections import ConnectionAges
 from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
 from producer.edge.server import server_options
+from producer.flags import build_parser
 from producer.metrics import ProducerMetrics, install, record_ledger_spend
 from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from producer.states import FINAL_STATES, StreamInput, StreamState
