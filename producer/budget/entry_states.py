@@ -48,6 +48,14 @@ class EntryInput(StrEnum):
     RECONCILE_SENT = "reconcile_sent"
 
 
+#: The states as the stores write them (the file ledger's JSON, the Redis ledger's hashes).
+RESERVED, SETTLED, FAILED, RELEASED = (
+    EntryState.RESERVED.value,
+    EntryState.SETTLED.value,
+    EntryState.FAILED.value,
+    EntryState.RELEASED.value,
+)
+
 E, I = EntryState, EntryInput  # noqa: E741 - the conventional names, as in producer/states.py
 TRANSITIONS: Final = {
     (E.ABSENT, I.RESERVE): E.RESERVED,

@@ -13,7 +13,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from producer.budget.entry_states import EntryInput, EntryState, allowed
+from producer.budget.entry_states import (
+    RELEASED,
+    RESERVED,
+    SETTLED,
+    EntryInput,
+    EntryState,
+    allowed,
+)
 from producer.budget.ledger import (
     ANONYMOUS,
     LEASE_LAPSED,
@@ -30,12 +37,6 @@ from shared.errors import Reason, RequestRefused
 FORMAT: Final = "replywire-ledger/1"
 #: How often the file ledger tries its lock while another process holds it.
 LOCK_POLL_S: Final = 0.005
-RESERVED, SETTLED, FAILED, RELEASED = (
-    EntryState.RESERVED.value,
-    EntryState.SETTLED.value,
-    EntryState.FAILED.value,
-    EntryState.RELEASED.value,
-)
 
 
 def _same_reservation(entry: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:

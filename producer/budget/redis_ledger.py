@@ -66,7 +66,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from producer.budget.entry_states import EntryState
+from producer.budget.entry_states import FAILED, RELEASED, RESERVED, SETTLED
 from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Owner, Settlement
 from producer.budget.options import RedisOptions
 from producer.budget.redis_scripts import (
@@ -86,12 +86,6 @@ PICO_PER_USD: Final = 10**12
 MAX_BUDGET_USD: Final = 4000.0
 
 T = TypeVar("T")
-RESERVED, SETTLED, FAILED, RELEASED = (
-    EntryState.RESERVED.value,
-    EntryState.SETTLED.value,
-    EntryState.FAILED.value,
-    EntryState.RELEASED.value,
-)
 
 
 def pico_rate(usd_per_mtok: float) -> int:

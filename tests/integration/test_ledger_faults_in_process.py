@@ -17,35 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from producer.budget.file_ledger import BudgetLedger
-from producer.budget.keeper import Job, LedgerKeeper, LedgerPolicy
+from producer.budget.keeper import LedgerKeeper
 from producer.budget.ledger import AlreadyLeft, Ledger, Owner, Settlement
 from producer.budget.options import RedisOptions
 from producer.budget.redis_ledger import RedisLedger
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from shared.errors import Reason, RequestRefused
+from tests.budget_values import BODY
+from tests.budget_values import GOOD_USAGE as USAGE
+from tests.ledger_keeping import TIMEOUT_S, policy, settle_job, unavailable
 from tests.processes import wait_for
 from tests.redis_server import RedisServer, redis_server
 
 pytestmark = pytest.mark.timeout(60)
 
 
-BODY = {"contents": [{"role": "user", "parts": [{"text": "x" * 300}]}]}
-
-
 WORST = Rates().cost(estimate_prompt_tokens(BODY), 1000)
-
-
-USAGE = {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120}
-
-
-#: Short enough that a paused server makes an operation fail at once, long enough for a
-#: loaded machine to answer.
-TIMEOUT_S = 0.3
 
 
 _prefixes = itertools.count()
@@ -262,28 +253,6 @@ def test_a_lapsed_owner_s_reservations_are_reconciled(make_ledger: MakeLedger) -
     assert (unsent.value.state, unsent.value.by) == ("released", f"reconcile:{b.owner.id}")
     with pytest.raises(AlreadyLeft, match="already failed"):
         a.settle("sent", USAGE)
-
-
-def policy(**overrides: float) -> LedgerPolicy:
-    fields: dict[str, Any] = {
-        "lease_s": 1.2, "timeout_s": TIMEOUT_S, "reconcile_s": 0.2, "retry_s": 0.02,
-        "retry_cap_s": 0.1, "retry_jitter": 0.5, "final_try_s": 3.0, **overrides,
-    }  # fmt: skip
-    return LedgerPolicy(**fields)
-
-
-def unavailable() -> None:
-    """A move that never lands (the store stays unavailable)."""
-    raise RequestRefused(Reason.LEDGER_UNAVAILABLE, "the ledger is gone")
-
-
-def settle_job(ledger: Ledger, call_id: str, landed: list[tuple[Any, int]]) -> Job:
-    return Job(
-        "settle", "settled", call_id, "anonymous",
-        lambda: ledger.settle(call_id, USAGE),
-        lambda answer, tries: landed.append((answer, tries)),
-        structlog.get_logger().bind(call_id=call_id),
-    )  # fmt: skip
 
 
 def test_a_settle_is_retried_until_it_lands(redis: RedisServer) -> None:

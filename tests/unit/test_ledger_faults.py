@@ -16,25 +16,16 @@ import pytest
 import structlog
 
 from producer.budget.file_ledger import BudgetLedger
-from producer.budget.keeper import Job, LedgerPolicy
+from producer.budget.keeper import LedgerPolicy
 from producer.budget.ledger import Ledger, NotWritten, Owner
 from producer.flags import build_parser
 from producer.sources.gemini.source import Call, GeminiSettings, GeminiSource
 from shared.errors import Reason, RequestRefused
 from shared.recording import Recording
+from tests.budget_values import BODY
+from tests.ledger_keeping import policy, settle_job, unavailable
 
 pytestmark = pytest.mark.timeout(60)
-
-
-BODY = {"contents": [{"role": "user", "parts": [{"text": "x" * 300}]}]}
-
-
-USAGE = {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120}
-
-
-#: Short enough that a paused server makes an operation fail at once, long enough for a
-#: loaded machine to answer.
-TIMEOUT_S = 0.3
 
 
 def reserve(ledger: Ledger, call_id: str, **fields: Any) -> float:
@@ -76,28 +67,6 @@ def test_a_file_lease_runs_until_its_last_instant(tmp_path: Path) -> None:
     # A lapsed owner that holds nothing any more is forgotten.
     assert a.owner.id not in b._read()["owners"]
     assert b.owner.id not in b._read()["owners"]  # b never reserved: it has no lease
-
-
-def policy(**overrides: float) -> LedgerPolicy:
-    fields: dict[str, Any] = {
-        "lease_s": 1.2, "timeout_s": TIMEOUT_S, "reconcile_s": 0.2, "retry_s": 0.02,
-        "retry_cap_s": 0.1, "retry_jitter": 0.5, "final_try_s": 3.0, **overrides,
-    }  # fmt: skip
-    return LedgerPolicy(**fields)
-
-
-def unavailable() -> None:
-    """A move that never lands (the store stays unavailable)."""
-    raise RequestRefused(Reason.LEDGER_UNAVAILABLE, "the ledger is gone")
-
-
-def settle_job(ledger: Ledger, call_id: str, landed: list[tuple[Any, int]]) -> Job:
-    return Job(
-        "settle", "settled", call_id, "anonymous",
-        lambda: ledger.settle(call_id, USAGE),
-        lambda answer, tries: landed.append((answer, tries)),
-        structlog.get_logger().bind(call_id=call_id),
-    )  # fmt: skip
 
 
 def test_past_max_pending_moves_a_new_call_is_refused_before_the_ledger_is_asked(

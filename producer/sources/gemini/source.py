@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
-from producer.budget.file_ledger import FAILED, RELEASED, SETTLED
+from producer.budget.entry_states import FAILED, RELEASED, SETTLED
 from producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPolicy, detail_of
 from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
 from producer.budget.usage import estimate_prompt_tokens, shown
