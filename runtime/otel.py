@@ -42,7 +42,6 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from runtime.library_logs import route_stdlib_logging
-from runtime.tracing import TracingConfig
 
 #: The longest ``traceparent`` read (version 00 is 55 characters; a later version may
 #: add fields, which a reader of version 00 accepts, but not without bound).
@@ -164,7 +163,8 @@ class Tracing:
 
     def __init__(
         self,
-        config: TracingConfig,
+        service: str,
+        endpoint: str | None,
         *,
         environ: Mapping[str, str] | None = None,
         on_drop: Callable[[int], None] | None = None,
@@ -176,17 +176,15 @@ class Tracing:
         logging.getLogger("opentelemetry.trace.span").setLevel(logging.ERROR)
         self.counts = _Counts(on_drop)
         # No exit hook of the SDK's own: its shutdown may wait 30 s for a collector.
-        self.provider = TracerProvider(
-            resource=_resource(config.service, environ), shutdown_on_exit=False
-        )
+        self.provider = TracerProvider(resource=_resource(service, environ), shutdown_on_exit=False)
         self._batch: _CountingBatch | None = None
         self._exporter: _CountingExporter | None = None
-        if config.endpoint is not None:
-            exporter = _CountingExporter(OTLPSpanExporter(endpoint=config.endpoint), self.counts)
+        if endpoint is not None:
+            exporter = _CountingExporter(OTLPSpanExporter(endpoint=endpoint), self.counts)
             self._exporter, self._batch = exporter, _CountingBatch(exporter, self.counts)
             self.provider.add_span_processor(self._batch)
         self.tracer = self.provider.get_tracer("replywire")
-        self.endpoint = config.endpoint
+        self.endpoint = endpoint
         self._first_spans: OrderedDict[Any, SpanContext] = OrderedDict()
         #: The context this process was handed (the consumer's ``--traceparent``), the
         #: parent of its streams' spans; None: each stream starts a trace.

@@ -73,7 +73,7 @@ def start_tracing(config: TracingConfig) -> Tracing:
 
     if _active is not None:
         _active.shutdown()
-    _active = Tracing(config)
+    _active = Tracing(config.service, config.endpoint)
     return _active
 
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from shared.pb import replywire_pb2 as pb
+from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import MAX_REQUEST_BYTES
-
-if TYPE_CHECKING:
-    from producer.edge.servicer import ReplyStreamServicer
 
 #: What HTTP/2 adds to each header's name and value when it sizes a header list.
 HEADER_OVERHEAD_BYTES: Final = 32
@@ -78,7 +76,7 @@ def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
         return MalformedRequest("not a CancelRequest")
 
 
-def add_servicer(servicer: ReplyStreamServicer, server: grpc.aio.Server) -> None:
+def add_servicer(servicer: pb_grpc.ReplyStreamServicer, server: grpc.aio.Server) -> None:
     """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
     are not)."""
     handlers = {

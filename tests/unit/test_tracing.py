@@ -17,7 +17,7 @@ from runtime.otel import (
     Tracing,
     joined_tracestate,
 )
-from runtime.tracing import TracingConfig, active, endpoint_from
+from runtime.tracing import active, endpoint_from
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -35,13 +35,13 @@ WHY = {
 
 @pytest.fixture(scope="module")
 def tracing() -> Tracing:
-    return Tracing(TracingConfig("replywire-test", None), environ={})
+    return Tracing("replywire-test", None, environ={})
 
 
 def test_off_by_default_and_no_thread_without_a_collector() -> None:
     assert active() is None
     before = threading.active_count()
-    Tracing(TracingConfig("replywire-test", None), environ={})
+    Tracing("replywire-test", None, environ={})
     assert threading.active_count() == before
 
 
