@@ -21,7 +21,6 @@ from pathlib import Path
 import structlog
 
 from native import running
-from producer import conformance
 from producer.budget.keeper import (
     LedgerPolicy,
 )
@@ -29,6 +28,7 @@ from producer.budget.ledger import Ledger, Owner
 from producer.budget.options import RedisOptions
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates
+from producer.edge import conformance
 from producer.edge.admission import default_per_identity
 from producer.edge.security import TokenAuthenticator, is_loopback, server_credentials
 from producer.edge.server import start_server, stop_server

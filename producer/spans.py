@@ -25,7 +25,6 @@ import structlog
 
 from producer.replylog import ReplyKey
 from producer.states import ProducerStream, StreamState
-from shared.pb import replywire_pb2 as pb
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
     from opentelemetry.trace import Link, Span
@@ -101,28 +100,32 @@ class ServeSpan:
     def __init__(
         self,
         tracing: Tracing,
-        request: pb.OpenRequest,
         context: grpc.aio.ServicerContext[Any, Any],
         caller: str,
+        *,
+        stream_id: str,
+        case_id: str,
+        resume_after: int,
     ) -> None:
-        """Begun before the stream's first record (its ids are in every one of them)."""
+        """Begun before the stream's first record (its ids are in every one of them), from
+        the ids the edge read off the request's envelope."""
         from opentelemetry.trace import SpanKind  # noqa: PLC0415 - tracing is on
 
         self.tracing = tracing
         metadata: Any = context.invocation_metadata() or ()
         parent, ignored = tracing.context_from_metadata(metadata)
-        key = ReplyKey(caller, request.stream_id) if request.stream_id else None
-        link = tracing.link_to_first(key) if key is not None and request.resume_after else None
+        key = ReplyKey(caller, stream_id) if stream_id else None
+        link = tracing.link_to_first(key) if key is not None and resume_after else None
         self.span = tracing.start(
             SPAN_NAME,
             kind=SpanKind.SERVER,
             parent=parent,
             attributes={
                 **rpc_attributes("Open"),
-                "replywire.stream_id": request.stream_id,
-                "replywire.case_id": request.case_id,
+                "replywire.stream_id": stream_id,
+                "replywire.case_id": case_id,
                 "replywire.caller": caller,
-                "replywire.resume_after": request.resume_after,
+                "replywire.resume_after": resume_after,
             },
             links=() if link is None else (link,),
         )

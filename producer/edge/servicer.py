@@ -148,7 +148,18 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         connection_seen = self.connections.opened(peer)
         self.counters.streams_opened += 1
         tracing = active()  # the one check: off, no span is made
-        span = None if tracing is None else ServeSpan(tracing, request, context, caller)
+        span = (
+            None
+            if tracing is None
+            else ServeSpan(
+                tracing,
+                context,
+                caller,
+                stream_id=request.stream_id,
+                case_id=request.case_id,
+                resume_after=request.resume_after,
+            )
+        )
         stream = ProducerStream(log, caller, on_final=self._stream_ended)
         if span is not None:
             stream.span = span.span  # each transition an event of it

@@ -22,7 +22,7 @@ from conformance.report import Outcome, Report, compare, from_result_document
 from conformance.testee import answer
 from conformance.vectors import SCHEMA, VECTORS_DIR, load_all
 from conformance.wire_mode import expand, limit_flags
-from producer.conformance import load_folder, refusal
+from producer.edge.conformance import load_folder, refusal
 from producer.edge.rpc import MalformedRequest
 from shared.digest import digest
 from shared.errors import Reason
