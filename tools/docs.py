@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from consumer.cli import FLAGS as CONSUMER_FLAGS
+from consumer.flags import FLAGS as CONSUMER_FLAGS
 from consumer.reader_states import SPEC as READER_SPEC
 from producer.flags import FLAGS as PRODUCER_FLAGS
 from producer.states import SPEC as PRODUCER_SPEC
@@ -175,7 +175,7 @@ def producer_flags() -> str:
 
 
 def consumer_flags() -> str:
-    """``python -m consumer``'s flags, by command (consumer/cli.py)."""
+    """``python -m consumer``'s flags, by command (consumer/flags.py)."""
     return flag_table(CONSUMER_FLAGS)
 
 

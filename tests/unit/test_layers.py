@@ -12,8 +12,9 @@ Above both processes, ``traces/`` (both sides' traces as one timeline) imports o
 processes only their machine specs (``producer.states``, ``consumer.reader_states``): the
 timeline reads the state names from the machines themselves, so it cannot live in
 ``shared/`` or in one process. Its timeline and drawing are pure, like ``shared/``.
-Neither process imports it, except ``consumer/cli.py``: the consumer's command line
-hands it the commands that read both sides' traces (``trace``, ``join-traces``).
+Neither process imports it, except the consumer's command line (``consumer/cli.py``, and
+``consumer/flags.py`` for a default): it hands it the commands that read both sides' traces
+(``trace``, ``join-traces``).
 
 ``harness/`` (the demo, child processes, the fake Gemini server) runs the processes, so
 it sits above them and ``traces/``: it may import them all, and nothing below imports it,
@@ -61,9 +62,9 @@ PURE_TRACE_MODULES: Final = tuple(
 )
 #: What traces/ may import of the processes: their machine specs (data).
 MACHINE_SPECS: Final = ("producer.states", "consumer.reader_states")
-#: The one process module that imports a package above both: (module, package) pairs.
+#: The process modules that import a package above both: (module, package) pairs.
 COMMAND_LINE_HANDS_OVER: Final = frozenset(
-    {("consumer/cli.py", "traces"), ("consumer/cli.py", "harness")}
+    {("consumer/cli.py", "traces"), ("consumer/flags.py", "traces"), ("consumer/cli.py", "harness")}
 )
 
 
