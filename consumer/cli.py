@@ -1,5 +1,4 @@
-"""``python -m consumer``: replay a case in-process, or stream one from a producer; and
-the commands above both processes it still runs (``demo``, ``join-traces``, ``trace``).
+"""``python -m consumer``: replay a case in-process, or stream one from a producer.
 
 Exit codes (every consumer command): 0 complete, 3 incomplete, 4 cancelled,
 5 error, 6 invalid, 7 refused, 2 usage or configuration error.
@@ -28,8 +27,7 @@ from consumer.interrupt import install_interrupt
 from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
-from harness.demo import run_demo
-from runtime.logs import LogFormat, configure_logging
+from runtime.logs import configure_logging
 from runtime.recording_file import load_recording_or_explain
 from runtime.tracing import (
     TRACEPARENT_ENV,
@@ -50,7 +48,6 @@ from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import shown_json, shown_line
 from shared.wire import WireFormat
-from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView
@@ -302,33 +299,11 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     return exit_code(result)
 
 
-def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
-    """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
-    try:
-        if args.command == "join-traces":
-            skipped = run_join(args.paths, args.stream_id, args.event, out, args.trace_id)
-        else:
-            request = TraceRequest(
-                args.paths, args.stream_id, args.out, args.every, args.max_marks, args.trace_id
-            )
-            skipped = run_trace(request, out)
-    except (OSError, UnknownStream) as error:
-        print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
-        return EXIT_USAGE
-    if skipped:
-        print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("join-traces", "trace"):
-        return run_trace_files(args, out)
-    # The demo keeps its own trace in a file (consumer.jsonl): nothing on stderr but errors.
-    log_format: LogFormat = "json" if args.command == "demo" else args.log_format
-    trace_file = getattr(args, "trace_file", None)
+    trace_file = args.trace_file
     try:
         # Line-buffered: a reader of the file sees every record as soon as it is written.
         trace = trace_file.open("a", encoding="utf-8", buffering=1) if trace_file else None
@@ -343,7 +318,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
         "consumer",
-        log_format="json" if trace else log_format,
+        log_format="json" if trace else args.log_format,
         level=args.log_level,
         stream=stream,
         batched=True,
@@ -352,9 +327,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "replay":
             return run_replay(args, out)
-        if args.command == "stream":
-            return run_stream(args, out)
-        return run_demo(args, out)
+        return run_stream(args, out)
     except (ConfigurationError, ReplywireError) as error:
         print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE

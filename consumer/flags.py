@@ -33,7 +33,6 @@ from shared.recording import DEVELOPMENT_CASES
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
-from traces.svg import DEFAULT_MAX_MARKS
 
 
 def _chunk_plan(text: str) -> ChunkPlan:
@@ -231,48 +230,6 @@ FLAGS: Final = FlagTable((
                  action="switch"),
         ),
     ),
-    FlagGroup(commands=("demo",), flags=(
-        Flag("--recording", "the recording the producer serves", Path, DEFAULT_RECORDING_PATH,
-             shown="`fixtures/recording.json`"),
-        Flag("--log-level",
-             "the level of both kept traces (`debug`: every chunk, for the timelines)",
-             choices=LEVELS, default="debug"),
-    )),
-    FlagGroup(commands=("join-traces",), flags=(
-        Flag("paths", "trace files, or directories of `*.jsonl` files", Path, nargs="+",
-             shown="—"),
-        Flag("--stream-id", "only this stream's records", shown="every stream"),
-        Flag("--trace-id",
-             "only the records that carry this OpenTelemetry trace id (32 hex digits; "
-             "with tracing on: [Traces](traces.md#opentelemetry)), both sides",
-             shown="every trace"),
-        Flag("--event", "only records of this event", shown="every event"),
-    )),
-    FlagGroup(commands=("trace",), flags=(
-        Flag("paths",
-             "`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
-             "files", Path,
-             nargs="+", metavar="TRACE", shown="—"),
-        Flag("--stream",
-             "the stream to show: its id, or the beginning of one (a short id); without "
-             "it, the streams found",
-             aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream"),
-        Flag("--trace-id",
-             "the stream whose records carry this OpenTelemetry trace id, instead of "
-             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))",
-             metavar="TRACE_ID", shown="—"),
-        Flag("--out",
-             "with `--stream`: also write its timeline here (`FILE.html`), one "
-             "self-contained HTML page (an SVG); without: a directory, for every stream's page "
-             "and an index (`timelines.html`)",
-             Path, metavar="FILE.html|DIR"),
-        Flag("--all",
-             "one row per record (default: runs of per-chunk and per-pause records, one row)",
-             action="switch", dest="every"),
-        Flag("--max-marks",
-             "marks a row of the picture draws one by one; past it, one bin per pixel column",
-             Count("marks"), DEFAULT_MAX_MARKS, metavar="N"),
-    )),
 ))
 # fmt: on
 
@@ -280,20 +237,6 @@ FLAGS: Final = FlagTable((
 COMMANDS: Final = {
     "replay": ("frame a recorded case and consume it in this process", None),
     "stream": ("open a stream from a producer over gRPC and consume it", None),
-    "demo": (
-        "start a producer, stream the cases and the fault catalogue through it, print a "
-        "table, stop the producer",
-        "Both traces are kept as JSON lines in the directory printed at the end: "
-        "producer.jsonl and consumer.jsonl (this process), with each stream's timeline "
-        "(timeline-ID.html, linked from timelines.html).",
-    ),
-    "join-traces": ("merge JSON-lines traces (both sides) in time order, one stream or all", None),
-    "trace": (
-        "one stream's timeline across both traces: a table, and a picture with --out",
-        "Joins the producer's and the consumer's JSON-lines traces (their --trace-file, or "
-        "stderr as JSON) by stream id into one time-ordered timeline. Without --stream: the "
-        "streams found. Per-chunk marks need both sides at --log-level debug.",
-    ),
 }
 
 
@@ -306,8 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
         **HELP_FORMAT,
     )
     parser.add_argument("--version", action="version", version=version_line())
-    # Commands without the logging flags (demo, join-traces, trace) hold records as long.
-    parser.set_defaults(trace_flush_ms=round(DEFAULT_FLUSH_DELAY_S * 1000))
     commands = parser.add_subparsers(dest="command", required=True)
     for command, (summary, description) in COMMANDS.items():
         command_parser = commands.add_parser(

@@ -15,6 +15,7 @@ import pytest
 from consumer import flags as consumer_table
 from producer import cli as producer_cli
 from producer import flags as producer_table
+from replywire import flags as replywire_table
 from runtime.flags import (
     MAX_PORT,
     Count,
@@ -30,7 +31,7 @@ from runtime.flags import (
     seconds_or_zero,
 )
 from runtime.logs import flush_delay_ms
-from tools.docs import consumer_flags, producer_flags
+from tools.docs import consumer_flags, producer_flags, replywire_flags
 
 ACCEPTED: list[tuple[Callable[[str], Any], str, Any]] = [
     (Count("streams"), "1", 1),
@@ -120,8 +121,12 @@ def documented_arguments(table: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("build", "render"),
-    [(producer_table.build_parser, producer_flags), (consumer_table.build_parser, consumer_flags)],
-    ids=["producer", "consumer"],
+    [
+        (producer_table.build_parser, producer_flags),
+        (consumer_table.build_parser, consumer_flags),
+        (replywire_table.build_parser, replywire_flags),
+    ],
+    ids=["producer", "consumer", "replywire"],
 )
 def test_the_generated_table_lists_every_flag_argparse_knows(
     build: Callable[[], argparse.ArgumentParser], render: Callable[[], str]
@@ -131,7 +136,9 @@ def test_the_generated_table_lists_every_flag_argparse_knows(
     assert documented - known == set(), "stale: in the table, not in argparse"
 
 
-@pytest.mark.parametrize("table", [producer_table.FLAGS, consumer_table.FLAGS])
+@pytest.mark.parametrize(
+    "table", [producer_table.FLAGS, consumer_table.FLAGS, replywire_table.FLAGS]
+)
 def test_every_flag_has_its_own_line_for_the_table(table: FlagTable) -> None:
     for flag in table:
         assert flag.help and flag.meaning, flag.name
@@ -257,7 +264,6 @@ def test_a_producer_value_past_its_edge_is_one_usage_line(
         (["stream", "--queue-size", "0"], "argument --queue-size: must be at least 1: 0"),
         (["stream", "--process-delay-ms", "-1"], "must be at least 0: -1"),
         (["replay", "--case", "utf8-write", "--max-frames", "x"], "whole number of frames"),
-        (["trace", "t.jsonl", "--max-marks", "0"], "argument --max-marks: must be at least 1"),
     ],
 )
 def test_a_consumer_value_past_its_edge_is_one_usage_line(
@@ -268,3 +274,20 @@ def test_a_consumer_value_past_its_edge_is_one_usage_line(
     assert exit_info.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"python -m consumer {argv[0]}: error: ") and error in last
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["trace", "t.jsonl", "--max-marks", "0"], "argument --max-marks: must be at least 1"),
+        (["demo", "--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
+    ],
+)
+def test_a_replywire_value_past_its_edge_is_one_usage_line(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        replywire_table.build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"python -m replywire {argv[0]}: error: ") and error in last
