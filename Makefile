@@ -162,12 +162,12 @@ vectors: setup
 	$(PY) -m conformance generate
 
 demo: setup
-	@$(PY) -m consumer demo
+	@$(PY) -m replywire demo
 
 # One stream's timeline from both traces: make trace P=producer.jsonl C=consumer.jsonl
 # [STREAM=id] [OUT=timeline.html]  (without STREAM: the streams found)
 trace: setup
-	@$(PY) -m consumer trace $(P) $(C) $(if $(STREAM),--stream $(STREAM)) $(if $(OUT),--out $(OUT))
+	@$(PY) -m replywire trace $(P) $(C) $(if $(STREAM),--stream $(STREAM)) $(if $(OUT),--out $(OUT))
 
 # Terminal 1: make run-producer [PORT=50051] [ARGS="--allow-faults"]
 run-producer: setup

@@ -1,11 +1,10 @@
-"""``python -m consumer``: replay a case in-process, or run the demo table.
+"""``python -m consumer``: replay a case in-process, or stream one from a producer.
 
 Exit codes (every consumer command): 0 complete, 3 incomplete, 4 cancelled,
 5 error, 6 invalid, 7 refused, 2 usage or configuration error.
 
-Why one file: it is the consumer's flag table (from which argparse, the help and the docs'
-table are made) and the commands' thin entries; each command's work lives elsewhere
-(``consumer.session``, ``traces``, ``harness``).
+The flags are ``consumer.flags``'; this module turns what they say into a request and its
+options, runs the command, and prints its result.
 """
 
 from __future__ import annotations
@@ -17,49 +16,20 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
 
 from consumer.client import stream_reply
 from consumer.explain import Facts
+from consumer.flags import build_parser
 from consumer.interrupt import install_interrupt
-from consumer.options import (
-    DEFAULT_DEADLINE_S,
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_KEEPALIVE_S,
-    DEFAULT_KEEPALIVE_TIMEOUT_S,
-    DEFAULT_QUEUE_SIZE,
-    DEFAULT_RESUME_ATTEMPTS,
-    DEFAULT_RESUME_BACKOFF_MAX_S,
-    DEFAULT_RESUME_BACKOFF_S,
-    DEFAULT_WINDOW_BYTES,
-    MIN_KEEPALIVE_S,
-    StreamOptions,
-)
+from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
 from consumer.results import EXIT_USAGE, exit_code, refused_result
-from consumer.security import (
-    GRPC_BUNDLED,
-    GRPC_ROOTS_ENV,
-    OPENSSL_ROOTS_ENV,
-    TOKEN_ENV,
-    SecurityFlags,
-    load_security,
-)
-from harness.demo import run_demo
-from native import version_line
-from runtime.flags import Count, Flag, FlagGroup, FlagTable, positive_seconds, seconds_at_least
-from runtime.help_format import DefaultsHelpFormatter
-from runtime.logs import (
-    DEFAULT_FLUSH_DELAY_S,
-    LEVELS,
-    LogFormat,
-    configure_logging,
-    flush_delay_ms,
-)
-from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording_or_explain
+from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
+from runtime.logs import configure_logging
+from runtime.recording_file import load_recording_or_explain
 from runtime.tracing import (
-    ENDPOINT_ENV,
     TRACEPARENT_ENV,
     TRACESTATE_ENV,
     TracingConfig,
@@ -71,23 +41,13 @@ from runtime.tracing import (
 from shared.consumer_limits import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
-from shared.faults import (
-    DEFAULT_STALL_MS,
-    DEFAULT_TARGET_FRAME,
-    DEFAULT_TRUNCATE_BYTES,
-    Fault,
-    FaultKind,
-)
+from shared.faults import Fault, FaultKind
 from shared.questions import build_question_binding, parse_passages
-from shared.recording import DEVELOPMENT_CASES
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import shown_json, shown_line
 from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
-from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
-from traces.svg import DEFAULT_MAX_MARKS
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView
@@ -98,247 +58,6 @@ MESSAGE_CHARS = 2000
 
 def new_stream_id() -> str:
     return uuid.uuid4().hex
-
-
-def _chunk_plan(text: str) -> ChunkPlan:
-    try:
-        return ChunkPlan.parse(text)
-    except RequestRefused as error:
-        raise argparse.ArgumentTypeError(
-            f"--chunks takes frame, whole, N or a,b,c: {error.detail}"
-        ) from error
-
-
-HELP_FORMAT: dict[str, Any] = {"formatter_class": DefaultsHelpFormatter}
-
-LIMITS: Final = Limits()
-FAULT_KINDS: Final = tuple(kind.value for kind in FaultKind)
-#: The commands that consume one stream, and the one that consumes it from a producer.
-ONE_STREAM: Final = ("replay", "stream")
-STREAM: Final = ("stream",)
-
-#: Every flag of ``python -m consumer``, by the commands that take it (no environment
-#: variables: the consumer reads only ``REPLYWIRE_AUTH_TOKEN``, the token itself).
-# fmt: off
-FLAGS: Final = FlagTable((
-    FlagGroup(commands=ONE_STREAM, flags=(
-        Flag("--case", "development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
-             + " (`stream` may ask `--question` instead)",
-             required_in=("replay",), shown="— (`replay` needs it)"),
-        Flag("--wire",
-             "frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "
-             "the content digest (required and checked); `ndjson-lab` is the lab's NDJSON byte "
-             "for byte, without it (`integrity: none`): only to reproduce the lab's published "
-             "table",
-             choices=tuple(wire.value for wire in WireFormat),
-             default=WireFormat.LENGTH_PREFIXED.value),
-        Flag("--chunks",
-             "transport chunking: `frame` (one frame per chunk), `whole` (the whole body), "
-             "`N` (fixed N bytes), or `a,b,c` (a cycled size pattern)", _chunk_plan,
-             "frame"),
-        Flag("--fault", "a controlled fault (see [Faults](protocol.md#faults); the producer needs "
-             "`--allow-faults`)",
-             choices=FAULT_KINDS, metavar="{" + ",".join(FAULT_KINDS) + "}"),
-        Flag("--fault-frame",
-             "the content frame `--fault` omit, repeat, corrupt, foreign-binding or stall "
-             "targets: 1 to the reply's last (past it: refused `fault_parameter_out_of_range`)",
-             Count("frames"), shown=f"`{DEFAULT_TARGET_FRAME}`"),
-        Flag("--fault-bytes",
-             "the bytes `--fault truncate-tail` drops: 1 to the done frame's length - 1, so "
-             "the stream ends inside done (more: refused `fault_parameter_out_of_range`)",
-             Count("bytes"), shown=f"`{DEFAULT_TRUNCATE_BYTES}`"),
-        Flag("--stall-ms", "how long `--fault stall` sends nothing",
-             Count("milliseconds"), shown=f"`{DEFAULT_STALL_MS}`"),
-        Flag("--ignore-duplicates",
-             "drop an exact replay of an applied frame instead of refusing it", action="switch"),
-        Flag("--recording",
-             "the recording the binding is loaded from (same checks as the producer)", Path,
-             DEFAULT_RECORDING_PATH, shown="`fixtures/recording.json`"),
-        Flag("--result", "write the result document to this file instead of stdout", Path,
-             shown="stdout"),
-        Flag("--stream-id", "the id that joins both sides' traces",
-             shown="a random one"),
-        Flag("--max-stream-bytes",
-             "the core's bound on the bytes in one stream: every chunk byte, `lp` headers "
-             "and NDJSON line feeds included (the lab's)", Count("bytes"),
-             LIMITS.max_stream_bytes),
-        Flag("--max-frame-bytes",
-             "the core's bound on the bytes in one frame: the `lp` payload without its "
-             "5-byte header, an NDJSON line without its line feed (the lab's)", Count("bytes"),
-             LIMITS.max_frame_bytes),
-        Flag("--max-content-chars",
-             "the core's bound on the assembled content, in code points (not UTF-16 "
-             "units; the lab's)", Count("characters"),
-             LIMITS.max_content_chars),
-        Flag("--max-frames", "the core's bound on the frames in one stream (the lab's)",
-             Count("frames"), LIMITS.max_frames),
-        Flag("--log-format",
-             "`json`, `console`, or `auto` (console on a TTY), as the producer",
-             choices=("auto", "json", "console"), default="auto"),
-        Flag("--log-level", "`debug`, `info`, `warning`, `error` or `critical`, as the producer",
-             choices=LEVELS, default="info"),
-        Flag("--trace-flush-ms",
-             "trace records are held at most this long and written together (0 to 1000), "
-             "as the producer", flush_delay_ms,
-             round(DEFAULT_FLUSH_DELAY_S * 1000)),
-        Flag("--trace-file",
-             "append the trace to this file as JSON lines instead of writing it to stderr", Path),
-    )),
-    FlagGroup(commands=STREAM, flags=(
-        Flag("--target",
-             "the producer `HOST:PORT`, or several in gRPC's own target syntax "
-             "(`ipv4:127.0.0.1:A,127.0.0.1:B`, `dns:///NAME:PORT`), balanced by gRPC's "
-             "`round_robin` policy (see [Resume](consumer.md#resume))",
-             default="127.0.0.1:50051"),
-        Flag("--queue-size", "bounded chunk queue between reader and processor", Count("chunks"),
-             DEFAULT_QUEUE_SIZE),
-        Flag("--process-delay-ms", "simulated work per chunk applied", Count("milliseconds", 0), 0),
-        Flag("--mode", "`stream`: decode as chunks arrive; `buffered`: read the whole body first "
-             "(still bounded by the stream byte limit)",
-             choices=("stream", "buffered"), default="stream"),
-        Flag("--window-bytes",
-             "what a paused stream may hold in the consumer's transport (64 KiB): half "
-             "announced as the HTTP/2 stream window (`grpc.http2.lookahead_bytes`, with "
-             "`grpc.http2.bdp_probe` off), half for the one update gRPC returns after the "
-             "reader's last read (see [Flow control](protocol.md#flow-control))",
-             Count("bytes"), DEFAULT_WINDOW_BYTES),
-        Flag("--deadline-s",
-             "overall deadline: `incomplete` / `deadline_exceeded`, the RPC cancelled",
-             positive_seconds, DEFAULT_DEADLINE_S),
-        Flag("--idle-timeout-s",
-             "longest wait for one chunk: `incomplete` / `idle_timeout`, the RPC "
-             "cancelled", positive_seconds,
-             DEFAULT_IDLE_TIMEOUT_S),
-        Flag("--keepalive-s",
-             f"gRPC keepalive: a ping after this much silence on the connection (at least "
-             f"{MIN_KEEPALIVE_S:g}, gRPC's own floor, and not below the producer's "
-             "`--min-ping-interval-s`)",
-             seconds_at_least(MIN_KEEPALIVE_S, "gRPC pings no faster"), DEFAULT_KEEPALIVE_S),
-        Flag("--keepalive-timeout-s",
-             "a ping unanswered this long closes the connection: a producer cut off "
-             "without a reset is found in about `--keepalive-s` plus this, and the call ends "
-             "`UNAVAILABLE` (resumed)",
-             positive_seconds, DEFAULT_KEEPALIVE_TIMEOUT_S),
-        Flag("--resume-attempts",
-             "resumes after a transport failure mid-stream (`0`: none, today's outcomes "
-             "exactly; see [Resume](consumer.md#resume))",
-             Count("attempts", 0), DEFAULT_RESUME_ATTEMPTS),
-        Flag("--resume-backoff-s",
-             "the first wait before a resume, doubled per attempt up to 2 s, times a "
-             "jitter of 0.5 to 1",
-             positive_seconds, DEFAULT_RESUME_BACKOFF_S),
-        Flag("--chunk-interval-ms", "ask the producer to pause this long between chunks",
-             Count("milliseconds", 0), 0),
-        Flag("--view",
-             "the live view: the provisional text and a status line while it streams, then "
-             "the verdict in words; with it the result document goes only to `--result FILE`",
-             action="toggle", shown="on when stdout is a terminal"),
-        Flag("--question",
-             "ask your own question (gemini source), with `--context`; replaces `--case`"),
-        Flag("--context",
-             "with `--question`: the passages, a JSON list or JSON Lines of "
-             "`{id, text, url}`", Path),
-        Flag("--binding",
-             "send this binding (a JSON file) instead of the recording's (to see the "
-             f"producer refuse it); at most {MAX_BINDING_BYTES // 1024} KiB and "
-             f"{MAX_BINDING_DEPTH} levels deep",
-             Path),
-    )),
-    FlagGroup(
-        title="tracing",
-        description="OpenTelemetry: the stream's span, its W3C trace context sent to the "
-        "producer, its ids in every record (docs/traces.md). Off unless one of these is set",
-        commands=STREAM,
-        flags=(
-            Flag("--traceparent",
-                 f"continue this W3C trace context (unset: `${TRACEPARENT_ENV}`, with "
-                 f"`${TRACESTATE_ENV}`; else a new trace); a malformed or oversized value is "
-                 "ignored with a `trace_context_ignored` record, never an error",
-                 metavar="TRACEPARENT", shown=f"`${TRACEPARENT_ENV}`"),
-            Flag("--otlp-endpoint",
-                 f"export the stream's span over OTLP/gRPC to this collector (unset: "
-                 f"`${ENDPOINT_ENV}`; the other standard `OTEL_*` variables are honoured)",
-                 metavar="URL",
-                 shown=f"`${ENDPOINT_ENV}`"),
-        ),
-    ),
-    FlagGroup(
-        title="security",
-        description="TLS and a bearer token (the producer's --tls-* and --auth-tokens). The "
-        "token goes only over TLS, or to a loopback target or a Unix socket, unless --insecure",
-        commands=STREAM,
-        flags=(
-            Flag("--tls",
-                 "TLS, the producer's certificate checked against the system's trust store "
-                 f"(`{GRPC_ROOTS_ENV}`, else `{OPENSSL_ROOTS_ENV}`, else the system's CA "
-                 "bundle: see [Security](security.md)); plaintext without it or `--tls-ca`",
-                 action="switch"),
-            Flag("--tls-ca", "TLS trusting this one CA (the one that signed the producer's "
-                 "certificate), with or without `--tls`",
-                 Path),
-            Flag("--tls-cert",
-                 "mutual TLS: this consumer's certificate (with `--tls` or `--tls-ca`)", Path),
-            Flag("--tls-key", "mutual TLS: the key of `--tls-cert`", Path),
-            Flag("--tls-server-name",
-                 "the name the producer's certificate must carry, with `--tls` or "
-                 "`--tls-ca`",
-                 shown="the target's host"),
-            Flag("--auth-token-file",
-                 f"the bearer token, alone in a file (or `{TOKEN_ENV}`); sent as gRPC call "
-                 "credentials, over TLS or to a loopback target or a Unix socket only (see "
-                 "Security); never logged",
-                 Path),
-            Flag("--insecure",
-                 "let the token go in clear, as metadata, over a plaintext channel to a "
-                 "target that is not a loopback address or a Unix socket (without it: exit 2 "
-                 "before any connection); said on stderr and in the trace at every start",
-                 action="switch"),
-        ),
-    ),
-    FlagGroup(commands=("demo",), flags=(
-        Flag("--recording", "the recording the producer serves", Path, DEFAULT_RECORDING_PATH,
-             shown="`fixtures/recording.json`"),
-        Flag("--log-level",
-             "the level of both kept traces (`debug`: every chunk, for the timelines)",
-             choices=LEVELS, default="debug"),
-    )),
-    FlagGroup(commands=("join-traces",), flags=(
-        Flag("paths", "trace files, or directories of `*.jsonl` files", Path, nargs="+",
-             shown="—"),
-        Flag("--stream-id", "only this stream's records", shown="every stream"),
-        Flag("--trace-id",
-             "only the records that carry this OpenTelemetry trace id (32 hex digits; "
-             "with tracing on: [Traces](traces.md#opentelemetry)), both sides",
-             shown="every trace"),
-        Flag("--event", "only records of this event", shown="every event"),
-    )),
-    FlagGroup(commands=("trace",), flags=(
-        Flag("paths",
-             "`PRODUCER.jsonl CONSUMER.jsonl` (any order), or a directory of `*.jsonl` "
-             "files", Path,
-             nargs="+", metavar="TRACE", shown="—"),
-        Flag("--stream",
-             "the stream to show: its id, or the beginning of one (a short id); without "
-             "it, the streams found",
-             aliases=("--stream-id",), dest="stream_id", metavar="ID", shown="every stream"),
-        Flag("--trace-id",
-             "the stream whose records carry this OpenTelemetry trace id, instead of "
-             "`--stream` (with tracing on: [Traces](traces.md#opentelemetry))",
-             metavar="TRACE_ID", shown="—"),
-        Flag("--out",
-             "with `--stream`: also write its timeline here (`FILE.html`), one "
-             "self-contained HTML page (an SVG); without: a directory, for every stream's page "
-             "and an index (`timelines.html`)",
-             Path, metavar="FILE.html|DIR"),
-        Flag("--all",
-             "one row per record (default: runs of per-chunk and per-pause records, one row)",
-             action="switch", dest="every"),
-        Flag("--max-marks",
-             "marks a row of the picture draws one by one; past it, one bin per pixel column",
-             Count("marks"), DEFAULT_MAX_MARKS, metavar="N"),
-    )),
-))
-# fmt: on
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
@@ -580,74 +299,11 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     return exit_code(result)
 
 
-#: Each command: its one-line help, and the description its own --help opens with.
-COMMANDS: Final = {
-    "replay": ("frame a recorded case and consume it in this process", None),
-    "stream": ("open a stream from a producer over gRPC and consume it", None),
-    "demo": (
-        "start a producer, stream the cases and the fault catalogue through it, print a "
-        "table, stop the producer",
-        "Both traces are kept as JSON lines in the directory printed at the end: "
-        "producer.jsonl and consumer.jsonl (this process), with each stream's timeline "
-        "(timeline-ID.html, linked from timelines.html).",
-    ),
-    "join-traces": ("merge JSON-lines traces (both sides) in time order, one stream or all", None),
-    "trace": (
-        "one stream's timeline across both traces: a table, and a picture with --out",
-        "Joins the producer's and the consumer's JSON-lines traces (their --trace-file, or "
-        "stderr as JSON) by stream id into one time-ordered timeline. Without --stream: the "
-        "streams found. Per-chunk marks need both sides at --log-level debug.",
-    ),
-}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m consumer",
-        description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
-        "5 error, 6 invalid, 7 refused, 2 usage or configuration error. "
-        f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",
-        **HELP_FORMAT,
-    )
-    parser.add_argument("--version", action="version", version=version_line())
-    # Commands without the logging flags (demo, join-traces, trace) hold records as long.
-    parser.set_defaults(trace_flush_ms=round(DEFAULT_FLUSH_DELAY_S * 1000))
-    commands = parser.add_subparsers(dest="command", required=True)
-    for command, (summary, description) in COMMANDS.items():
-        command_parser = commands.add_parser(
-            command, help=summary, description=description, **HELP_FORMAT
-        )
-        FLAGS.add_to(command_parser, command)
-    return parser
-
-
-def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
-    """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
-    try:
-        if args.command == "join-traces":
-            skipped = run_join(args.paths, args.stream_id, args.event, out, args.trace_id)
-        else:
-            request = TraceRequest(
-                args.paths, args.stream_id, args.out, args.every, args.max_marks, args.trace_id
-            )
-            skipped = run_trace(request, out)
-    except (OSError, UnknownStream) as error:
-        print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
-        return EXIT_USAGE
-    if skipped:
-        print(f"consumer: skipped {skipped} lines that are not JSON records", file=sys.stderr)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("join-traces", "trace"):
-        return run_trace_files(args, out)
-    # The demo keeps its own trace in a file (consumer.jsonl): nothing on stderr but errors.
-    log_format: LogFormat = "json" if args.command == "demo" else args.log_format
-    trace_file = getattr(args, "trace_file", None)
+    trace_file = args.trace_file
     try:
         # Line-buffered: a reader of the file sees every record as soon as it is written.
         trace = trace_file.open("a", encoding="utf-8", buffering=1) if trace_file else None
@@ -662,7 +318,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(
         "consumer",
-        log_format="json" if trace else log_format,
+        log_format="json" if trace else args.log_format,
         level=args.log_level,
         stream=stream,
         batched=True,
@@ -671,9 +327,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "replay":
             return run_replay(args, out)
-        if args.command == "stream":
-            return run_stream(args, out)
-        return run_demo(args, out)
+        return run_stream(args, out)
     except (ConfigurationError, ReplywireError) as error:
         print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE

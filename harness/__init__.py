@@ -1,6 +1,6 @@
 """What runs the processes rather than being one: the demo, child processes, a fake Gemini.
 
-* ``demo.py``: ``make demo`` (``python -m consumer demo``): a producer started as a
+* ``demo.py``: ``make demo`` (``python -m replywire demo``): a producer started as a
   child, the cases and the fault catalogue streamed through it, one table;
 * ``children.py``: start a producer as a child process, read its port, stop a child
   by its pid (the demo, the tests, the tools and the benchmarks use it);
@@ -9,5 +9,5 @@
   for the tests.
 
 This package sits above both processes: it may import them (and ``traces/``); neither
-imports it except the consumer's command line, whose ``demo`` command it runs.
+imports it. The command line above it all, ``replywire/``, runs its demo.
 """

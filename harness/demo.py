@@ -1,4 +1,5 @@
-"""``make demo``: a producer process, the cases and the fault catalogue through this consumer.
+"""``make demo`` (``python -m replywire demo``): a producer process, the cases and the fault
+catalogue through a consumer in this process.
 
 Starts ``python -m producer --port 0 --allow-faults`` as a child process, streams
 every development case and every fault over gRPC (wire, chunking and timeouts
@@ -185,9 +186,9 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
         f"Timelines (HTML, open offline): one per stream, {traces}/"
         f"{timeline_page_name(shown or '')} ..., all linked from {timelines}\n"
         f"One stream's timeline here ({SHOWN_RUN}):\n"
-        f"  .venv/bin/python -m consumer trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        f"  .venv/bin/python -m replywire trace {traces}/producer.jsonl {traces}/consumer.jsonl "
         f"--stream {shown}\n"
         f"Its records, both sides in time order, as JSON lines:\n"
-        f"  .venv/bin/python -m consumer join-traces {traces} --stream-id {shown}\n"
+        f"  .venv/bin/python -m replywire join-traces {traces} --stream-id {shown}\n"
     )
     return 0

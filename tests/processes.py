@@ -307,16 +307,17 @@ def concurrent_replies(
 
 
 def consumer_on_a_pty(
-    argv: list[str], *, rows: int, columns: int, timeout: float = 60.0
+    argv: list[str], *, rows: int, columns: int, timeout: float = 60.0, module: str = "consumer"
 ) -> tuple[int, bytes]:
-    """``python -m consumer ARGV`` with stdin, stdout and stderr one pseudo-terminal of
+    """``python -m consumer ARGV`` (or ``python -m MODULE ARGV``: ``replywire``'s commands
+    read what the consumer wrote) with stdin, stdout and stderr one pseudo-terminal of
     ``columns`` x ``rows``: its exit code and every byte it wrote to the terminal. Read until
     the process closes its side (or exits), bounded by ``timeout``; stopped by pid after."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "consumer", *argv],
+        [sys.executable, "-m", module, *argv],
         cwd=ROOT,
         stdin=follower,
         stdout=follower,

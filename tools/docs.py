@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from consumer.cli import FLAGS as CONSUMER_FLAGS
+from consumer.flags import FLAGS as CONSUMER_FLAGS
 from consumer.reader_states import SPEC as READER_SPEC
 from producer.flags import FLAGS as PRODUCER_FLAGS
 from producer.states import SPEC as PRODUCER_SPEC
+from replywire.flags import FLAGS as REPLYWIRE_FLAGS
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
 from shared.errors import EXIT_CODES, REASONS
@@ -175,8 +176,13 @@ def producer_flags() -> str:
 
 
 def consumer_flags() -> str:
-    """``python -m consumer``'s flags, by command (consumer/cli.py)."""
+    """``python -m consumer``'s flags, by command (consumer/flags.py)."""
     return flag_table(CONSUMER_FLAGS)
+
+
+def replywire_flags() -> str:
+    """``python -m replywire``'s flags, by command (replywire/flags.py)."""
+    return flag_table(REPLYWIRE_FLAGS)
 
 
 #: The values a demo run varies in, as the README shows them.
@@ -202,7 +208,7 @@ def demo_block(output: str) -> str:
 def demo_output() -> str:
     """Run the demo (a real producer process) and render its sample."""
     run = subprocess.run(
-        [sys.executable, "-m", "consumer", "demo"],
+        [sys.executable, "-m", "replywire", "demo"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -226,6 +232,7 @@ SECTIONS = {
     "reason-table": reason_table,
     "producer-flags": producer_flags,
     "consumer-flags": consumer_flags,
+    "replywire-flags": replywire_flags,
 }
 
 

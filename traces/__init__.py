@@ -1,4 +1,4 @@
-"""Both processes' traces read as one: ``python -m consumer join-traces`` and ``trace``.
+"""Both processes' traces read as one: ``python -m replywire join-traces`` and ``trace``.
 
 * ``timeline.py``: one stream's records, from both sides, as a timeline (entries,
   spans, the verdict), and the streams found in a set of records;
@@ -11,7 +11,7 @@
 The timeline reads the state and input names of all three machines (the consumer
 core's, ``shared.consumer_core``; the producer's, ``producer.states``; the reader's,
 ``consumer.reader_states``), so this package sits above both processes: it imports
-their machine specs and nothing else of theirs, and neither process imports it except
-the consumer's command line, which hands it those two commands. All but
+their machine specs and nothing else of theirs, and neither process imports it: the
+command line above it all, ``replywire/``, runs those two commands. All but
 ``commands.py`` are pure (no files, no clock), like ``shared/``.
 """

@@ -1,4 +1,4 @@
-"""``python -m consumer join-traces`` and ``trace``: both sides' JSON-lines traces as one.
+"""``python -m replywire join-traces`` and ``trace``: both sides' JSON-lines traces as one.
 
 ``join-traces`` prints the records, merged in time order, as JSON lines (for
 ``jq`` and other tools); ``trace`` draws one stream's timeline
@@ -143,7 +143,7 @@ def write_timeline(
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
-    """What ``python -m consumer trace`` was asked for."""
+    """What ``python -m replywire trace`` was asked for."""
 
     paths: list[Path]
     stream_id: str | None = None
@@ -155,7 +155,7 @@ class TraceRequest:
 
 
 def run_trace(request: TraceRequest, out: TextIO) -> int:
-    """``python -m consumer trace``: the streams found, or one stream's table (and page)."""
+    """``python -m replywire trace``: the streams found, or one stream's table (and page)."""
     paths, stream_id, html = request.paths, request.stream_id, request.html
     if request.trace_id is not None and stream_id is None:
         stream_id = stream_of_trace(paths, request.trace_id.lower())

@@ -192,7 +192,7 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
         assert {r["stream_id"] for r in records} >= set(stream_ids)
     # The printed join command, run as printed (from the repository's root).
     (join,) = [line.strip() for line in lines if "join-traces" in line]
-    assert join == f".venv/bin/python -m consumer join-traces {traces} --stream-id demo-13"
+    assert join == f".venv/bin/python -m replywire join-traces {traces} --stream-id demo-13"
     joined = subprocess.run(
         join, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
     )
@@ -214,9 +214,9 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
         traces / "timeline-demo-18.html"
     ).read_text(encoding="utf-8")
     assert "<td>replace-file + stall</td><td>incomplete / idle_timeout</td>" in index
-    (trace,) = [line.strip() for line in lines if " consumer trace " in line]
+    (trace,) = [line.strip() for line in lines if " replywire trace " in line]
     assert trace == (
-        f".venv/bin/python -m consumer trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        f".venv/bin/python -m replywire trace {traces}/producer.jsonl {traces}/consumer.jsonl "
         "--stream demo-13"
     )
     shown = subprocess.run(

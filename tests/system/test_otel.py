@@ -163,7 +163,7 @@ def test_one_trace_across_the_pair_with_a_resume(tmp_path: Path, fake: FakeGemin
         "".join(json.dumps(r) + "\n" for r in run.trace), encoding="utf-8"
     )
     joined = subprocess.run(
-        [sys.executable, "-m", "consumer", "join-traces", str(tmp_path / "consumer.jsonl"),
+        [sys.executable, "-m", "replywire", "join-traces", str(tmp_path / "consumer.jsonl"),
          str(running.trace_path), "--trace-id", TRACE_ID.upper()],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
@@ -173,7 +173,7 @@ def test_one_trace_across_the_pair_with_a_resume(tmp_path: Path, fake: FakeGemin
     assert {r["trace_id"] for r in got} == {TRACE_ID}
     # trace --trace-id draws the stream whose records carry it.
     drawn = subprocess.run(
-        [sys.executable, "-m", "consumer", "trace", str(tmp_path / "consumer.jsonl"),
+        [sys.executable, "-m", "replywire", "trace", str(tmp_path / "consumer.jsonl"),
          str(running.trace_path), "--trace-id", TRACE_ID],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip

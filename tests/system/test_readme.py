@@ -375,7 +375,7 @@ def test_timeline_recipe(tmp_path: Path) -> None:
     assert 'id="lane-producer"' in page and 'id="lane-consumer"' in page
     table, rest = done.stdout.split("\ntimeline: ", 1)
     assert rest.startswith(f"{directory}/r1.html (")
-    (sample,) = [b for b in blocks("") if b.startswith("$ python -m consumer trace ")]
+    (sample,) = [b for b in blocks("") if b.startswith("$ python -m replywire trace ")]
     assert table.splitlines()[0].startswith("stream r1 (replace-file): complete;")
     assert rows_by_component(table) == rows_by_component(sample)
     assert result_event_kinds(table) == result_event_kinds(sample) != []

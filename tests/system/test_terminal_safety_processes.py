@@ -3,7 +3,8 @@
 The rule (``shared/terminal_text.py``) for any text; then every place that draws text
 from elsewhere: the console log lines, ``trace``'s table, the demo table, the view's
 pieces; then the real thing: ``python -m consumer`` on a pseudo-terminal against a
-hostile producer process (``tests/hostile_producer.py``) and fed a hostile trace file.
+hostile producer process (``tests/hostile_producer.py``), and ``python -m replywire``'s
+``trace`` and ``join-traces`` fed a hostile trace file.
 On the terminal no refused character arrives raw, their visible forms do, and the JSON
 (``--result``, the document on stdout, ``join-traces``) holds the exact text.
 """
@@ -55,10 +56,10 @@ def hostile_target() -> Iterator[str]:
         process.stdout.close()
 
 
-def on_a_pty(argv: list[str], timeout: float = 60.0) -> tuple[int, bytes]:
-    """``python -m consumer ARGV`` on a COLUMNS x 40 pseudo-terminal: its exit code and
-    every byte it wrote to the terminal."""
-    return consumer_on_a_pty(argv, rows=40, columns=COLUMNS, timeout=timeout)
+def on_a_pty(argv: list[str], timeout: float = 60.0, module: str = "consumer") -> tuple[int, bytes]:
+    """``python -m consumer ARGV`` (or ``MODULE``) on a COLUMNS x 40 pseudo-terminal: its
+    exit code and every byte it wrote to the terminal."""
+    return consumer_on_a_pty(argv, rows=40, columns=COLUMNS, timeout=timeout, module=module)
 
 
 def obeys_nothing(written: bytes) -> str:
@@ -199,7 +200,7 @@ def test_trace_and_join_traces_on_a_terminal_obey_nothing(tmp_path: Path) -> Non
     }
     seen: dict[str, str] = {}
     for name, argv in runs.items():
-        code, written = on_a_pty(argv)
+        code, written = on_a_pty(argv, module="replywire")
         seen[name] = obeys_nothing(written)
         assert code == (2 if name == "unknown" else 0), seen[name]
     assert "note" + H_SHOWN in seen["table"]

@@ -1,4 +1,4 @@
-"""The trace timeline (`python -m consumer trace`): its table and its picture, mark for mark.
+"""The trace timeline (`python -m replywire trace`): its table and its picture, mark for mark.
 
 One real producer and real consumer processes write both traces at debug for
 four streams: a complete one, a slow reader that pauses, a transport abort the
@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from consumer.cli import main
 from consumer.reader_states import ReaderState
 from producer.states import StreamInput, StreamState
+from replywire.cli import main
 from shared.consumer_core import Input
 from tests.processes import producer, read_trace
 from tests.timeline_reading import SVG, counted, parse_table, svg_of

@@ -1,7 +1,7 @@
-"""The consumer's command line in one process, without a connection: the demo's wires, a
-request and its options checked before anything runs, a value error while streaming told
-from a usage error. (tests/system/test_cli_processes.py runs ``python -m consumer`` as a
-user does.)"""
+"""The command lines in one process, without a connection: the demo's wires (``python -m
+replywire demo``), and the consumer's request and options checked before anything runs, a
+value error while streaming told from a usage error. (tests/system/test_cli_processes.py
+runs ``python -m consumer`` and ``make demo`` as a user does.)"""
 
 from __future__ import annotations
 

@@ -493,7 +493,7 @@ def unregistered_literals(source: str) -> list[str]:
 
 SOURCES: Final = sorted(
     path
-    for folder in ("shared", "producer", "consumer", "traces", "harness")
+    for folder in ("shared", "producer", "consumer", "traces", "harness", "replywire")
     for path in (ROOT / folder).rglob("*.py")
     if "pb" not in path.relative_to(ROOT).parts[:2]
     # The fake Gemini server's reasons are Google's (API_KEY_INVALID, ...), not ours.

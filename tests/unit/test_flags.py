@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from consumer import cli as consumer_cli
+from consumer import flags as consumer_table
 from producer import cli as producer_cli
 from producer import flags as producer_table
+from replywire import flags as replywire_table
 from runtime.flags import (
     MAX_PORT,
     Count,
@@ -30,7 +31,7 @@ from runtime.flags import (
     seconds_or_zero,
 )
 from runtime.logs import flush_delay_ms
-from tools.docs import consumer_flags, producer_flags
+from tools.docs import consumer_flags, producer_flags, replywire_flags
 
 ACCEPTED: list[tuple[Callable[[str], Any], str, Any]] = [
     (Count("streams"), "1", 1),
@@ -120,8 +121,12 @@ def documented_arguments(table: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("build", "render"),
-    [(producer_table.build_parser, producer_flags), (consumer_cli.build_parser, consumer_flags)],
-    ids=["producer", "consumer"],
+    [
+        (producer_table.build_parser, producer_flags),
+        (consumer_table.build_parser, consumer_flags),
+        (replywire_table.build_parser, replywire_flags),
+    ],
+    ids=["producer", "consumer", "replywire"],
 )
 def test_the_generated_table_lists_every_flag_argparse_knows(
     build: Callable[[], argparse.ArgumentParser], render: Callable[[], str]
@@ -131,7 +136,9 @@ def test_the_generated_table_lists_every_flag_argparse_knows(
     assert documented - known == set(), "stale: in the table, not in argparse"
 
 
-@pytest.mark.parametrize("table", [producer_table.FLAGS, consumer_cli.FLAGS])
+@pytest.mark.parametrize(
+    "table", [producer_table.FLAGS, consumer_table.FLAGS, replywire_table.FLAGS]
+)
 def test_every_flag_has_its_own_line_for_the_table(table: FlagTable) -> None:
     for flag in table:
         assert flag.help and flag.meaning, flag.name
@@ -220,11 +227,11 @@ def test_an_environment_value_goes_through_the_flag_s_validator(
 
 
 def test_the_consumer_reads_no_flag_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for flag in consumer_cli.FLAGS:
-        assert consumer_cli.FLAGS.env_name(flag) is None
+    for flag in consumer_table.FLAGS:
+        assert consumer_table.FLAGS.env_name(flag) is None
     monkeypatch.setenv("REPLYWIRE_TARGET", "elsewhere:1")
     monkeypatch.setenv("REPLYWIRE_LOG_LEVEL", "debug")
-    args = consumer_cli.build_parser().parse_args(["stream"])
+    args = consumer_table.build_parser().parse_args(["stream"])
     assert (args.target, args.log_level) == ("127.0.0.1:50051", "info")
 
 
@@ -257,14 +264,30 @@ def test_a_producer_value_past_its_edge_is_one_usage_line(
         (["stream", "--queue-size", "0"], "argument --queue-size: must be at least 1: 0"),
         (["stream", "--process-delay-ms", "-1"], "must be at least 0: -1"),
         (["replay", "--case", "utf8-write", "--max-frames", "x"], "whole number of frames"),
-        (["trace", "t.jsonl", "--max-marks", "0"], "argument --max-marks: must be at least 1"),
     ],
 )
 def test_a_consumer_value_past_its_edge_is_one_usage_line(
     argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        consumer_cli.build_parser().parse_args(argv)
+        consumer_table.build_parser().parse_args(argv)
     assert exit_info.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"python -m consumer {argv[0]}: error: ") and error in last
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["trace", "t.jsonl", "--max-marks", "0"], "argument --max-marks: must be at least 1"),
+        (["demo", "--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
+    ],
+)
+def test_a_replywire_value_past_its_edge_is_one_usage_line(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        replywire_table.build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"python -m replywire {argv[0]}: error: ") and error in last

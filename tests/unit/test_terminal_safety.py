@@ -3,7 +3,8 @@
 The rule (``shared/terminal_text.py``) for any text; then every place that draws text
 from elsewhere: the console log lines, ``trace``'s table, the demo table, the view's
 pieces; then the real thing: ``python -m consumer`` on a pseudo-terminal against a
-hostile producer process (``tests/hostile_producer.py``) and fed a hostile trace file.
+hostile producer process (``tests/hostile_producer.py``), and ``python -m replywire``'s
+``trace`` and ``join-traces`` fed a hostile trace file.
 On the terminal no refused character arrives raw, their visible forms do, and the JSON
 (``--result``, the document on stdout, ``join-traces``) holds the exact text.
 """
