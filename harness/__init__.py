@@ -4,9 +4,9 @@
   child, the cases and the fault catalogue streamed through it, one table;
 * ``children.py``: start a producer as a child process, read its port, stop a child
   by its pid (the demo, the tests, the tools and the benchmarks use it);
-* ``fake_gemini.py``: a loopback HTTP server that speaks Gemini's streaming protocol,
+* ``fake_gemini/``: a loopback HTTP server that speaks Gemini's streaming protocol,
   for trying ``--source gemini`` without a key (``python -m harness.fake_gemini``) and
-  for the tests.
+  for the tests (its ``__init__`` says which module does what).
 
 This package sits above both processes: it may import them (and ``traces/``); neither
 imports it. The command line above it all, ``replywire/``, runs its demo.

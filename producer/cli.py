@@ -47,7 +47,8 @@ from producer.settings import (
 )
 from producer.sources import Source
 from producer.sources.gemini.capture import RunCapture
-from producer.sources.gemini.source import GeminiSettings, GeminiSource
+from producer.sources.gemini.settings import GeminiSettings
+from producer.sources.gemini.source import GeminiSource
 from producer.sources.recording import RecordingSource
 from producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store
 from runtime.library_logs import (

@@ -7,10 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.fake_gemini import (
-    PublishedCase,
-    load_published_cases,
-)
+from harness.fake_gemini.scripts import PublishedCase, load_published_cases
 from tests.processes import (
     FakeGeminiProcess,
     producer,

@@ -1,4 +1,4 @@
-"""Tests of the fake Gemini server itself (harness/fake_gemini.py), over real sockets.
+"""Tests of the fake Gemini server itself (harness/fake_gemini/), over real sockets.
 
 Every async scenario runs under ``asyncio.run`` inside a plain test function; the
 client is httpx (streaming), except one test that speaks raw HTTP/1.1 to check
@@ -17,13 +17,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from harness.fake_gemini import (
-    DEFAULT_MODEL,
-    RATE_LIMITED_BODY,
-    SCRIPTS,
-    FakeGemini,
-    Pacing,
-)
+from harness.fake_gemini.scripts import DEFAULT_MODEL, RATE_LIMITED_BODY, SCRIPTS
+from harness.fake_gemini.server import FakeGemini, Pacing
 from tests.gemini_runs import CASES, EVENT_END, FIRST, HEADERS, KEY, split_events, text_of
 from tests.gemini_runs import fake_request_body as request_body
 

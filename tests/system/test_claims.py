@@ -28,7 +28,8 @@ from consumer.options import StreamOptions
 from producer.budget.file_ledger import BudgetLedger
 from producer.edge.server import start_server, stop_server
 from producer.settings import ServerSettings
-from producer.sources.gemini.source import GeminiSettings, GeminiSource
+from producer.sources.gemini.settings import GeminiSettings
+from producer.sources.gemini.source import GeminiSource
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat

@@ -1,4 +1,4 @@
-"""Tests of the fake Gemini server itself (harness/fake_gemini.py), over real sockets.
+"""Tests of the fake Gemini server itself (harness/fake_gemini/), over real sockets.
 
 Every async scenario runs under ``asyncio.run`` inside a plain test function; the
 client is httpx (streaming), except one test that speaks raw HTTP/1.1 to check
@@ -17,9 +17,7 @@ import httpx
 import pytest
 
 from harness.children import read_listening_port
-from harness.fake_gemini import (
-    DEFAULT_MODEL,
-)
+from harness.fake_gemini.scripts import DEFAULT_MODEL
 from tests.gemini_runs import FIRST, HEADERS, split_events, text_of
 from tests.gemini_runs import fake_request_body as request_body
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harness.fake_gemini import BAD_USAGE
+from harness.fake_gemini.scripts import BAD_USAGE
 from producer.budget.options import RedisOptions
 from producer.budget.redis_ledger import RedisLedger
 from shared.recording import Recording

@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from harness.children import stop_process
-from harness.fake_gemini import FakeGemini, _validate
+from harness.fake_gemini.checks import validate
+from harness.fake_gemini.scripts import Scripts
 from producer.budget.file_ledger import BudgetLedger
 from producer.budget.ledger import Ledger
 from producer.budget.options import RedisOptions
@@ -92,10 +93,10 @@ def worst_case(call: dict[str, Any]) -> float:
 
 def reported_cost(call: dict[str, Any]) -> float:
     """What the fake provider reported a call it answered in full used, at the ledger's rates
-    (the fake's own counting: ``FakeGemini.usage``)."""
-    counter = FakeGemini(API_KEY)
-    turn = _validate(call["model"], call["body"])
-    return usage_cost(counter.usage(turn, "".join(counter._texts(turn))), Rates())
+    (the fake's own counting: ``Scripts.usage``)."""
+    counter = Scripts()
+    turn = validate(call["model"], call["body"])
+    return usage_cost(counter.usage(turn, "".join(counter.texts(turn))), Rates())
 
 
 def expected_committed(calls: list[dict[str, Any]]) -> float:

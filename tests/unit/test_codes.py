@@ -6,7 +6,7 @@ the source.
   events' ``reason``) and in the trace records of both sides: the fault catalogue on
   every wire and case, as the producer's recording source plans it and the consumer's
   gRPC edge judges it (``StreamSession._ended``, the producer's abort details included);
-  the producer's refusals; the Gemini fake model's scripts (``harness/fake_gemini.py``)
+  the producer's refusals; the Gemini fake model's scripts (``harness/fake_gemini/``)
   through the provider adapter, checked against the outcomes ``tests/system/test_gemini.py``
   expects of the live runs; and the consumer's own endings (deadline, idle, Ctrl-C, a
   broken reader, gRPC's own statuses, every code as a status's details, free text as
@@ -40,7 +40,9 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
-from harness import fake_gemini
+from harness.fake_gemini.checks import validate
+from harness.fake_gemini.protocol import HttpError, error_body
+from harness.fake_gemini.scripts import DEFAULT_MODEL, SCRIPTS, Scripts
 from producer.metrics import ProducerMetrics
 from producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
 from producer.sources.gemini.protocol import provider_error as provider_refusal
@@ -249,14 +251,14 @@ def gemini_run(model: str, wire: WireFormat) -> tuple[StreamResult, list[Record]
     events, a reset, an event after the finish), judged at the consumer's gRPC edge."""
     case = RECORDING.case("replace-file")
     request = ReplyRequest.for_case(RECORDING, case.case_id, wire=wire)
-    fake = fake_gemini.FakeGemini()
+    fake = Scripts()
     body = request_body(case.binding, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS)
-    turn = fake_gemini._validate(model, body)
+    turn = validate(model, body)
     with capture_logs() as records:
         try:
-            steps = fake._plan(turn, {"headers": {"x-goog-api-key": "walk-key"}})
-        except fake_gemini._HttpError as answer:
-            raw = fake_gemini.error_body(answer.code, answer.status, answer.message, answer.details)
+            steps = fake.plan(turn, {"headers": {"x-goog-api-key": "walk-key"}})
+        except HttpError as answer:
+            raw = error_body(answer.code, answer.status, answer.message, answer.details)
             refusal = provider_refusal(answer.code, raw)
             return judged(session_for(request), [], refused_over_grpc(refusal)), records
         stream = ProviderStream(case.binding_sha256, structlog.get_logger())
@@ -285,7 +287,7 @@ OTHER_GEMINI_OUTCOMES: Final = {"fake-echo-key": ("refused", "provider_rejected"
 
 
 @pytest.mark.parametrize("wire", list(WireFormat))
-@pytest.mark.parametrize("model", [fake_gemini.DEFAULT_MODEL, *fake_gemini.SCRIPTS])
+@pytest.mark.parametrize("model", [DEFAULT_MODEL, *SCRIPTS])
 def test_the_gemini_scripts_end_with_codes(model: str, wire: WireFormat) -> None:
     result, records = gemini_run(model, wire)
     seen = assert_registered(reasons_in(result, records), model)
@@ -497,7 +499,7 @@ SOURCES: Final = sorted(
     for path in (ROOT / folder).rglob("*.py")
     if "pb" not in path.relative_to(ROOT).parts[:2]
     # The fake Gemini server's reasons are Google's (API_KEY_INVALID, ...), not ours.
-    and path.relative_to(ROOT) != Path("harness/fake_gemini.py")
+    and Path("harness/fake_gemini") not in path.relative_to(ROOT).parents
 )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from producer.sources.gemini.capture import RunCapture
 from producer.sources.gemini.protocol import request_body
-from producer.sources.gemini.source import GeminiSettings, check_base_url
+from producer.sources.gemini.settings import GeminiSettings, check_base_url
 from runtime.logs import register_secret
 from shared.errors import ConfigurationError
 

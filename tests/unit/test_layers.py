@@ -54,6 +54,7 @@ IO_MODULES: Final = frozenset(
 )  # fmt: skip
 PURE_PROVIDER_MODULES: Final = (
     "producer/sources/gemini/protocol.py",
+    "producer/sources/gemini/settings.py",
     "producer/sources/gemini/sse.py",
 )
 PURE_TRACE_MODULES: Final = tuple(

@@ -19,7 +19,9 @@ from producer.budget.file_ledger import BudgetLedger
 from producer.budget.keeper import LedgerPolicy
 from producer.budget.ledger import Ledger, NotWritten, Owner
 from producer.flags import build_parser
-from producer.sources.gemini.source import Call, GeminiSettings, GeminiSource
+from producer.sources.gemini.call_ledger import Call
+from producer.sources.gemini.settings import GeminiSettings
+from producer.sources.gemini.source import GeminiSource
 from shared.errors import Reason, RequestRefused
 from shared.recording import Recording
 from tests.budget_values import BODY
@@ -84,7 +86,7 @@ def test_past_max_pending_moves_a_new_call_is_refused_before_the_ledger_is_asked
         assert source.keeper.full
         call = Call("new", None, structlog.get_logger())
         with pytest.raises(RequestRefused) as refused:
-            await source._reserve(call, BODY, case_id="replace-file")
+            await source.calls.reserve(call, BODY, case_id="replace-file")
         source.keeper._pending.clear()  # let shutdown be quick: the stuck move is not real
         await source.aclose()
         return refused.value

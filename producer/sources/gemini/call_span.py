@@ -50,7 +50,8 @@ def end_call_span(
     finish_reason: str | None,
     sent: bool,
 ) -> None:
-    """End ``call``'s span (``producer.sources.gemini.source.Call``: its span, what it charged)."""
+    """End ``call``'s span (``producer.sources.gemini.call_ledger.Call``: its span, what it
+    charged)."""
     span, charged_usd = call.span, call.charged
     attributes: dict[str, Any] = {
         "replywire.ledger.outcome": outcome,
