@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producer.replylog import Entry
+from producer.replylog.interface import Entry
 from shared.errors import Reason
 from shared.frames import Frame
 from shared.requests import CheckedRequest

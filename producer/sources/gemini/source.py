@@ -58,7 +58,7 @@ from producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, LedgerPol
 from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
 from producer.budget.usage import estimate_prompt_tokens, shown
 from producer.metrics import record_ledger_spend
-from producer.replylog import Entry, LogEnded
+from producer.replylog.interface import Entry, LogEnded
 from producer.sources import Stall
 from producer.sources.gemini.call_span import end_call_span, start_call_span
 from producer.sources.gemini.capture import CallCapture, RunCapture

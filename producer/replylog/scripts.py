@@ -1,8 +1,8 @@
 """What the Redis reply log's scripts do, and what a relayed ``Cancel`` carries.
 
 The Lua scripts (``CREATE``, ``WRITE``, ``REFRESH``, ``CANCEL``) each touch one reply's
-keys together, atomically (``producer.redis_replylog`` names the keys and runs them);
-``WRITE`` and ``CANCEL`` publish on the reply's channels (``producer.redis_notify``).
+keys together, atomically (``producer.replylog.redis_log`` names the keys and runs them);
+``WRITE`` and ``CANCEL`` publish on the reply's channels (``producer.replylog.notify``).
 A relayed ``Cancel`` as the cancel list holds it: ``relay_value`` writes it,
 ``relayed_cancel`` reads it back (the caller's name, and its ``traceparent`` when the
 relaying replica traces, bounded).
@@ -78,6 +78,11 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PUBLISH', ARGV[4], '1')
 return 1
 """
+
+
+def ms(seconds: float) -> int:
+    """A time as the scripts take it (``PX``, ``PEXPIRE``): milliseconds, at least one."""
+    return max(int(seconds * 1000), 1)
 
 
 class Scripts:
