@@ -2,5 +2,6 @@
 
 ``interface`` names a reply and says what a log does; ``memory`` is the in-process log,
 ``redis_log`` (with ``redis_reply``, ``followers``, ``notify`` and the Lua of
-``scripts``) the one replicas share in Redis.
+``scripts``) the one replicas share in Redis; ``states`` is a reply's lifecycle, the one
+table both logs obey.
 """

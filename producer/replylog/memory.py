@@ -4,7 +4,9 @@ process's memory, by key, oldest first; readers wait on a condition for new entr
 Bounded as ``LogLimits`` says: frames and bytes per reply, ``max_replies`` kept (an ended
 reply is dropped to make room, the oldest first; none ended: ``stream_limit``), and an
 ended reply is kept ``ttl_s`` after its end. Its generator is this process: it holds no
-lease, and relays no ``Cancel``.
+lease, and relays no ``Cancel``. Each move of a reply is the table's (``states``): one the
+table lacks is refused (``ReplyBusy``, a write to an ended reply, a second ``end`` that
+changes nothing, ``stream_limit`` when no reply may be dropped to make room).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from producer.replylog.interface import (
     ReplyKey,
     ReplyLogFailed,
 )
+from producer.replylog.states import ReplyInput, ReplyState, allowed
 from shared.errors import Reason, RequestRefused
 
 
@@ -44,6 +47,8 @@ class MemoryReply:
         self._clock = clock
         self.entries: list[Entry] = []
         self.size = 0
+        #: Claimed: the log's ``create`` made the table's move (from the key's state).
+        self.state = ReplyState.GENERATING
         self.ended_at: float | None = None
         self.error: str | None = None
         self.first_span: str | None = None
@@ -51,7 +56,16 @@ class MemoryReply:
 
     @property
     def ended(self) -> bool:
+        """Ended (and still so once the log dropped it: its readers end as it did)."""
         return self.ended_at is not None
+
+    def move(self, event: ReplyInput) -> bool:
+        """Make the table's move on ``event``; False (nothing changed) when it has none."""
+        target = allowed(self.state, event)
+        if target is None:
+            return False
+        self.state = target
+        return True
 
     @property
     def frames(self) -> int:
@@ -69,6 +83,7 @@ class MemoryReply:
                 self.size = size
                 self._changed.notify_all()
         if over:
+            # The table's append_over_bound: the log ends the reply, as end_in_error.
             await self.end(Reason.REPLY_LOG_LIMIT.value)
             raise ReplyLogFailed(Reason.REPLY_LOG_LIMIT, self._over_detail())
 
@@ -78,7 +93,7 @@ class MemoryReply:
 
     def _fitting(self, entries: Sequence[Entry]) -> tuple[list[Entry], int, bool]:
         """The entries that fit the bounds, the size with them, and whether one did not."""
-        if self.ended:
+        if allowed(self.state, ReplyInput.APPEND) is None:
             raise RuntimeError(f"reply {self.key} already ended")
         count, size = len(self.entries), self.size
         max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
@@ -101,9 +116,10 @@ class MemoryReply:
         return fitting, size, False
 
     async def end(self, error: str | None = None) -> None:
-        if self.ended:
-            return
+        event = ReplyInput.END if error is None else ReplyInput.END_IN_ERROR
         async with self._changed:
+            if not self.move(event):
+                return  # ended already: the first call wins
             self.error = error
             self.ended_at = self._clock()
             self._changed.notify_all()
@@ -114,6 +130,7 @@ class MemoryReply:
             raise RuntimeError(f"reply {self.key} is being logged already")
         fitting, size, over = self._fitting(entries)
         self.entries, self.size = fitting, size
+        self.move(ReplyInput.OVERFLOW if over else ReplyInput.END)  # generating: _fitting saw
         self.error = Reason.REPLY_LOG_LIMIT.value if over else None
         self.ended_at = self._clock()
         return True
@@ -163,11 +180,17 @@ class MemoryReplyLog:
         self._next_expiry = now + ttl
         for key, reply in list(self._replies.items()):
             if reply.ended_at is None:
-                continue
-            if now - reply.ended_at >= ttl:
-                del self._replies[key]
-            else:
+                continue  # not ended: no TTL runs
+            if now - reply.ended_at < ttl:
                 self._next_expiry = min(self._next_expiry, reply.ended_at + ttl)
+            elif reply.move(ReplyInput.EXPIRE):
+                del self._replies[key]
+
+    def state(self, key: ReplyKey) -> ReplyState:
+        """The key's reply's state now (``absent``: none is kept)."""
+        self._expire()
+        reply = self._replies.get(key)
+        return ReplyState.ABSENT if reply is None else reply.state
 
     async def find(self, key: ReplyKey) -> MemoryReply | None:
         self._expire()
@@ -176,18 +199,17 @@ class MemoryReplyLog:
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> MemoryReply:
-        self._expire()
-        known = self._replies.get(key)
-        if known is not None and known.error is None:
+        if allowed(self.state(key), ReplyInput.CREATE) is None:
             raise ReplyBusy(f"reply {key} is already logged")
         self._replies.pop(key, None)
         while len(self._replies) >= self.limits.max_replies:
-            oldest = next((key for key, r in self._replies.items() if r.ended), None)
+            evict = ReplyInput.EVICT
+            oldest = next((k for k, r in self._replies.items() if allowed(r.state, evict)), None)
             if oldest is None:
                 raise RequestRefused(
                     Reason.STREAM_LIMIT, f"{len(self._replies)} replies being generated"
                 )
-            del self._replies[oldest]
+            self._replies.pop(oldest).move(evict)
         reply = MemoryReply(key, binding_sha256, wire, self.limits, self._clock)
         reply.first_span = first_span
         self._replies[key] = reply

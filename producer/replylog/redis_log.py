@@ -94,6 +94,7 @@ from producer.replylog.interface import LogLimits, ReaderLimits, ReplyBusy, Repl
 from producer.replylog.notify import NOTIFY_CLIENT_NAME, Notifier
 from producer.replylog.redis_reply import RedisReply
 from producer.replylog.scripts import CANCEL, MAX_CANCEL_REQUESTS, Scripts, bounded, ms, relay_value
+from producer.replylog.states import ReplyInput, ReplyState, allowed
 from producer.store_urls import refuse_cluster
 from shared.errors import Reason
 
@@ -194,9 +195,11 @@ class RedisReplyLog:
         refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
-        return await self._find(self.lookups, key)
+        return (await self._found(self.lookups, key))[1]
 
-    async def _find(self, client: Any, key: ReplyKey) -> RedisReply | None:
+    async def _found(self, client: Any, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
+        """The key's reply's state (``states``: from its meta, its lease and its log's last
+        entry, read together) and a reader's snapshot of it (None: absent)."""
         lease, log_key, meta, _ = self.keys(key)
         try:
             async with client.pipeline(transaction=True) as pipe:
@@ -205,23 +208,24 @@ class RedisReplyLog:
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
-            return None
+            return ReplyState.ABSENT, None
+        state = _state(bool(leased), tail)
         reply = RedisReply(
             self,
             key,
             fields[b"binding"].decode(),
             fields[b"wire"].decode(),
-            _ending(tail, bool(leased)),
+            _ending(state, tail),
             _frames(tail),
         )
         reply.first_span = bounded(fields.get(b"first_span", b"").decode(errors="replace"))
-        return reply
+        return state, reply
 
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> RedisReply:
-        known = await self._find(self.client, key)
-        if known is not None and known.error is None:
+        state, _ = await self._found(self.client, key)
+        if allowed(state, ReplyInput.CREATE) is None:  # the script refuses it too
             raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
         try:
@@ -304,10 +308,18 @@ def _frames(tail: Tail) -> int:
     return sequence - 1 if b"e" in fields else sequence
 
 
-def _ending(tail: Tail, leased: bool) -> str | None:
-    """How a reply ended from its last entry and its lease: None while it is generated (or
-    once it is complete), else the error reason code."""
-    last: dict[bytes, Any] = tail[0][1] if tail else {}
+def _state(leased: bool, tail: Tail) -> ReplyState:
+    """A found reply's state, from its lease and its log's last entry: an end entry ``e``,
+    empty once the terminal frame was the last entry; else the lease held or lapsed."""
+    last: dict[bytes, bytes] = tail[0][1] if tail else {}
     if b"e" in last:
-        return last[b"e"].decode() or None
-    return None if leased else Reason.GENERATOR_LOST.value
+        return ReplyState.ENDED_IN_ERROR if last[b"e"] else ReplyState.COMPLETE
+    return ReplyState.GENERATING if leased else ReplyState.LOST
+
+
+def _ending(state: ReplyState, tail: Tail) -> str | None:
+    """How a found reply ended: None while it is generated (or once it is complete), else
+    the error reason code."""
+    if state is ReplyState.ENDED_IN_ERROR:
+        return tail[0][1][b"e"].decode()
+    return Reason.GENERATOR_LOST.value if state is ReplyState.LOST else None
