@@ -43,7 +43,9 @@ as the memory log's does; the readers of a reply whose lease is gone with no end
 end with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
 generator's last refresh); readers whose follower cannot reach Redis end with
 ``reply_log_unavailable``. Another process may then create the reply anew (a source
-that regenerates): the create claims the lease first, then empties the stream.
+that regenerates): the create claims the lease first, then empties the stream. These
+moves, and every other of a reply, are the table of ``producer.replylog.states``, which
+the scripts make (a found reply's state is read from its meta, lease and last entry).
 
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
 the log (``request_cancel``): the caller's name is pushed on the cancel list while the
@@ -69,7 +71,7 @@ costing memory, not a connection (``--reply-log-replies-read``, and
 ``--reply-log-replies-read-per-identity`` of one caller's; past either, a delivery that
 would read one more is refused ``reply_log_busy``).
 
-Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
+Bounds: frames and bytes per reply (over either the reply ends ``reply_log_limit``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
 ``lease_s + ttl_s`` after the last refresh, once it ended ``ttl_s`` after its end
 (``EXPIRE``). ``max_replies`` is the memory log's bound only: here the keys expire.
