@@ -10,10 +10,9 @@ the rest (the request checks, the plan, the reply log, the state machine, metric
 pacing's sleeps). Of the rest, the reply log is not a side of its own: it is its share of
 the producer side's time in a cProfile of both sides in one process (``bench.profile``'s
 ``reply_log_share``, the same run: the cumulative time of the functions of
-``producer/replylog.py`` and ``producer/redis_replylog.py`` entered from outside them, over
-that of the producer package's) times the producer's measured total. A part is the difference
-of two medians, so on a shared machine a small one can come out negative: it is shown as
-measured.
+``producer/replylog/`` entered from outside them, over that of the producer package's)
+times the producer's measured total. A part is the difference of two medians, so on a shared
+machine a small one can come out negative: it is shown as measured.
 """
 
 from __future__ import annotations

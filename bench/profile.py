@@ -93,14 +93,18 @@ PRODUCER_DIR: Final = Path(producer.__file__).resolve().parent
 SHARE_STREAMS: Final[dict[Size, tuple[int, int]]] = {"tiny": (20, 2), "full": (200, 10)}
 
 
+#: The reply log's package (the memory log, the one the bench's producer runs, is in it).
+REPLY_LOG_DIR: Final = PRODUCER_DIR / "replylog"
+
+
 def is_producer(path: str) -> bool:
-    return Path(path).resolve().parent == PRODUCER_DIR
+    """A module of the producer package's own folder, or of its reply log's."""
+    return Path(path).resolve().parent in (PRODUCER_DIR, REPLY_LOG_DIR)
 
 
 def is_reply_log(path: str) -> bool:
-    """``producer/replylog.py`` (the memory log, the one the bench's producer runs) and
-    ``producer/redis_replylog.py``."""
-    return is_producer(path) and Path(path).name.endswith("replylog.py")
+    """A module of ``producer/replylog/``."""
+    return Path(path).resolve().parent == REPLY_LOG_DIR
 
 
 def entered(profile: cProfile.Profile, inside: Callable[[str], bool]) -> float:

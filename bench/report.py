@@ -203,7 +203,7 @@ def budget_section(budget: dict[str, Any]) -> list[str]:
         "bare server is the four records; replywire − records only is the rest (request "
         "checks, plan, reply log, state machine, metrics, the pacing's sleeps), of which the "
         "reply log is its share of the producer side's time in a cProfile of both sides in "
-        "one process (the functions of producer/replylog.py and redis_replylog.py entered "
+        "one process (the functions of producer/replylog/ entered "
         "from outside them, over the producer package's: "
         f"{_share(budget, 'per_stream')} of the short streams, "
         f"{_share(budget, 'per_chunk')} of the paced reply's) × the producer's total. "

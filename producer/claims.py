@@ -29,7 +29,7 @@ from typing import Final
 import structlog
 
 from producer.generation import Generation, Opened, Opener, PlanUpstream, Upstream
-from producer.replylog import (
+from producer.replylog.interface import (
     Entry,
     LogEnded,
     LoggedReply,

@@ -35,12 +35,8 @@ from producer.edge.server import start_server, stop_server
 from producer.files import write_atomically
 from producer.flags import build_parser
 from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
-from producer.replylog import (
-    LogLimits,
-    MemoryReplyLog,
-    ReaderLimits,
-    ReplyLog,
-)
+from producer.replylog.interface import LogLimits, ReaderLimits, ReplyLog
+from producer.replylog.memory import MemoryReplyLog
 from producer.settings import (
     Exposure,
     ServerSettings,
@@ -228,7 +224,7 @@ async def open_reply_log(
     # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
     import redis  # noqa: PLC0415
 
-    from producer.redis_replylog import RedisReplyLog  # noqa: PLC0415
+    from producer.replylog.redis_log import RedisReplyLog  # noqa: PLC0415
 
     try:
         # Without tokens every caller is the one identity: its bound would be the whole.

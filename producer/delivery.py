@@ -21,7 +21,7 @@ from producer.claims import Attached, Generations
 from producer.counters import ProducerCounters
 from producer.delivery_plan import Origin
 from producer.metrics import ProducerMetrics
-from producer.replylog import LogEnded
+from producer.replylog.interface import LogEnded
 from producer.sources import Stall, StreamPlan
 from producer.states import ProducerStream, StreamInput
 from shared.errors import Reason

@@ -21,7 +21,7 @@ from producer.delivery_plan import (
     Step,
     decide,
 )
-from producer.replylog import ReplyKey
+from producer.replylog.interface import ReplyKey
 from producer.sources import Source, StreamPlan
 from producer.states import StreamState
 from shared.errors import RequestRefused

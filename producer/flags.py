@@ -21,7 +21,7 @@ from producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
 from producer.budget.options import DEFAULT_PREFIX
 from producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
-from producer.replylog import (
+from producer.replylog.interface import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_BYTES,
@@ -32,7 +32,7 @@ from producer.replylog import (
     DEFAULT_REPLIES_READ_PER_IDENTITY,
     DEFAULT_WRITER_CONNECTIONS,
 )
-from producer.replylog import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
+from producer.replylog.interface import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
 from producer.settings import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,

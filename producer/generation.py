@@ -36,7 +36,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from producer.replylog import Entry, LogEnded, LoggedReply, ReplyLogFailed
+from producer.replylog.interface import Entry, LogEnded, LoggedReply, ReplyLogFailed
 from producer.sources import StreamPlan
 from producer.spans import GenerationSpan
 from runtime.tracing import active

@@ -11,7 +11,7 @@ import grpc
 from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
 from producer.edge.security import TokenAuthenticator
 from producer.metrics import ProducerMetrics
-from producer.replylog import LogLimits, ReplyLog
+from producer.replylog.interface import LogLimits, ReplyLog
 from shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 #: Streams served at once by default: 3,000 concurrent streams on one producer complete,

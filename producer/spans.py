@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 import structlog
 
-from producer.replylog import ReplyKey
+from producer.replylog.interface import ReplyKey
 from producer.states import ProducerStream, StreamState
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on

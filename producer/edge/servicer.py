@@ -47,7 +47,8 @@ from producer.edge.health import BoundedHealthServicer
 from producer.edge.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
 from producer.edge.security import ANONYMOUS
 from producer.metrics import ProducerMetrics
-from producer.replylog import MemoryReplyLog, ReplyKey, ReplyLog
+from producer.replylog.interface import ReplyKey, ReplyLog
+from producer.replylog.memory import MemoryReplyLog
 from producer.settings import ServerSettings
 from producer.sources import Source
 from producer.spans import ServeSpan, cancel_span

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producer.replylog import Entry
+from producer.replylog.interface import Entry
 from shared.errors import Reason
 from shared.frames import Frame
 from shared.requests import CheckedRequest
@@ -49,7 +49,7 @@ class StreamPlan(Protocol):
         """A live reply's frames as they are made, for the reply log (None: not live). A
         live reply is generated into the log and every delivery, the first too, reads it;
         the plan then belongs to its generation, which closes it. Raises
-        ``producer.replylog.LogEnded`` after the last frame when the reply must end in
+        ``producer.replylog.interface.LogEnded`` after the last frame when the reply must end in
         error instead of cleanly."""
         ...
 

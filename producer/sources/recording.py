@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
-from producer.replylog import Entry, log_entries
+from producer.replylog.interface import Entry, log_entries
 from producer.sources import Stall
 from shared.digest import canonical_json, within_depth
 from shared.errors import Reason

@@ -1,10 +1,10 @@
 """The readers of one reply on one replica share one follower of the Redis log
-(``producer.redis_followers``), against a real server: log ``a`` generates, log ``b`` (the
+(``producer.replylog.followers``), against a real server: log ``a`` generates, log ``b`` (the
 other replica) reads. Fan-out to many readers on one connection, a late joiner and
 resumes from any point, a slow reader that holds nobody back, the follower stopped when
 its last reader leaves, a lapsed lease ending every reader ``generator_lost``, and the
 bounds (``reply_log_busy``). Followers and generations wait on the one pub/sub connection
-of their replica (``producer.redis_notify``), never on a pooled one: many distinct replies
+of their replica (``producer.replylog.notify``), never on a pooled one: many distinct replies
 and many generations at once, a lost notification covered by the follower's own poll, the
 pub/sub connection killed (the listener subscribes again), a relayed ``Cancel`` heard
 through it. Each test has its own key prefix."""
@@ -18,10 +18,18 @@ from typing import Any
 import pytest
 from redis.exceptions import MaxConnectionsError
 
-from producer.redis_followers import READERS_CLIENT_NAME
-from producer.redis_notify import NOTIFY_CLIENT_NAME
-from producer.redis_replylog import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReply, RedisReplyLog
-from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey, ReplyLogFailed
+from producer.replylog.followers import READERS_CLIENT_NAME
+from producer.replylog.interface import (
+    Entry,
+    LogEnded,
+    LogLimits,
+    ReaderLimits,
+    ReplyKey,
+    ReplyLogFailed,
+)
+from producer.replylog.notify import NOTIFY_CLIENT_NAME
+from producer.replylog.redis_log import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReplyLog
+from producer.replylog.redis_reply import RedisReply
 from shared.errors import Reason, RequestRefused
 from tests.redis_server import RedisServer, redis_server
 

@@ -11,14 +11,22 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer.redis_replylog import RedisReply, RedisReplyLog
-from producer.redis_scripts import (
+from producer.replylog.interface import (
+    Entry,
+    LogEnded,
+    LogLimits,
+    ReplyBusy,
+    ReplyKey,
+    ReplyLogFailed,
+)
+from producer.replylog.redis_log import RedisReplyLog
+from producer.replylog.redis_reply import RedisReply
+from producer.replylog.scripts import (
     MAX_CANCEL_REQUESTS,
     MAX_RELAYED_TRACEPARENT_CHARS,
     relay_value,
     relayed_cancel,
 )
-from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
 from shared.errors import Reason
 from tests.redis_server import RedisServer, redis_server
 

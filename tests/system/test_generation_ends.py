@@ -29,8 +29,8 @@ import pytest
 import redis
 
 from producer.edge.security import ANONYMOUS
-from producer.redis_replylog import DEFAULT_PREFIX
-from producer.replylog import ReplyKey
+from producer.replylog.interface import ReplyKey
+from producer.replylog.redis_log import DEFAULT_PREFIX
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.recording import Recording
 from shared.requests import ReplyRequest

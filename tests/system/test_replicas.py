@@ -31,8 +31,8 @@ from consumer.options import StreamOptions
 from harness.children import stop_process
 from producer.edge.security import ANONYMOUS
 from producer.edge.server import start_server, stop_server
-from producer.redis_replylog import RedisReplyLog
-from producer.replylog import Entry, LogLimits, ReplyKey
+from producer.replylog.interface import Entry, LogLimits, ReplyKey
+from producer.replylog.redis_log import RedisReplyLog
 from producer.settings import ServerSettings
 from producer.sources.recording import RecordingSource
 from producer.states import StreamState

@@ -44,9 +44,9 @@ from bench.replylog_readers import (
     read_stream,
     run_row,
 )
-from producer.redis_notify import NOTIFY_CLIENT_NAME
-from producer.redis_replylog import LOOKUP_CONNECTIONS, LOOKUPS_NAME, WRITERS_NAME
-from producer.replylog import DEFAULT_READER_CONNECTIONS, DEFAULT_WRITER_CONNECTIONS
+from producer.replylog.interface import DEFAULT_READER_CONNECTIONS, DEFAULT_WRITER_CONNECTIONS
+from producer.replylog.notify import NOTIFY_CLIENT_NAME
+from producer.replylog.redis_log import LOOKUP_CONNECTIONS, LOOKUPS_NAME, WRITERS_NAME
 from runtime.recording_file import load_recording
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc

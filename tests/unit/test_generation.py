@@ -18,7 +18,8 @@ import structlog
 
 from producer.claims import Generations
 from producer.generation import COMPLETED, Generation, Upstream
-from producer.replylog import Entry, LogEnded, LogLimits, MemoryReplyLog, ReplyKey
+from producer.replylog.interface import Entry, LogEnded, LogLimits, ReplyKey
+from producer.replylog.memory import MemoryReplyLog
 from producer.sources.recording import RecordingSource
 from shared.errors import REASONS, Reason, RequestRefused
 from shared.recording import Recording

@@ -9,16 +9,15 @@ from collections.abc import Callable
 import pytest
 
 from producer.generation import Generation
-from producer.replylog import (
+from producer.replylog.interface import (
     Entries,
     Entry,
     LogEnded,
     LogLimits,
-    MemoryReply,
-    MemoryReplyLog,
     ReplyKey,
     ReplyLogFailed,
 )
+from producer.replylog.memory import MemoryReply, MemoryReplyLog
 from shared.errors import Reason, RequestRefused
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from producer.replylog import Entry, LogEnded
+from producer.replylog.interface import Entry, LogEnded
 from producer.sources import Stall
 from producer.sources.gemini.call_ledger import Call, CallLedger
 from producer.sources.gemini.protocol import ProviderStream

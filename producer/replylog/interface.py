@@ -1,4 +1,4 @@
-"""The reply log: a reply is generated once, and every delivery of it reads the log.
+"""The reply log's interface: what names a reply, its entries, bounds, errors and shape.
 
 A logged reply is named by its ``ReplyKey``, the caller's identity and the stream id:
 the same stream id under another identity is another, unrelated reply, which never
@@ -11,8 +11,9 @@ once); chunking (transport fragments) and transport faults belong to the deliver
 never to the log.
 
 The interface (``ReplyLog``, ``LoggedReply``) is small on purpose: the in-process
-backend (``MemoryReplyLog``) and the Redis Streams one that replicas share
-(``producer.redis_replylog``) are behind it. Everything is bounded (``LogLimits``):
+backend (``producer.replylog.memory``) and the Redis Streams one that replicas share
+(``producer.replylog.redis_log``) are behind it; a reply's lifecycle in either is the
+table of ``producer.replylog.states``. Everything is bounded (``LogLimits``):
 frames and bytes per reply, replies kept, and how long an ended reply is kept (its
 TTL). A write the log cannot take raises ``ReplyLogFailed`` with a registered reason:
 over the frame or byte bound ``reply_log_limit`` (the log has ended the reply so), a
@@ -22,15 +23,12 @@ the log, and ends it however it fails, is ``producer.generation``.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import quote
 
-from shared.errors import Reason, ReplywireError, RequestRefused, registered, scrubbed_detail
+from shared.errors import Reason, ReplywireError, registered, scrubbed_detail
 from shared.frames import Frame
 
 DEFAULT_MAX_FRAMES: Final = 10_000
@@ -76,7 +74,7 @@ DEFAULT_REPLIES_READ_PER_IDENTITY: Final = 256
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderLimits:
-    """A shared log only (see ``producer.redis_followers``): the connections of the
+    """A shared log only (see ``producer.replylog.followers``): the connections of the
     followers' pool (``--reply-log-connections``: Redis commands in flight at once, not
     replies) and of the generations' (``--reply-log-writer-connections``); how many
     replies one replica reads from it at once (one follower each, which costs memory,
@@ -253,186 +251,3 @@ class ReplyLog(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-class MemoryReply:
-    """A reply in this process's memory; readers wait on a condition for new entries."""
-
-    def __init__(
-        self,
-        key: ReplyKey,
-        binding_sha256: str,
-        wire: str,
-        limits: LogLimits,
-        clock: Callable[[], float],
-    ) -> None:
-        self.key = key
-        self.binding_sha256 = binding_sha256
-        self.wire = wire
-        self._limits = limits
-        self._clock = clock
-        self.entries: list[Entry] = []
-        self.size = 0
-        self.ended_at: float | None = None
-        self.error: str | None = None
-        self.first_span: str | None = None
-        self._changed = asyncio.Condition()
-
-    @property
-    def ended(self) -> bool:
-        return self.ended_at is not None
-
-    @property
-    def frames(self) -> int:
-        return len(self.entries)
-
-    async def append(self, entry: Entry) -> None:
-        await self.extend((entry,))
-
-    async def extend(self, entries: Sequence[Entry]) -> None:
-        # One wake-up of the readers for all of them (a recorded reply: not one per frame).
-        fitting, size, over = self._fitting(entries)
-        if fitting:
-            async with self._changed:
-                self.entries.extend(fitting)
-                self.size = size
-                self._changed.notify_all()
-        if over:
-            await self.end(Reason.REPLY_LOG_LIMIT.value)
-            raise ReplyLogFailed(Reason.REPLY_LOG_LIMIT, self._over_detail())
-
-    def _over_detail(self) -> str:
-        limits = self._limits
-        return f"over {limits.max_frames} frames or {limits.max_bytes} bytes"
-
-    def _fitting(self, entries: Sequence[Entry]) -> tuple[list[Entry], int, bool]:
-        """The entries that fit the bounds, the size with them, and whether one did not."""
-        if self.ended:
-            raise RuntimeError(f"reply {self.key} already ended")
-        count, size = len(self.entries), self.size
-        max_frames, max_bytes = self._limits.max_frames, self._limits.max_bytes
-        if (
-            not count
-            and type(entries) is Entries
-            and entries.numbered
-            and len(entries) <= max_frames
-            and entries.size <= max_bytes
-        ):  # all of a reply made in advance, within the bounds: nothing to look at again
-            return list(entries), entries.size, False
-        fitting: list[Entry] = []
-        for entry in entries:
-            if entry.sequence != count + 1:
-                raise ValueError(f"sequence {entry.sequence}, expected {count + 1}")
-            if count + 1 > max_frames or size + len(entry.data) > max_bytes:
-                return fitting, size, True
-            fitting.append(entry)
-            count, size = count + 1, size + len(entry.data)
-        return fitting, size, False
-
-    async def end(self, error: str | None = None) -> None:
-        if self.ended:
-            return
-        async with self._changed:
-            self.error = error
-            self.ended_at = self._clock()
-            self._changed.notify_all()
-
-    def log_now(self, entries: Sequence[Entry]) -> bool:
-        # Nobody to wake: no reader has the reply yet, so no lock and no notification.
-        if self.entries:
-            raise RuntimeError(f"reply {self.key} is being logged already")
-        fitting, size, over = self._fitting(entries)
-        self.entries, self.size = fitting, size
-        self.error = Reason.REPLY_LOG_LIMIT.value if over else None
-        self.ended_at = self._clock()
-        return True
-
-    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
-        return None  # every Cancel reaches this process itself
-
-    async def read(self, after: int) -> AsyncIterator[Entry]:
-        index = max(after, 0)
-        while True:
-            async with self._changed:
-                while index >= len(self.entries) and not self.ended:
-                    await self._changed.wait()
-                batch = self.entries[index:]
-                ended, error = self.ended, self.error
-            for entry in batch:
-                yield entry
-            index += len(batch)
-            if ended and index >= len(self.entries):
-                if error is not None:
-                    raise LogEnded(error)
-                return
-
-
-class MemoryReplyLog:
-    """The in-process backend: replies by key, oldest first."""
-
-    def __init__(
-        self, limits: LogLimits | None = None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.limits = limits or LogLimits()
-        self._clock = clock
-        self._replies: OrderedDict[ReplyKey, MemoryReply] = OrderedDict()
-        #: No reply expires before this: a reply ended since the last look expires a TTL
-        #: after it, so the replies are looked at once per expiry, not once per call.
-        self._next_expiry = float("-inf")
-
-    def __len__(self) -> int:
-        self._expire()
-        return len(self._replies)
-
-    def _expire(self) -> None:
-        now = self._clock()
-        if now < self._next_expiry:
-            return
-        ttl = self.limits.ttl_s
-        self._next_expiry = now + ttl
-        for key, reply in list(self._replies.items()):
-            if reply.ended_at is None:
-                continue
-            if now - reply.ended_at >= ttl:
-                del self._replies[key]
-            else:
-                self._next_expiry = min(self._next_expiry, reply.ended_at + ttl)
-
-    async def find(self, key: ReplyKey) -> MemoryReply | None:
-        self._expire()
-        return self._replies.get(key)
-
-    async def create(
-        self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
-    ) -> MemoryReply:
-        self._expire()
-        known = self._replies.get(key)
-        if known is not None and known.error is None:
-            raise ReplyBusy(f"reply {key} is already logged")
-        self._replies.pop(key, None)
-        while len(self._replies) >= self.limits.max_replies:
-            oldest = next((key for key, r in self._replies.items() if r.ended), None)
-            if oldest is None:
-                raise RequestRefused(
-                    Reason.STREAM_LIMIT, f"{len(self._replies)} replies being generated"
-                )
-            del self._replies[oldest]
-        reply = MemoryReply(key, binding_sha256, wire, self.limits, self._clock)
-        reply.first_span = first_span
-        self._replies[key] = reply
-        return reply
-
-    async def request_cancel(
-        self, key: ReplyKey, wait_s: float, traceparent: str | None = None
-    ) -> bool:
-        return False  # no other process generates a reply of this log
-
-    def hold_reader(self, key: ReplyKey) -> Callable[[], None]:
-        return _nothing_held  # readers wait on the reply in memory: nothing to bound
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _nothing_held() -> None:
-    return None

@@ -1,6 +1,6 @@
 """The readers of the Redis reply log on one replica: one follower per reply, shared.
 
-Every delivery of a reply from the shared log (``producer.redis_replylog``) is a reader
+Every delivery of a reply from the shared log (``producer.replylog.redis_log``) is a reader
 of it. On one replica, all the readers of one reply (its ``ReplyKey``: identity and
 stream id) are fed by one ``Follower``: one task that follows the reply's stream in
 Redis into one in-memory list of the reply's frames, and wakes its readers when the list
@@ -11,7 +11,7 @@ list holds at most the reply's own frames (the log's bounds: ``--reply-log-max-f
 late, or resumes from any point, finds every frame after its point there.
 
 How a follower waits: it subscribes to the reply's ``notify`` channel on the replica's
-one pub/sub connection (``producer.redis_notify``; the write script publishes every
+one pub/sub connection (``producer.replylog.notify``; the write script publishes every
 entry there) *before* its first read, then loops: read what follows its last entry with
 one non-blocking ``XREAD`` (up to ``READ_COUNT`` entries, at once again when it got that
 many), then wait for a notification or a quarter lease, whichever comes first. When no
@@ -53,8 +53,8 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
-from producer.redis_notify import Notifier
-from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
+from producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
+from producer.replylog.notify import Notifier
 from shared.errors import Reason, RequestRefused
 
 #: The longest ``aclose`` waits for the followers to end when cancelled.
@@ -311,7 +311,7 @@ class Followers:
 
     async def aclose(self) -> None:
         """Stop every follower: bounded, whatever a task does with its cancellation (a read
-        under redis-py's timeout was seen to swallow one: ``producer.redis_notify``)."""
+        under redis-py's timeout was seen to swallow one: ``producer.replylog.notify``)."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -1,7 +1,7 @@
 """The reply log in Redis Streams (``--reply-log redis://HOST:PORT/DB``): replicas share it.
 
 Key layout, under a prefix (default ``replywire:replies:``), per reply: its key
-(``replylog.ReplyKey``: the caller's identity and the stream id, each percent-encoded,
+(``interface.ReplyKey``: the caller's identity and the stream id, each percent-encoded,
 joined by ``/``) in braces, a Redis Cluster hash tag that keeps a reply's keys, which
 every script touches together, in one slot::
 
@@ -35,15 +35,17 @@ one Lua script that first checks the lease is still its own, so a generator that
 its lease writes nothing more (its write raises ``ReplyLogFailed``: ``generator_lost``;
 a Redis error: ``reply_log_unavailable``), and publishes the entry on the reply's
 ``notify`` channel. The readers of a reply on one replica share one follower of its
-stream (``producer.redis_followers``: told by the replica's one pub/sub connection,
-``producer.redis_notify``, it reads what is new with one non-blocking ``XREAD``, whatever
+stream (``producer.replylog.followers``: told by the replica's one pub/sub connection,
+``producer.replylog.notify``, it reads what is new with one non-blocking ``XREAD``, whatever
 the number of readers), which follows it to its end entry; a
 read from at or past the end of an ended reply ends once the follower reached the end,
 as the memory log's does; the readers of a reply whose lease is gone with no end entry
 end with ``generator_lost`` (at most ``lease_s`` plus a quarter of it after the
 generator's last refresh); readers whose follower cannot reach Redis end with
 ``reply_log_unavailable``. Another process may then create the reply anew (a source
-that regenerates): the create claims the lease first, then empties the stream.
+that regenerates): the create claims the lease first, then empties the stream. These
+moves, and every other of a reply, are the table of ``producer.replylog.states``, which
+the scripts make (a found reply's state is read from its meta, lease and last entry).
 
 A ``Cancel`` that lands on a replica that does not generate the reply is relayed through
 the log (``request_cancel``): the caller's name is pushed on the cancel list while the
@@ -69,7 +71,7 @@ costing memory, not a connection (``--reply-log-replies-read``, and
 ``--reply-log-replies-read-per-identity`` of one caller's; past either, a delivery that
 would read one more is refused ``reply_log_busy``).
 
-Bounds: frames and bytes per reply (over either the reply ends ``internal_error``;
+Bounds: frames and bytes per reply (over either the reply ends ``reply_log_limit``;
 ``MAXLEN`` as a backstop), and time: while a reply is generated its keys expire
 ``lease_s + ttl_s`` after the last refresh, once it ended ``ttl_s`` after its end
 (``EXPIRE``). ``max_replies`` is the memory log's bound only: here the keys expire.
@@ -80,7 +82,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -89,26 +91,14 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from producer.redis_followers import READERS_CLIENT_NAME, Followers
-from producer.redis_notify import NOTIFY_CLIENT_NAME, Notifier
-from producer.redis_scripts import (
-    CANCEL,
-    MAX_CANCEL_REQUESTS,
-    Scripts,
-    bounded,
-    relay_value,
-    relayed_cancel,
-)
-from producer.replylog import (
-    Entry,
-    LogLimits,
-    ReaderLimits,
-    ReplyBusy,
-    ReplyKey,
-    ReplyLogFailed,
-)
+from producer.replylog.followers import READERS_CLIENT_NAME, Followers
+from producer.replylog.interface import LogLimits, ReaderLimits, ReplyBusy, ReplyKey, ReplyLogFailed
+from producer.replylog.notify import NOTIFY_CLIENT_NAME, Notifier
+from producer.replylog.redis_reply import RedisReply
+from producer.replylog.scripts import CANCEL, MAX_CANCEL_REQUESTS, Scripts, bounded, ms, relay_value
+from producer.replylog.states import ReplyInput, ReplyState, allowed
 from producer.store_urls import refuse_cluster
-from shared.errors import Reason, scrubbed_detail
+from shared.errors import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0
@@ -118,195 +108,6 @@ WRITERS_NAME: Final = "replywire-writers"
 LOOKUPS_NAME: Final = "replywire-lookups"
 #: How often a replica that relayed a ``Cancel`` looks whether the reply ended.
 CANCEL_POLL_S: Final = 0.05
-
-
-def _ms(seconds: float) -> int:
-    return max(int(seconds * 1000), 1)
-
-
-class RedisReply:
-    """A reply in Redis: the generator's handle (``token`` set) or a reader's snapshot."""
-
-    def __init__(
-        self,
-        log: RedisReplyLog,
-        key: ReplyKey,
-        binding_sha256: str,
-        wire: str,
-        error: str | None = None,
-        frames: int = 0,
-    ) -> None:
-        self.key = key
-        #: The creating delivery's span (``replylog.LoggedReply.first_span``).
-        self.first_span: str | None = None
-        self.binding_sha256 = binding_sha256
-        self.wire = wire
-        self.error = error
-        self._log = log
-        self._keys = log.keys(key)
-        self._token: str | None = None
-        #: Frames logged: found so (a reader's snapshot), or written (the generator's).
-        self._last = frames
-        self._size = 0
-        self._ended = False
-        self._refresher: asyncio.Task[None] | None = None
-        self._on_cancel: Callable[[str, str | None], None] | None = None
-
-    @property
-    def frames(self) -> int:
-        return self._last
-
-    def watch_cancel(self, on_cancel: Callable[[str, str | None], None]) -> None:
-        """While this process generates the reply, call ``on_cancel(caller, traceparent)``
-        for each ``Cancel`` another replica relays (see ``RedisReplyLog.request_cancel``)."""
-        self._on_cancel = on_cancel
-
-    def generate(self, token: str) -> None:
-        """This process generates the reply: refresh its lease until it ends."""
-        self._token = token
-        self._refresher = asyncio.create_task(self._refresh(), name=f"lease-{self.key}")
-
-    async def _refresh(self) -> None:
-        """Refresh the lease every third of ``lease_s`` (taking the relayed ``Cancel``
-        requests queued meanwhile with it); between refreshes, take them as soon as the
-        reply's cancels channel says one came (no connection held while waiting)."""
-        log, limits = self._log, self._log.limits
-        loop = asyncio.get_running_loop()
-        woken = asyncio.Event()
-        channel = log.channels(self.key)[1]
-        watching = False
-        try:
-            while True:
-                if self._on_cancel is not None and not watching:
-                    watching = True  # left in ``finally`` even if stopped while subscribing
-                    await log.notifier.subscribe(channel, woken.set)
-                    await self._take_cancels()  # any relayed before the subscription
-                until = loop.time() + limits.lease_s / 3
-                while watching and (left := until - loop.time()) > 0:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(left):
-                            await woken.wait()
-                    if woken.is_set():
-                        woken.clear()
-                        await self._take_cancels()
-                if not watching:
-                    await asyncio.sleep(limits.lease_s / 3)
-                if not await self._refreshed(watching):
-                    return
-        finally:
-            if watching:
-                log.notifier.unsubscribe(channel, woken.set)
-
-    async def _refreshed(self, take_cancels: bool) -> bool:
-        """Refresh the lease (and take the relayed ``Cancel`` requests): False once it is
-        not this process's any more."""
-        limits = self._log.limits
-        try:
-            answer = await self._log.scripts.refresh(
-                keys=self._keys,
-                args=[
-                    self._token,
-                    _ms(limits.lease_s),
-                    _ms(limits.lease_s + limits.ttl_s),
-                    MAX_CANCEL_REQUESTS if take_cancels else 0,
-                ],
-            )
-        except aioredis.RedisError as error:  # the next refresh may still make it
-            structlog.get_logger().warning(
-                "lease_refresh_failed", detail=scrubbed_detail(str(error))
-            )
-            return True
-        if not answer or not answer[0]:
-            return False
-        self._relay(answer[1:])
-        return True
-
-    async def _take_cancels(self) -> None:
-        """Take the relayed ``Cancel`` requests queued now (one ``LPOP``, never blocking)."""
-        try:
-            popped = await self._log.client.lpop(self._keys[3], MAX_CANCEL_REQUESTS)
-        except aioredis.RedisError as error:  # the next refresh takes them
-            structlog.get_logger().warning(
-                "cancel_watch_failed", detail=scrubbed_detail(str(error))
-            )
-            return
-        self._relay(popped or [])
-
-    def _relay(self, requests: Sequence[bytes]) -> None:
-        if self._on_cancel is None:
-            return
-        for value in requests:
-            self._on_cancel(*relayed_cancel(value))
-
-    async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
-        limits = self._log.limits
-        written = await self._log.scripts.write(
-            keys=self._keys,
-            args=[
-                self._token,
-                entry_id,
-                field,
-                value,
-                limits.max_frames + 1,
-                _ms(expire_s),
-                self._log.channels(self.key)[0],
-            ],
-        )
-        return bool(written)
-
-    async def append(self, entry: Entry) -> None:
-        if self._ended or self._token is None:
-            raise RuntimeError(f"reply {self.key} is not generated here")
-        if entry.sequence != self._last + 1:
-            raise ValueError(f"sequence {entry.sequence}, expected {self._last + 1}")
-        limits = self._log.limits
-        if entry.sequence > limits.max_frames or self._size + len(entry.data) > limits.max_bytes:
-            await self.end(Reason.REPLY_LOG_LIMIT.value)
-            raise ReplyLogFailed(
-                Reason.REPLY_LOG_LIMIT,
-                f"over {limits.max_frames} frames or {limits.max_bytes} bytes",
-            )
-        try:
-            written = await self._write(f"0-{entry.sequence}", "d", entry.data, self._expire_s)
-        except aioredis.RedisError as error:
-            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
-        if not written:
-            raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
-        self._last = entry.sequence
-        self._size += len(entry.data)
-
-    def log_now(self, entries: Sequence[Entry]) -> bool:
-        return False  # every entry is a command to Redis: logged by extend and end
-
-    async def extend(self, entries: Sequence[Entry]) -> None:
-        for entry in entries:
-            await self.append(entry)
-
-    @property
-    def _expire_s(self) -> float:
-        return self._log.limits.lease_s + self._log.limits.ttl_s
-
-    async def end(self, error: str | None = None) -> None:
-        if self._ended or self._token is None:
-            return
-        self._ended = True
-        self.error = error
-        if self._refresher is not None:
-            self._refresher.cancel()
-        # Not written: its readers see the lease lapse (generator_lost) within a lease.
-        try:
-            written = await self._write(
-                f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s
-            )
-        except aioredis.RedisError as failure:
-            raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(failure).__name__) from failure
-        if not written:
-            raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
-
-    def read(self, after: int) -> AsyncIterator[Entry]:
-        """The reply's frames after ``after``, from this replica's one follower of it
-        (``producer.redis_followers``), shared with its other readers here."""
-        return self._log.followers.read(self.key, max(after, 0))
 
 
 class RedisReplyLog:
@@ -354,7 +155,7 @@ class RedisReplyLog:
         #: The followers' reads (``--reply-log-connections``), each a short command.
         self.reader_client: Any = pool(READERS_CLIENT_NAME, self.readers.connections)
         #: The one pub/sub connection that tells followers and generations here that a
-        #: reply changed (``producer.redis_notify``).
+        #: reply changed (``producer.replylog.notify``).
         self.notify_client: Any = aioredis.Redis(
             connection_pool=BlockingConnectionPool.from_url(
                 url, max_connections=1, timeout=TIMEOUT_S, client_name=NOTIFY_CLIENT_NAME,
@@ -396,9 +197,11 @@ class RedisReplyLog:
         refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
-        return await self._find(self.lookups, key)
+        return (await self._found(self.lookups, key))[1]
 
-    async def _find(self, client: Any, key: ReplyKey) -> RedisReply | None:
+    async def _found(self, client: Any, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
+        """The key's reply's state (``states``: from its meta, its lease and its log's last
+        entry, read together) and a reader's snapshot of it (None: absent)."""
         lease, log_key, meta, _ = self.keys(key)
         try:
             async with client.pipeline(transaction=True) as pipe:
@@ -407,23 +210,24 @@ class RedisReplyLog:
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
-            return None
+            return ReplyState.ABSENT, None
+        state = _state(bool(leased), tail)
         reply = RedisReply(
             self,
             key,
             fields[b"binding"].decode(),
             fields[b"wire"].decode(),
-            _ending(tail, bool(leased)),
+            _ending(state, tail),
             _frames(tail),
         )
         reply.first_span = bounded(fields.get(b"first_span", b"").decode(errors="replace"))
-        return reply
+        return state, reply
 
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> RedisReply:
-        known = await self._find(self.client, key)
-        if known is not None and known.error is None:
+        state, _ = await self._found(self.client, key)
+        if allowed(state, ReplyInput.CREATE) is None:  # the script refuses it too
             raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
         try:
@@ -431,8 +235,8 @@ class RedisReplyLog:
                 keys=self.keys(key),
                 args=[
                     token,
-                    _ms(self.limits.lease_s),
-                    _ms(self.limits.lease_s + self.limits.ttl_s),
+                    ms(self.limits.lease_s),
+                    ms(self.limits.lease_s + self.limits.ttl_s),
                     binding_sha256,
                     wire,
                     bounded(first_span) or "",
@@ -455,7 +259,7 @@ class RedisReplyLog:
         the reply ended ``consumer_cancelled`` within ``wait_s``. False when nobody
         generates it, the generator did not stop in time, or Redis fails."""
         lease, _, _, cancel = self.keys(key)
-        expire_ms = _ms(self.limits.lease_s + self.limits.ttl_s)
+        expire_ms = ms(self.limits.lease_s + self.limits.ttl_s)
         try:
             args = [
                 relay_value(key.identity, traceparent),
@@ -506,10 +310,18 @@ def _frames(tail: Tail) -> int:
     return sequence - 1 if b"e" in fields else sequence
 
 
-def _ending(tail: Tail, leased: bool) -> str | None:
-    """How a reply ended from its last entry and its lease: None while it is generated (or
-    once it is complete), else the error reason code."""
-    last: dict[bytes, Any] = tail[0][1] if tail else {}
+def _state(leased: bool, tail: Tail) -> ReplyState:
+    """A found reply's state, from its lease and its log's last entry: an end entry ``e``,
+    empty once the terminal frame was the last entry; else the lease held or lapsed."""
+    last: dict[bytes, bytes] = tail[0][1] if tail else {}
     if b"e" in last:
-        return last[b"e"].decode() or None
-    return None if leased else Reason.GENERATOR_LOST.value
+        return ReplyState.ENDED_IN_ERROR if last[b"e"] else ReplyState.COMPLETE
+    return ReplyState.GENERATING if leased else ReplyState.LOST
+
+
+def _ending(state: ReplyState, tail: Tail) -> str | None:
+    """How a found reply ended: None while it is generated (or once it is complete), else
+    the error reason code."""
+    if state is ReplyState.ENDED_IN_ERROR:
+        return tail[0][1][b"e"].decode()
+    return Reason.GENERATOR_LOST.value if state is ReplyState.LOST else None

@@ -1,9 +1,11 @@
 """What the Redis reply log's scripts do, and what a relayed ``Cancel`` carries.
 
 The Lua scripts (``CREATE``, ``WRITE``, ``REFRESH``, ``CANCEL``) each touch one reply's
-keys together, atomically (``producer.redis_replylog`` names the keys and runs them);
-``WRITE`` and ``CANCEL`` publish on the reply's channels (``producer.redis_notify``).
-A relayed ``Cancel`` as the cancel list holds it: ``relay_value`` writes it,
+keys together, atomically (``producer.replylog.redis_log`` names the keys and runs them);
+``WRITE`` and ``CANCEL`` publish on the reply's channels (``producer.replylog.notify``).
+The moves they make are the table of ``producer.replylog.states`` (each script's comment
+names its inputs; ``tests/integration/test_reply_log_lifecycle.py`` runs each from every
+state). A relayed ``Cancel`` as the cancel list holds it: ``relay_value`` writes it,
 ``relayed_cancel`` reads it back (the caller's name, and its ``traceparent`` when the
 relaying replica traces, bounded).
 """
@@ -20,10 +22,10 @@ MAX_CANCEL_REQUESTS: Final = 16
 #: W3C one of version 00 is 55 characters); a longer one is neither written nor read.
 MAX_RELAYED_TRACEPARENT_CHARS: Final = 256
 
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, binding, wire, first
-# span ("": none). A reply
-# that is being generated (its lease is held) or complete (its end entry is empty) is
-# never claimed: whoever claims the lease first generates it.
+# The table's create. KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms,
+# binding, wire, first span ("": none). A reply that is being generated (its lease is held)
+# or complete (its end entry is empty) is never claimed: whoever claims the lease first
+# generates it.
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
@@ -35,10 +37,12 @@ if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'first_span', ARGV[6]) end
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-# KEYS: lease, log, meta, cancel. ARGV: token, entry id, field, value, maxlen, expire ms,
-# the reply's notify channel. Idempotent: a write whose entry is already the last one (a
-# retry after its answer was lost) is done; any other write needs the lease. Each entry
-# written is published (its id) to the reply's followers on every replica.
+# The table's append (field "d"), end (field "e", value ""), end_in_error and
+# append_over_bound (field "e", a reason code). KEYS: lease, log, meta, cancel. ARGV: token,
+# entry id, field, value, maxlen, expire ms, the reply's notify channel. Idempotent: a write
+# whose entry is already the last one (a retry after its answer was lost) is done; any other
+# write needs the lease. Each entry written is published (its id) to the reply's followers
+# on every replica.
 WRITE: Final = """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
 if last and last[1] == ARGV[2] then return 1 end
@@ -50,8 +54,9 @@ if ARGV[3] == 'e' then redis.call('DEL', KEYS[1], KEYS[4]) end
 redis.call('PUBLISH', ARGV[7], ARGV[2])
 return 1
 """
-# KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire ms, relayed Cancels to take
-# (0: none). {0} when the lease is not this token's, else {1, the Cancels taken...}.
+# The table's refresh_lease. KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire
+# ms, relayed Cancels to take (0: none). {0} when the lease is not this token's, else {1,
+# the Cancels taken...}.
 REFRESH: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -67,9 +72,10 @@ return taken
 """
 
 
-# KEYS: lease, cancel. ARGV: caller, expire ms, max requests kept, the reply's cancels
-# channel. Queued only while a generator holds the lease; the newest requests are kept;
-# the generator is told at once (published), and looks at each lease refresh too.
+# The table's request_cancel. KEYS: lease, cancel. ARGV: caller, expire ms, max requests
+# kept, the reply's cancels channel. Queued only while a generator holds the lease; the
+# newest requests are kept; the generator is told at once (published), and looks at each
+# lease refresh too.
 CANCEL: Final = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
@@ -78,6 +84,11 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PUBLISH', ARGV[4], '1')
 return 1
 """
+
+
+def ms(seconds: float) -> int:
+    """A time as the scripts take it (``PX``, ``PEXPIRE``): milliseconds, at least one."""
+    return max(int(seconds * 1000), 1)
 
 
 class Scripts:

@@ -1,6 +1,6 @@
 """One replica's pub/sub connection to the Redis reply log: who is told a reply changed.
 
-The shared log's scripts (``producer.redis_replylog``) ``PUBLISH`` a short message on a
+The shared log's scripts (``producer.replylog.redis_log``) ``PUBLISH`` a short message on a
 channel named for the reply whenever its log grows or ends (``PREFIX{TOKEN}:notify``) or a
 ``Cancel`` is relayed to its generator (``PREFIX{TOKEN}:cancels``), each inside the
 reply's hash tag (Redis Cluster's sharded pub/sub, ``SPUBLISH`` / ``SSUBSCRIBE``, could
