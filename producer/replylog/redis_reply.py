@@ -14,17 +14,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 import structlog
 
-from producer.replylog.interface import Entry, ReplyKey, ReplyLogFailed
-from producer.replylog.scripts import MAX_CANCEL_REQUESTS, ms, relayed_cancel
+from producer.replylog.followers import Followers
+from producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
+from producer.replylog.notify import Notifier
+from producer.replylog.scripts import MAX_CANCEL_REQUESTS, Scripts, ms, relayed_cancel
 from shared.errors import Reason, scrubbed_detail
 
-if TYPE_CHECKING:
-    from producer.replylog.redis_log import RedisReplyLog
+
+class ReplyStore(Protocol):
+    """What a reply's handle uses of the log that made it (``redis_log.RedisReplyLog``)."""
+
+    limits: LogLimits
+    scripts: Scripts
+    client: Any
+    followers: Followers
+    notifier: Notifier
+
+    def keys(self, key: ReplyKey) -> list[str]: ...
+
+    def channels(self, key: ReplyKey) -> tuple[str, str]: ...
 
 
 class RedisReply:
@@ -32,7 +45,7 @@ class RedisReply:
 
     def __init__(
         self,
-        log: RedisReplyLog,
+        log: ReplyStore,
         key: ReplyKey,
         binding_sha256: str,
         wire: str,
