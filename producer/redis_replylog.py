@@ -108,7 +108,8 @@ from producer.replylog import (
     ReplyLogFailed,
 )
 from producer.store_urls import refuse_cluster
-from shared.errors import Reason, scrubbed_detail
+from shared.errors import scrubbed_detail
+from shared.reasons import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0

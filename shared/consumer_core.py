@@ -24,7 +24,7 @@ reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
-A result's ``reason`` is always a registered code (``shared.errors.REASONS``). A cancel
+A result's ``reason`` is always a registered code (``shared.reason_registry.REASONS``). A cancel
 or error terminal says why in free text: a registered code there is the result's reason
 as it is (the lab's ``controlled_local_cancel``); any other text still ends the stream
 cancelled or error, with ``unregistered_cancel_terminal`` / ``unregistered_error_terminal``
@@ -51,9 +51,10 @@ from typing import Any, Final
 # the wrong type with its own TypeError before __post_init__ says which limit is wrong.
 from shared.consumer_limits import Limits
 from shared.digest import digest
-from shared.errors import ProtocolFailure, Reason, Status, registered, scrubbed_detail
+from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.frames import DoneDigest, Frame, FrameKind
 from shared.fsm import Machine, MachineSpec
+from shared.reasons import Reason, registered
 from shared.reply import validate_reply
 from shared.result import (
     AnswerValidated,
@@ -66,6 +67,7 @@ from shared.result import (
     TransportFailed,
     content_received,
 )
+from shared.status import Status
 from shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 

@@ -31,7 +31,6 @@ from producer.flags import FLAGS as PRODUCER_FLAGS
 from producer.states import SPEC as PRODUCER_SPEC
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
-from shared.errors import EXIT_CODES, REASONS
 from shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_DESCRIPTIONS,
@@ -39,6 +38,8 @@ from shared.faults import (
     RESUMED_RECONNECTS,
 )
 from shared.fsm import MachineSpec
+from shared.reason_registry import REASONS
+from shared.status import EXIT_CODES
 from shared.wire import WireFormat
 from tools import view_samples
 

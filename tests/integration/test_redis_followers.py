@@ -22,7 +22,8 @@ from producer.redis_followers import READERS_CLIENT_NAME
 from producer.redis_notify import NOTIFY_CLIENT_NAME
 from producer.redis_replylog import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReply, RedisReplyLog
 from producer.replylog import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey, ReplyLogFailed
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: As tests/integration/test_redis_replylog.py: long enough for a busy machine.

@@ -19,7 +19,7 @@ from producer.redis_scripts import (
     relayed_cancel,
 )
 from producer.replylog import Entry, LogEnded, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
-from shared.errors import Reason
+from shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: Refreshed every third of it: a test that needs the lease held must not lose it to a busy

@@ -20,7 +20,9 @@ from producer.claims import Generations
 from producer.generation import COMPLETED, Generation, Upstream
 from producer.replylog import Entry, LogEnded, LogLimits, MemoryReplyLog, ReplyKey
 from producer.sources.recording import RecordingSource
-from shared.errors import REASONS, Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request
 from shared.wire import WireFormat

@@ -20,7 +20,8 @@ from producer.budget.keeper import LedgerPolicy
 from producer.budget.ledger import Ledger, NotWritten, Owner
 from producer.flags import build_parser
 from producer.sources.gemini.source import Call, GeminiSettings, GeminiSource
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from shared.recording import Recording
 from tests.budget_values import BODY
 from tests.ledger_keeping import policy, settle_job, unavailable

@@ -19,7 +19,8 @@ from producer.replylog import (
     ReplyKey,
     ReplyLogFailed,
 )
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 
 def key(stream_id: str, identity: str = "anonymous") -> ReplyKey:

@@ -72,9 +72,10 @@ from producer.sources.gemini.protocol import (
 )
 from runtime.tracing import active
 from shared.digest import digest
-from shared.errors import ConfigurationError, Reason, RequestRefused, registered
+from shared.errors import ConfigurationError, RequestRefused
 from shared.frames import Frame
 from shared.questions import check_question_binding, is_question
+from shared.reasons import Reason, registered
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
 from shared.wire import codec_for
