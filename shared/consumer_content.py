@@ -1,6 +1,7 @@
 """What the consumer core keeps of a stream as it goes: the reply's text as it is assembled
 (``Content``: its length, frame count and running SHA-256) and the result document's events
-(``EventLog``). A stream may stay open for minutes: both are held at a few bytes a frame.
+(``EventLog``). A stream may stay open for minutes: both are kept compact, about the text
+itself and a few bytes a frame.
 """
 
 from __future__ import annotations

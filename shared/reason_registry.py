@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from shared.reasons import PROVIDER_ERROR_PREFIX, PROVIDER_FINISH_PREFIX, Reason
+from shared.reasons import Reason, provider_value
 from shared.status import Status
 
 
@@ -112,6 +112,16 @@ _PROVIDER_ERRORS: Final[dict[Reason, str]] = {
     Reason.PROVIDER_ERROR_DATA_LOSS: "the provider lost data",
     Reason.PROVIDER_ERROR_UNAUTHENTICATED: "the key was not accepted",
 }
+
+
+def _provider_finish(reason: Reason, grpc_code: str, meaning: str) -> ReasonInfo:
+    return _info(_E, grpc_code, f"the provider finished with {provider_value(reason)}: {meaning}")
+
+
+def _provider_error(reason: Reason, meaning: str) -> ReasonInfo:
+    status = provider_value(reason)
+    return _info(_E, status, f"an error event of the provider's stream, status {status}: {meaning}")
+
 
 REASONS: dict[Reason, ReasonInfo] = {
     Reason.RECORDING_HASH_MISMATCH: _info(
@@ -350,9 +360,8 @@ REASONS: dict[Reason, ReasonInfo] = {
         _R, "RESOURCE_EXHAUSTED", "the call's worst-case cost would exceed the budget"
     ),
     **{
-        reason: _info(_E, grpc_code, f"the provider finished with {name}: {meaning}")
+        reason: _provider_finish(reason, grpc_code, meaning)
         for reason, (grpc_code, meaning) in _FINISHES.items()
-        for name in [reason.value.removeprefix(PROVIDER_FINISH_PREFIX)]
     },
     Reason.PROVIDER_FINISH_UNREGISTERED: _info(
         _E,
@@ -360,13 +369,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the provider finished with a finishReason not listed above (the producer's trace "
         "has it: provider_reason_unregistered)",
     ),
-    **{
-        reason: _info(
-            _E, name, f"an error event of the provider's stream, status {name}: {meaning}"
-        )
-        for reason, meaning in _PROVIDER_ERRORS.items()
-        for name in [reason.value.removeprefix(PROVIDER_ERROR_PREFIX)]
-    },
+    **{reason: _provider_error(reason, meaning) for reason, meaning in _PROVIDER_ERRORS.items()},
     Reason.PROVIDER_ERROR_UNREGISTERED: _info(
         _E,
         "INTERNAL",

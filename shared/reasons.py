@@ -7,9 +7,9 @@ status, its gRPC code) and means is the registry's (``shared.reason_registry.REA
 
 The live provider's own finish reasons and error statuses are codes too
 (``provider_finish_<REASON>``, ``provider_error_<STATUS>``): ``PROVIDER_FINISH_CODES`` and
-``PROVIDER_ERROR_CODES`` are those codes, each its provider value after the prefix; which
-value of the wire is which code is the provider source's to look up
-(``producer.sources.gemini.codes``).
+``PROVIDER_ERROR_CODES`` are those codes, each its provider value after the prefix
+(``provider_value``); which value of the wire is which code is the provider source's to
+look up (``producer.sources.gemini.codes``).
 """
 
 from __future__ import annotations
@@ -173,6 +173,13 @@ PROVIDER_FINISH_CODES: Final = _provider_codes(
 PROVIDER_ERROR_CODES: Final = _provider_codes(
     PROVIDER_ERROR_PREFIX, Reason.PROVIDER_ERROR_UNREGISTERED
 )
+
+
+def provider_value(reason: Reason) -> str:
+    """The provider's own value a provider code stands for: ``MAX_TOKENS`` for
+    ``provider_finish_MAX_TOKENS``, ``UNAVAILABLE`` for ``provider_error_UNAVAILABLE``."""
+    return reason.value.removeprefix(PROVIDER_FINISH_PREFIX).removeprefix(PROVIDER_ERROR_PREFIX)
+
 
 #: Every registered code by its text: how text from elsewhere (a terminal's reason, a gRPC
 #: status's details, a reply log's ending) is looked up without raising.

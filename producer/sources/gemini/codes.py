@@ -13,19 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from shared.reasons import (
-    PROVIDER_ERROR_CODES,
-    PROVIDER_ERROR_PREFIX,
-    PROVIDER_FINISH_CODES,
-    PROVIDER_FINISH_PREFIX,
-    Reason,
-)
+from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason, provider_value
 
 #: A finishReason value (other than STOP) -> its code.
 PROVIDER_FINISHES: Final[Mapping[str, Reason]] = {
-    reason.value.removeprefix(PROVIDER_FINISH_PREFIX): reason for reason in PROVIDER_FINISH_CODES
+    provider_value(reason): reason for reason in PROVIDER_FINISH_CODES
 }
 #: An error object's ``status`` (a ``google.rpc.Code`` name other than OK) -> its code.
 PROVIDER_ERROR_STATUSES: Final[Mapping[str, Reason]] = {
-    reason.value.removeprefix(PROVIDER_ERROR_PREFIX): reason for reason in PROVIDER_ERROR_CODES
+    provider_value(reason): reason for reason in PROVIDER_ERROR_CODES
 }
