@@ -44,10 +44,10 @@ from producer.edge.server import server_options
 from producer.states import ProducerStream, StreamInput
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
-from shared.errors import Reason
 from shared.faults import transmit
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.reasons import Reason
 from shared.recording import RECORDING_SHA256, Recording
 from shared.requests import WIRE_CODES
 from shared.wire import WireFormat

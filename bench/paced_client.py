@@ -50,9 +50,10 @@ from consumer.options import StreamOptions
 from consumer.session import StreamSession
 from runtime.logs import configure_logging
 from runtime.recording_file import load_recording
-from shared.errors import ProtocolFailure, Status
+from shared.errors import ProtocolFailure
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
+from shared.status import Status
 from shared.wire import WireFormat
 
 KINDS: Final = ("replywire", "bare", "checks")

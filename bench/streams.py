@@ -74,11 +74,12 @@ from harness.children import read_listening_port, start_producer, stop_producer
 from runtime.logs import configure_logging
 from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
 from shared.consumer_core import ReplyConsumer
-from shared.errors import ProtocolFailure, Status
+from shared.errors import ProtocolFailure
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+from shared.status import Status
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 

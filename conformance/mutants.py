@@ -13,10 +13,13 @@ from typing import Any, Final
 
 from native import PURE_ENV, is_compiled
 from shared import consumer_core
-from shared.consumer_core import Content, FrameChecks, ReplyConsumer
+from shared.consumer_content import Content
+from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
+from shared.frame_checks import FrameChecks
 from shared.frames import DoneDigest, Frame
+from shared.reasons import Reason
 from shared.reply import validate_reply
 from shared.wire.lp import LengthPrefixedDecoder
 from shared.wire.ndjson import NdjsonDecoder

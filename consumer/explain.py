@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from consumer.security import TOKEN_ENV
-from shared.errors import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES, REASONS, Reason, Status
+from shared.reason_registry import REASONS
+from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
 from shared.recording import DEVELOPMENT_CASES
 from shared.result import StreamResult
+from shared.status import Status
 
 R = Reason
 
@@ -129,7 +131,7 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     # The provider's own finish reasons and error statuses, in the registry's words.
     **{
         reason: REASONS[reason].meaning[0].upper() + REASONS[reason].meaning[1:] + "."
-        for reason in (*PROVIDER_FINISHES.values(), *PROVIDER_ERROR_STATUSES.values())
+        for reason in (*PROVIDER_FINISH_CODES, *PROVIDER_ERROR_CODES)
     },
 }
 

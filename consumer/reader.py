@@ -23,9 +23,9 @@ import structlog
 from consumer.options import StreamOptions
 from consumer.reader_states import SPEC as READER_SPEC
 from consumer.reader_states import ReaderInput, ReaderState
-from shared.errors import Reason, registered
 from shared.fsm import Machine
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason, registered
 
 #: Named endings of the producer that are a broken transport, not a verdict: resumable
 #: (the transport faults' abort is one on purpose: its code named, it still resumes).

@@ -22,7 +22,7 @@ our refusal codes, before any chunk) is ``refused``; any other failure of the ca
 ``error`` / ``transport_io_error`` with the gRPC code and details.
 
 What the peer sent is a reason only when it is a registered code
-(``shared.errors.registered``): a gRPC status's details name a refusal or a reply's
+(``shared.reasons.registered``): a gRPC status's details name a refusal or a reply's
 ending only by their exact code, and a terminal's own reason is judged by the core. The
 details themselves are kept as ``transport.grpc_details`` (and in the trace), scrubbed
 and bounded like every ``detail`` (``shared.errors.scrubbed_detail``), never as a reason.
@@ -44,9 +44,11 @@ from consumer.interrupt import interrupted_within
 from consumer.options import StreamOptions
 from consumer.reader import QueueItem, Reader, StreamEnded
 from shared.consumer_core import ReplyConsumer
-from shared.errors import REPLY_ENDINGS, ProtocolFailure, Reason, registered, scrubbed_detail
+from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.reason_registry import REASONS, REPLY_ENDINGS
+from shared.reasons import Reason, registered
 from shared.result import Flow, StreamResult
 
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
@@ -406,9 +408,9 @@ class StreamSession:
 
     def _not_streamed(self, reason: Reason, transport: dict[str, Any]) -> StreamResult:
         """The producer's answer instead of a stream: its reason, with its own status."""
-        self._log.info("request_not_streamed", status=reason.status.value, **transport)
+        self._log.info("request_not_streamed", status=REASONS[reason].status.value, **transport)
         return StreamResult(
-            status=reason.status,
+            status=REASONS[reason].status,
             reason=reason.value,
             case_id=self.request.case_id,
             request_sha256=self.consumer.binding.get("request_sha256"),

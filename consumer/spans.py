@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import structlog
 
 from consumer.session import StreamSession
-from shared.errors import Status
 from shared.pb import replywire_pb2 as pb
 from shared.result import StreamResult
+from shared.status import Status
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
     from runtime.otel import Tracing

@@ -35,8 +35,8 @@ from consumer.explain import HEADLINES, Facts, hint, sentence
 from consumer.reader_states import ReaderState
 from consumer.session import StreamSession
 from runtime.console_logs import OWN_STYLES
-from shared.errors import Status
 from shared.result import StreamResult
+from shared.status import Status
 from shared.terminal_text import shown_line, shown_text
 
 #: Draws per second while a reply streams.

@@ -45,6 +45,8 @@ HOT_MODULES: Final = (
     "shared.frames",
     "shared.reply",
     "shared.fsm",
+    "shared.consumer_content",
+    "shared.frame_checks",
     "shared.consumer_core",
     "shared.wire.base",
     "shared.wire.buffer",

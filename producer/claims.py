@@ -41,8 +41,11 @@ from producer.replylog.interface import (
 from producer.sources import Source, StreamPlan
 from producer.spans import relayed_cancel_span
 from runtime.tracing import active
-from shared.errors import REASONS, REPLY_ENDINGS, Reason, RequestRefused, Status
+from shared.errors import RequestRefused
+from shared.reason_registry import REASONS, REPLY_ENDINGS
+from shared.reasons import Reason
 from shared.requests import CheckedRequest
+from shared.status import Status
 from shared.wire import codec_for
 
 #: Tries to attach to or claim a live reply that keeps changing hands before giving up.
@@ -81,7 +84,7 @@ def refused_before_made(reply: LoggedReply) -> bool:
         reply.frames == 0
         and ending is not None
         and ending in REASONS
-        and Reason(ending).status is Status.REFUSED
+        and REASONS[Reason(ending)].status is Status.REFUSED
     )
 
 

@@ -66,8 +66,9 @@ from runtime.tracing import (
     start_tracing,
     stop_tracing,
 )
-from shared.errors import EXIT_USAGE, ConfigurationError, RequestRefused
+from shared.errors import ConfigurationError, RequestRefused
 from shared.recording import Recording
+from shared.status import EXIT_USAGE
 
 
 def exposure_from(args: argparse.Namespace) -> Exposure:

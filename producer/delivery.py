@@ -24,8 +24,9 @@ from producer.metrics import ProducerMetrics
 from producer.replylog.interface import LogEnded
 from producer.sources import Stall, StreamPlan
 from producer.states import ProducerStream, StreamInput
-from shared.errors import Reason
 from shared.pb import replywire_pb2 as pb
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.requests import CheckedRequest
 from shared.wire.chunking import Chunker
 
@@ -112,7 +113,7 @@ class Writer:
         if plan.abort_details is not None:
             reason = plan.abort_details
             stream.fire(StreamInput.ABORT, reason=reason.value, **stream.sent)
-            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+            await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
         stream.fire(StreamInput.COMPLETE, **stream.sent)
 
     async def _generated(
@@ -192,7 +193,7 @@ class Writer:
             refusal = generation.opened.result().refusal
             if refusal is not None and refusal.reason is reason and refusal.metadata:
                 context.set_trailing_metadata(tuple(refusal.metadata.items()))
-        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
 
     async def write(
         self,

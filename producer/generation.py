@@ -40,7 +40,9 @@ from producer.replylog.interface import Entry, LogEnded, LoggedReply, ReplyLogFa
 from producer.sources import StreamPlan
 from producer.spans import GenerationSpan
 from runtime.tracing import active
-from shared.errors import REASONS, Reason, ReplywireError, RequestRefused
+from shared.errors import ReplywireError, RequestRefused
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.wire import WireCodec
 
 #: A generation's outcome when its reply was made whole.

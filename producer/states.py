@@ -16,7 +16,7 @@ Every stream reaches exactly one final state, logged once by ``Machine.fire``;
 the servicer's counters are kept by the same call, so opened = the sum of the
 final counts. The servicer (``producer.edge.servicer``) is the only code that fires.
 
-A ``reason`` fired with is a registered code (``shared.errors.REASONS``) in the trace and
+A ``reason`` fired with is a registered code (``shared.reason_registry.REASONS``) in the trace and
 in the metrics: one that is not (a bug in the caller) is recorded as ``internal_error``,
 with a ``reason_unregistered`` warning that shows the text (scrubbed, bounded).
 """
@@ -30,8 +30,9 @@ from typing import Any, Final
 
 import structlog
 
-from shared.errors import CODES, Reason, scrubbed_detail
+from shared.errors import scrubbed_detail
 from shared.fsm import Machine, MachineSpec
+from shared.reasons import CODES, Reason
 
 
 class StreamState(StrEnum):

@@ -16,7 +16,8 @@ from typing import TextIO
 from harness.demo import run_demo
 from replywire.flags import build_parser
 from runtime.logs import configure_logging
-from shared.errors import EXIT_USAGE, ConfigurationError, ReplywireError
+from shared.errors import ConfigurationError, ReplywireError
+from shared.status import EXIT_USAGE
 from shared.terminal_text import MAX_LINE_CHARS, shown_line
 from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
 

@@ -24,7 +24,7 @@ reply validation against the bound context. Every other path
 ends in a named status with a reason code and keeps the partial content as
 ``provisional_content``.
 
-A result's ``reason`` is always a registered code (``shared.errors.REASONS``). A cancel
+A result's ``reason`` is always a registered code (``shared.reason_registry.REASONS``). A cancel
 or error terminal says why in free text: a registered code there is the result's reason
 as it is (the lab's ``controlled_local_cancel``); any other text still ends the stream
 cancelled or error, with ``unregistered_cancel_terminal`` / ``unregistered_error_terminal``
@@ -34,38 +34,40 @@ All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
 ``Machine.fire()`` is the only code that changes state, and it logs every change
 as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
 
-Why one file: the order of the checks is the protocol (the lab's order); the machine's table,
-the frame checks and the content assembly are one decision, and split apart that order would
-be read from two places.
+The checks a frame passes before it is applied (the next sequence number, the binding hash,
+the frame count) and a terminal's reason are ``shared.frame_checks``'s; what the core keeps
+of the stream, the content and the events, is ``shared.consumer_content``'s. This module runs
+them in the lab's order (``ReplyConsumer._apply``) and holds the machine that decides.
 """
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
+
+from shared.consumer_content import Content, EventLog
 
 # Limits lives in a module mypyc leaves pure: a compiled dataclass would refuse a field of
 # the wrong type with its own TypeError before __post_init__ says which limit is wrong.
 from shared.consumer_limits import Limits
 from shared.digest import digest
-from shared.errors import ProtocolFailure, Reason, Status, registered, scrubbed_detail
-from shared.frames import DoneDigest, Frame, FrameKind
+from shared.errors import ProtocolFailure, scrubbed_detail
+from shared.frame_checks import FrameChecks, check_terminal_reason
+from shared.frames import Frame, FrameKind
 from shared.fsm import Machine, MachineSpec
+from shared.reasons import Reason, registered
 from shared.reply import validate_reply
 from shared.result import (
     AnswerValidated,
     ConsumerAborted,
     DuplicateDropped,
-    Event,
     Stats,
     StreamResult,
     TerminalReceived,
     TransportFailed,
-    content_received,
 )
+from shared.status import Status
 from shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
@@ -183,149 +185,6 @@ class Verdict:
             self._machine.fire(event, sequence=sequence, reason=reason)
         else:
             self._machine.fire(event, sequence=sequence, reason=reason, detail=detail)
-
-
-#: Content parts joined into one every this many frames (``Content``).
-JOIN_EVERY: Final = 16
-
-
-class Content:
-    """The reply as it is assembled: its parts, length, frame count and running digest.
-
-    A stream open for minutes holds what it received: kept as one string per frame it was
-    about 70 bytes a frame beyond the text. Every ``JOIN_EVERY`` frames the newest parts
-    are joined into one (each character copied once more), so a reply costs about its
-    text plus a part per ``JOIN_EVERY`` frames."""
-
-    def __init__(self) -> None:
-        self._parts: list[str] = []
-        #: Parts at the front already joined (each ``JOIN_EVERY`` frames).
-        self._joined = 0
-        self.characters = 0
-        self.frames = 0
-        self._hash = hashlib.sha256()
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
-
-    def append(self, text: str, encoded: bytes) -> None:
-        parts = self._parts
-        parts.append(text)
-        self.characters += len(text)
-        self.frames += 1
-        self._hash.update(encoded)
-        joined = self._joined
-        if len(parts) - joined >= JOIN_EVERY:
-            tail = "".join(parts[joined:])
-            del parts[joined:]
-            parts.append(tail)
-            self._joined = joined + 1
-
-    def matches(self, claim: DoneDigest) -> bool:
-        """Whether done's claim is exactly the content applied."""
-        return claim.content_frames == self.frames and claim.content_sha256 == (
-            self._hash.hexdigest()
-        )
-
-
-class _ContentRun:
-    """Consecutive content deltas of the event log: the first one's sequence, the one that
-    would continue the run, and each one's ``characters_received`` (the reply's length so
-    far) in an ``array``."""
-
-    def __init__(self, sequence: int, characters: int) -> None:
-        self.first = sequence
-        self.next = sequence + 1
-        self.characters = array("q", (characters,))
-
-    def events(self) -> list[Event]:
-        first = self.first
-        return [content_received(first + i, n) for i, n in enumerate(self.characters)]
-
-
-class EventLog:
-    """The result document's events in the order they happened. The lab's result has one
-    per content delta; held as an object each they were about 56 bytes a frame for as long
-    as the stream lasts: a run of consecutive deltas is kept as 8 bytes a delta instead
-    (``_ContentRun``), and ``events()`` makes the same events."""
-
-    def __init__(self) -> None:
-        self._items: list[Event | _ContentRun] = []
-        #: The run a next delta continues (None after any other event).
-        self._run: _ContentRun | None = None
-
-    def content(self, sequence: int, characters: int) -> None:
-        run = self._run
-        if run is not None and run.next == sequence:
-            run.characters.append(characters)
-            run.next = sequence + 1
-            return
-        run = self._run = _ContentRun(sequence, characters)
-        self._items.append(run)
-
-    def append(self, event: Event) -> None:
-        self._items.append(event)
-        self._run = None
-
-    def events(self) -> tuple[Event, ...]:
-        out: list[Event] = []
-        for item in self._items:
-            if isinstance(item, _ContentRun):
-                out.extend(item.events())
-            else:
-                out.append(item)
-        return tuple(out)
-
-
-class FrameChecks:
-    """The checks every frame passes before it is applied, in the lab's order: the next
-    sequence number (or, under the duplicate policy, an exact replay), the binding hash,
-    the frame count. Each failure raises ``ProtocolFailure``."""
-
-    def __init__(self, binding_sha256: str, limits: Limits, *, ignore_duplicates: bool) -> None:
-        self.binding_sha256 = binding_sha256
-        self.limits = limits
-        self.ignore_duplicates = ignore_duplicates
-        #: Frames counted so far (the lab counts the one a limit refuses).
-        self.frames = 0
-        # Duplicate policy: SHA-256 of each applied frame's bytes, by sequence - 1.
-        self._applied: list[bytes] = []
-
-    def admit(self, frame: Frame, payload: bytes) -> bool:
-        """True to apply ``frame``; False for an exact duplicate the policy drops."""
-        sequence = frame.sequence
-        if type(sequence) is not int or sequence != self.frames + 1:
-            if self._is_duplicate(sequence, payload):
-                return False
-            raise ProtocolFailure(Reason.INVALID_SEQUENCE, f"expected {self.frames + 1}")
-        if frame.binding_sha256 != self.binding_sha256:
-            raise ProtocolFailure(Reason.FRAME_REQUEST_MISMATCH, f"sequence {sequence}")
-        self.frames += 1
-        if self.frames > self.limits.max_frames:
-            raise ProtocolFailure(Reason.FRAME_COUNT_LIMIT, f"{self.frames} frames")
-        if self.ignore_duplicates:
-            self._applied.append(hashlib.sha256(payload).digest())
-        return True
-
-    def _is_duplicate(self, sequence: object, payload: bytes) -> bool:
-        if not self.ignore_duplicates or type(sequence) is not int:
-            return False
-        if not 1 <= sequence <= self.frames:
-            return False
-        if self._applied[sequence - 1] != hashlib.sha256(payload).digest():
-            raise ProtocolFailure(Reason.CONFLICTING_DUPLICATE, f"sequence {sequence}")
-        return True
-
-
-def check_terminal_reason(reason: object, limits: Limits) -> None:
-    """A cancel or error terminal says why: non-empty UTF-8 text within the limit."""
-    if not isinstance(reason, str) or not reason or len(reason) > limits.max_reason_chars:
-        raise ProtocolFailure(Reason.INVALID_TERMINAL_REASON)
-    try:
-        reason.encode("utf-8")
-    except UnicodeError as error:
-        raise ProtocolFailure(Reason.INVALID_TERMINAL_REASON, "not UTF-8") from error
 
 
 class ReplyConsumer:

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from shared.errors import Reason, RequestRefused, Status
+from shared.errors import RequestRefused
 from shared.frames import Frame, FrameKind, derive_frames, frames_from_deltas
+from shared.reasons import Reason
 from shared.recording import BoundCase
+from shared.status import Status
 from shared.wire import WireCodec, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan, cut
 

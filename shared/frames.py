@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, TypeAlias
 
-from shared.errors import ProtocolFailure, Reason, RequestRefused
+from shared.errors import ProtocolFailure, RequestRefused
+from shared.reasons import Reason
 
 #: The lab derives 13-character content deltas from a saved reply.
 DELTA_CHARS = 13

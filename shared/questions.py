@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from shared.digest import digest, strict_json
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 QUESTION_PREFIX: Final = "question-"
 MAX_QUESTION_CHARS: Final = 2000

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from shared.digest import digest, strict_json
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 #: SHA-256 of fixtures/recording.json (this project's rebuild; see fixtures/PROVENANCE.md).
 RECORDING_SHA256: Final = "f018294e73fd2e5dcb8d770475ee3d0c8a8c5c1a7ab0bec4bb908ff656a0cf35"

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.digest import strict_json
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
+from shared.reasons import Reason
 
 REPLY_KEYS = frozenset({"status", "answer", "source_ids"})
 REPLY_STATUSES = ("answered", "not_in_docs")

@@ -13,9 +13,10 @@ from typing import Any, Final
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
-from shared.errors import ConfigurationError, Reason, RequestRefused
+from shared.errors import ConfigurationError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.trace_logger import TraceLogger
 from shared.wire import WireFormat

@@ -14,7 +14,7 @@ elsewhere, exactly as before the result was typed:
 * ``transport`` - when the call failed or a refusal came from the producer;
 * ``stream_id`` and ``flow`` - when the result came over gRPC.
 
-``reason`` is a registered code (``shared.errors.REASONS``) or, for ``complete``, null.
+``reason`` is a registered code (``shared.reason_registry.REASONS``) or, for ``complete``, null.
 ``tests/unit/test_result.py`` pins the exact JSON text of each path.
 """
 
@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from shared.errors import ReplywireError, Status, scrubbed_detail
+from shared.errors import ReplywireError, scrubbed_detail
+from shared.status import Status
 
 #: The result document's keys: the lab's, then ours.
 LAB_RESULT_KEYS: Final = (

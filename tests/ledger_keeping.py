@@ -9,7 +9,8 @@ import structlog
 
 from producer.budget.keeper import Job, LedgerPolicy
 from producer.budget.ledger import Ledger
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.budget_values import GOOD_USAGE
 
 #: Short enough that a paused server makes an operation fail at once, long enough for a

@@ -32,7 +32,6 @@ from producer.states import SPEC as PRODUCER_SPEC
 from replywire.flags import FLAGS as REPLYWIRE_FLAGS
 from runtime.flags import Flag, FlagGroup, FlagTable
 from shared.consumer_core import SPEC as CORE_SPEC
-from shared.errors import EXIT_CODES, REASONS
 from shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_DESCRIPTIONS,
@@ -40,6 +39,8 @@ from shared.faults import (
     RESUMED_RECONNECTS,
 )
 from shared.fsm import MachineSpec
+from shared.reason_registry import REASONS
+from shared.status import EXIT_CODES
 from shared.wire import WireFormat
 from tools import view_samples
 

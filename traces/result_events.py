@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from shared.consumer_core import Input
-from shared.errors import Reason
+from shared.reasons import Reason
 from shared.result import (
     AnswerValidated,
     ConsumerAborted,

@@ -32,7 +32,8 @@ from producer.budget.ledger import (
 )
 from producer.budget.usage import Rates, check_usage, estimate_prompt_tokens, shown, usage_cost
 from producer.files import write_atomically
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 FORMAT: Final = "replywire-ledger/1"
 #: How often the file ledger tries its lock while another process holds it.

@@ -79,7 +79,8 @@ from producer.budget.redis_scripts import (
 from producer.budget.usage import Rates, charged_tokens, check_usage, estimate_prompt_tokens, shown
 from producer.store_urls import redacted as safe_location
 from producer.store_urls import refuse_cluster
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 PICO_PER_USD: Final = 10**12
 #: Sums below 2**53 (exact in Lua), even with a reservation as large as the budget on top.

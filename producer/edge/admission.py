@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Final
 
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 #: The share of ``--max-streams`` one identity may hold by default (with tokens).
 DEFAULT_IDENTITY_SHARE: Final = 4

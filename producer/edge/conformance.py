@@ -35,8 +35,10 @@ from producer.edge.security import is_loopback
 from producer.edge.server import server_options
 from producer.files import write_atomically
 from runtime.logs import flush_trace
-from shared.errors import ConfigurationError, Reason, RequestRefused
+from shared.errors import ConfigurationError, RequestRefused
 from shared.pb import replywire_pb2 as pb
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.requests import WIRE_CODES, check_envelope
 from shared.vectors import End, Vector, VectorError, load_vectors
 from shared.wire import WireFormat
@@ -104,7 +106,7 @@ class ConformanceServicer:
         if reason is not None or vector is None:
             reason = reason or Reason.INVALID_REQUEST
             self._log.info("conformance_refused", stream_id=stream_id, reason=reason.value)
-            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+            await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
             return
         self._log.info("conformance_serving", stream_id=stream_id, chunks=len(vector.chunks))
         for chunk in vector.chunks:
@@ -112,7 +114,7 @@ class ConformanceServicer:
         self._log.info("conformance_served", stream_id=stream_id, end=vector.end.value)
         if vector.end is End.TRANSPORT_ERROR:
             ending = Reason.CONTROLLED_TRANSPORT_ABORT
-            await context.abort(grpc.StatusCode[ending.grpc_code], ending.value)
+            await context.abort(grpc.StatusCode[REASONS[ending].grpc_code], ending.value)
 
     async def Cancel(  # noqa: N802  # the RPC's name
         self, request: pb.CancelRequest | MalformedRequest, context: Any

@@ -28,7 +28,8 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2
 
 from producer.edge.connections import peer_of
-from shared.errors import Reason
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 
 DEFAULT_MAX_HEALTH_WATCHES: Final = 100
 #: The most services ``List`` answers (gRPC's A90: more is ``RESOURCE_EXHAUSTED``).
@@ -65,7 +66,7 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
             self.refused += 1
             self._log_refusal(context)
             reason = Reason.HEALTH_WATCH_LIMIT
-            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+            await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
         self.watches += 1
         try:
             await super().Watch(request, context)
@@ -80,7 +81,7 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
         statuses = dict(self._server_status)
         if len(statuses) > MAX_LIST_SERVICES:
             reason = Reason.HEALTH_LIST_LIMIT
-            await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+            await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
         response = health_pb2.HealthListResponse()
         for name, status in statuses.items():
             response.statuses[name].status = status

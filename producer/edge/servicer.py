@@ -54,9 +54,11 @@ from producer.sources import Source
 from producer.spans import ServeSpan, cancel_span
 from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.tracing import active
-from shared.errors import Reason, ReplywireError, RequestRefused, scrubbed_detail
+from shared.errors import ReplywireError, RequestRefused, scrubbed_detail
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.requests import CheckedRequest, check_envelope, check_request
 
 #: How long the shutdown path waits for the streams it ended to say so.
@@ -298,7 +300,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
                 max_metadata_bytes=self.max_metadata_bytes,
             )
             too_large = Reason.METADATA_TOO_LARGE
-            await context.abort(grpc.StatusCode[too_large.grpc_code], too_large.value)
+            await context.abort(grpc.StatusCode[REASONS[too_large].grpc_code], too_large.value)
         if self.authenticator is None:
             return ANONYMOUS
         caller = self.authenticator.identify(metadata)
@@ -368,7 +370,7 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
             stream.fire(StreamInput.REFUSE, reason=error.code, detail=scrubbed_detail(error.detail))
             if error.metadata:
                 context.set_trailing_metadata(tuple(error.metadata.items()))
-            await context.abort(grpc.StatusCode[error.reason.grpc_code], error.code)
+            await context.abort(grpc.StatusCode[REASONS[error.reason].grpc_code], error.code)
             raise AssertionError("abort raises") from error
 
     async def _delivery(self, checked: CheckedRequest, stream: ProducerStream) -> Delivery:
@@ -431,7 +433,7 @@ async def _abort_unless_gone(
 ) -> None:
     """End the RPC with the reason's status; the reason code alone is the client's detail."""
     try:
-        await context.abort(grpc.StatusCode[reason.grpc_code], reason.value)
+        await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
     except grpc.aio.AbortError:
         raise
     except grpc.aio.BaseError:  # the consumer is already gone: nothing to tell it

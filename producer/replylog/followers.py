@@ -55,7 +55,8 @@ import structlog
 
 from producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
 from producer.replylog.notify import Notifier
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 #: The longest ``aclose`` waits for the followers to end when cancelled.
 STOP_WAIT_S: Final = 2.0

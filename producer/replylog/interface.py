@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import quote
 
-from shared.errors import Reason, ReplywireError, registered, scrubbed_detail
+from shared.errors import ReplywireError, scrubbed_detail
 from shared.frames import Frame
+from shared.reasons import Reason, registered
 
 DEFAULT_MAX_FRAMES: Final = 10_000
 DEFAULT_MAX_BYTES: Final = 4 << 20

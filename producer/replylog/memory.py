@@ -26,7 +26,8 @@ from producer.replylog.interface import (
     ReplyLogFailed,
 )
 from producer.replylog.states import ReplyInput, ReplyState, allowed
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 
 class MemoryReply:

@@ -98,7 +98,7 @@ from producer.replylog.redis_reply import RedisReply
 from producer.replylog.scripts import CANCEL, MAX_CANCEL_REQUESTS, Scripts, bounded, ms, relay_value
 from producer.replylog.states import ReplyInput, ReplyState, allowed
 from producer.store_urls import refuse_cluster
-from shared.errors import Reason
+from shared.reasons import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0

@@ -23,7 +23,8 @@ from producer.replylog.followers import Followers
 from producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
 from producer.replylog.notify import Notifier
 from producer.replylog.scripts import MAX_CANCEL_REQUESTS, Scripts, ms, relayed_cancel
-from shared.errors import Reason, scrubbed_detail
+from shared.errors import scrubbed_detail
+from shared.reasons import Reason
 
 
 class ReplyStore(Protocol):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from producer.replylog.interface import Entry
-from shared.errors import Reason
 from shared.frames import Frame
+from shared.reasons import Reason
 from shared.requests import CheckedRequest
 
 

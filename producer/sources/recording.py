@@ -16,9 +16,9 @@ from typing import Any, Final
 from producer.replylog.interface import Entry, log_entries
 from producer.sources import Stall
 from shared.digest import canonical_json, within_depth
-from shared.errors import Reason
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
+from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
 from shared.wire import WireFormat

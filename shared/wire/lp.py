@@ -29,9 +29,10 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
 from shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest, decoded_frame
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason
 from shared.wire.base import NEED_DATA, NeedData, WireFormat
 
 HEADER: Final = struct.Struct(">BI")

@@ -34,8 +34,9 @@ from functools import partial
 from typing import Any, Final
 
 from shared.digest import strict_json
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
 from shared.frames import Frame, FrameKind, checked_done_digest, decoded_frame
+from shared.reasons import Reason
 from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
 from shared.wire.buffer import ReceiveBuffer
 

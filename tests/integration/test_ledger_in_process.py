@@ -21,7 +21,8 @@ from producer.budget.options import RedisOptions
 from producer.budget.redis_ledger import RedisLedger
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.budget_values import BODY, GOOD_USAGE, PROMPT_ESTIMATE
 from tests.redis_server import RedisServer, free_port, redis_server
 

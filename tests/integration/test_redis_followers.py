@@ -30,7 +30,8 @@ from producer.replylog.interface import (
 from producer.replylog.notify import NOTIFY_CLIENT_NAME
 from producer.replylog.redis_log import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReplyLog
 from producer.replylog.redis_reply import RedisReply
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: As tests/integration/test_redis_replylog.py: long enough for a busy machine.

@@ -27,7 +27,7 @@ from producer.replylog.scripts import (
     relay_value,
     relayed_cancel,
 )
-from shared.errors import Reason
+from shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: Refreshed every third of it: a test that needs the lease held must not lose it to a busy

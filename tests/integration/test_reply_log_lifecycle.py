@@ -32,7 +32,8 @@ from producer.replylog.states import (
     ReplyInput,
     ReplyState,
 )
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 S, I = ReplyState, ReplyInput  # noqa: E741 - as in producer/replylog/states.py

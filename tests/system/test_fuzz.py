@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.digest import canonical_json
-from shared.errors import REASONS, Reason
 from shared.pb import replywire_pb2 as pb
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import DEVELOPMENT_CASES, Recording
 from tests.processes import Producer, producer
 

@@ -12,7 +12,8 @@ import pytest
 from producer.budget.options import RedisOptions
 from producer.budget.stores import open_ledger
 from producer.budget.usage import Rates, estimate_prompt_tokens
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.budget_values import BODY
 from tests.redis_server import redis_server
 

@@ -33,9 +33,9 @@ from producer.flags import build_parser
 from producer.metrics import ProducerMetrics
 from runtime.library_logs import FOREIGN_LOG_EVENT
 from shared.digest import canonical_json
-from shared.errors import Reason
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.reasons import Reason
 from shared.recording import Recording
 from tests import http2
 from tests.hostile_input import INJECTED

@@ -37,7 +37,7 @@ from producer.settings import ServerSettings
 from producer.sources.recording import RecordingSource
 from producer.states import StreamState
 from shared.digest import digest
-from shared.errors import Reason
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request, parse_binding
 from shared.wire import WireFormat, codec_for

@@ -20,7 +20,8 @@ import pytest
 from consumer.client import stream_reply
 from consumer.options import StreamOptions
 from harness.children import stop_process
-from shared.errors import Reason
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.wire import WireFormat
@@ -210,7 +211,7 @@ def test_a_resume_with_another_binding_or_of_nothing_is_refused(
     result = asyncio.run(stream_reply(request, options))
     assert (result.status.value, result.reason) == ("refused", "resume_binding_mismatch")
     assert result.transport is not None
-    assert result.transport["grpc_code"] == Reason.RESUME_BINDING_MISMATCH.grpc_code
+    assert result.transport["grpc_code"] == REASONS[Reason.RESUME_BINDING_MISMATCH].grpc_code
 
 
 def test_a_killed_producer_restarted_on_its_port_completes_the_stream(

@@ -25,10 +25,10 @@ from consumer.explain import Facts
 from consumer.options import StreamOptions
 from consumer.view import LiveView
 from runtime.recording_file import load_recording
-from shared.errors import Status
 from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+from shared.status import Status
 from shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, consumer_on_a_pty, producer
 from tests.runs import once_per_run

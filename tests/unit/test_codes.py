@@ -51,22 +51,16 @@ from producer.states import ProducerStream, StreamInput, StreamState
 from runtime.recording_file import load_recording
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import MAX_REASON_CHARS
-from shared.errors import (
-    CODES,
-    MAX_DETAIL_CHARS,
-    REASONS,
-    ProtocolFailure,
-    Reason,
-    ReplywireError,
-    Status,
-    scrubbed_detail,
-)
+from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure, ReplywireError, scrubbed_detail
 from shared.faults import Fault, FaultKind
 from shared.frames import Frame, FrameKind, content_frames
 from shared.pb import replywire_pb2 as pb
+from shared.reason_registry import REASONS
+from shared.reasons import CODES, Reason
 from shared.replay import replay
 from shared.requests import ReplyRequest, check_request
 from shared.result import StreamResult
+from shared.status import Status
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import SCRIPTS as LIVE_GEMINI_OUTCOMES
@@ -125,7 +119,7 @@ def judged(session: StreamSession, chunks: Sequence[bytes], end: StreamEnded) ->
 
 def refused_over_grpc(error: ReplywireError) -> StreamEnded:
     """What the producer's ``context.abort`` sends for a refusal: its code as the details."""
-    return StreamEnded(grpc.StatusCode[error.reason.grpc_code], error.code)
+    return StreamEnded(grpc.StatusCode[REASONS[error.reason].grpc_code], error.code)
 
 
 #: Every reason the walk found, by path (the last test checks the paths' sum).
@@ -313,7 +307,7 @@ CALL_ENDINGS: Final[tuple[StreamEnded, ...]] = (
     StreamEnded(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
     StreamEnded(grpc.StatusCode.INTERNAL, "because I said so\x1b[2J"),
     StreamEnded(grpc.StatusCode.UNKNOWN, "x" * 10_000),
-    *(StreamEnded(grpc.StatusCode[reason.grpc_code], reason.value) for reason in Reason),
+    *(StreamEnded(grpc.StatusCode[REASONS[reason].grpc_code], reason.value) for reason in Reason),
     *(StreamEnded(grpc.StatusCode.UNAVAILABLE, reason.value) for reason in Reason),
 )
 

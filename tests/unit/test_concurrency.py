@@ -15,9 +15,11 @@ from consumer.session import StreamSession
 from producer.edge.server import server_options
 from producer.flags import build_parser
 from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
-from shared.errors import REASONS, Reason, Status
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest
+from shared.status import Status
 from tests.runs import UTF8_CASE as CASE
 from tests.runs import quiet
 

@@ -25,9 +25,9 @@ from conformance.wire_mode import expand, limit_flags
 from producer.edge.conformance import load_folder, refusal
 from producer.edge.rpc import MalformedRequest
 from shared.digest import digest
-from shared.errors import Reason
 from shared.frames import frames_from_deltas
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason
 from shared.vectors import FORMAT, Mode, VectorError, load_vectors, parse_vector
 from shared.wire.lp import encode_frame
 

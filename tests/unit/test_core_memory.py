@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.consumer_core import JOIN_EVERY, Content, EventLog
+from shared.consumer_content import JOIN_EVERY, Content, EventLog
 from shared.result import DuplicateDropped, Event, TerminalReceived, content_received
 
 

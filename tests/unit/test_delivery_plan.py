@@ -24,7 +24,7 @@ from producer.delivery_plan import (
     Step,
     decide,
 )
-from shared.errors import Reason
+from shared.reasons import Reason
 
 #: The facts each question adds, by the answer it gets.
 ANSWER_FIELDS: dict[type[Any], tuple[str, ...]] = {

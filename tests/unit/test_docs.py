@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import REASONS, Reason
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from tests.tree import tree
 from tools.docs import RUN_SECTIONS, SECTIONS, doc_files
 

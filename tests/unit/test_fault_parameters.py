@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from runtime.recording_file import load_recording
 from shared.consumer_core import ReplyConsumer
-from shared.errors import REASONS, Reason, RequestRefused, Status
+from shared.errors import RequestRefused
 from shared.faults import (
     DEFAULT_TARGET_FRAME,
     DEFAULT_TRUNCATE_BYTES,
@@ -42,8 +42,11 @@ from shared.faults import (
     truncate_tail,
 )
 from shared.frames import FrameKind
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.replay import consume, replay
 from shared.requests import ReplyRequest
+from shared.status import Status
 from shared.wire import WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan, cut
 

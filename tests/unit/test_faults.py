@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
 from shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_DESCRIPTIONS,
@@ -17,6 +17,7 @@ from shared.faults import (
     truncate_tail,
 )
 from shared.frames import FrameKind, derive_frames
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.replay import replay
 from shared.requests import ReplyRequest

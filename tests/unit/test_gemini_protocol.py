@@ -10,16 +10,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
 from producer.sources.gemini.protocol import ProviderFrames, provider_error
-from shared.errors import (
-    PROVIDER_ERROR_STATUSES,
-    PROVIDER_FINISHES,
-    REASONS,
-    Reason,
-    RequestRefused,
-    Status,
-)
+from shared.errors import RequestRefused
 from shared.frames import FrameKind
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
+from shared.status import Status
 
 RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
 

@@ -21,7 +21,9 @@ from producer.generation import COMPLETED, Generation, Upstream
 from producer.replylog.interface import Entry, LogEnded, LogLimits, ReplyKey
 from producer.replylog.memory import MemoryReplyLog
 from producer.sources.recording import RecordingSource
-from shared.errors import REASONS, Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request
 from shared.wire import WireFormat

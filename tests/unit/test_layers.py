@@ -53,6 +53,7 @@ IO_MODULES: Final = frozenset(
     }
 )  # fmt: skip
 PURE_PROVIDER_MODULES: Final = (
+    "producer/sources/gemini/codes.py",
     "producer/sources/gemini/protocol.py",
     "producer/sources/gemini/settings.py",
     "producer/sources/gemini/sse.py",
@@ -145,7 +146,11 @@ def test_the_traces_import_only_the_machine_specs_of_the_processes() -> None:
 
 @pytest.mark.parametrize("module", PURE_PROVIDER_MODULES)
 def test_the_pure_provider_modules_use_only_each_other(module: str) -> None:
-    allowed = {"producer.sources.gemini.protocol", "producer.sources.gemini.sse"}
+    allowed = {
+        "producer.sources.gemini.codes",
+        "producer.sources.gemini.protocol",
+        "producer.sources.gemini.sse",
+    }
     found = {
         name
         for name in imports(ROOT / module)

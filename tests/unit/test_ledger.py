@@ -12,7 +12,8 @@ import pytest
 
 from producer.budget.file_ledger import BudgetLedger
 from producer.budget.usage import Rates, check_usage, usage_cost
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from tests.budget_values import GOOD_USAGE, PROMPT_ESTIMATE
 
 

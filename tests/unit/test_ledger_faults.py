@@ -22,7 +22,8 @@ from producer.flags import build_parser
 from producer.sources.gemini.call_ledger import Call
 from producer.sources.gemini.settings import GeminiSettings
 from producer.sources.gemini.source import GeminiSource
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from shared.recording import Recording
 from tests.budget_values import BODY
 from tests.ledger_keeping import policy, settle_job, unavailable

@@ -20,7 +20,7 @@ from shared.consumer_core import (
     ReplyConsumer,
 )
 from shared.consumer_limits import Limits
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
 from shared.frames import (
     DoneDigest,
     Frame,
@@ -29,6 +29,7 @@ from shared.frames import (
     derive_frames,
     terminal_frame,
 )
+from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.replay import replay
 from shared.requests import ReplyRequest

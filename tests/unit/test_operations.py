@@ -23,7 +23,9 @@ from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
 from producer.states import FINAL_STATES, StreamInput, StreamState
 from runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging
 from runtime.logs import configure_logging
-from shared.errors import REASONS, Reason, Status
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
+from shared.status import Status
 from tests.hostile_input import INJECTED
 from tests.producer_records import NOT_SERVING, SERVING
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from runtime.recording_file import load_recording
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
-from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure, Reason, Status
+from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure
 from shared.faults import (
     EXPECTED_OUTCOMES,
     REPEAT_WITH_DUPLICATE_POLICY,
@@ -43,8 +43,10 @@ from shared.frames import (
     terminal_frame,
 )
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason
 from shared.reply import validate_reply
 from shared.result import LAB_RESULT_KEYS
+from shared.status import Status
 from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 from shared.wire.lp import frame_with_header

@@ -37,7 +37,7 @@ from shared import faults
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json
-from shared.errors import ProtocolFailure, Reason, RequestRefused, Status, scrubbed_detail
+from shared.errors import ProtocolFailure, RequestRefused, scrubbed_detail
 from shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_PARAMETERS,
@@ -47,10 +47,12 @@ from shared.faults import (
 )
 from shared.frames import Frame, FrameKind, content_sha256, derive_frames
 from shared.questions import build_question_binding
+from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.reply import validate_reply
 from shared.requests import ReplyRequest, binding_sha256
 from shared.result import StreamResult
+from shared.status import Status
 from shared.wire import WireFormat, lp, ndjson
 
 ROOT = Path(__file__).resolve().parents[2]

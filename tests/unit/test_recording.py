@@ -11,7 +11,8 @@ import pytest
 
 from runtime.recording_file import DEFAULT_RECORDING_PATH
 from shared.digest import digest
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 from shared.recording import (
     DEVELOPMENT_CASES,
     RECORDING_SHA256,

@@ -18,7 +18,8 @@ from producer.replylog.interface import (
     ReplyLogFailed,
 )
 from producer.replylog.memory import MemoryReply, MemoryReplyLog
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 
 def key(stream_id: str, identity: str = "anonymous") -> ReplyKey:

@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.digest import canonical_json
-from shared.errors import REASONS, Reason, RequestRefused
+from shared.errors import RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.pb import replywire_pb2 as pb
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest, binding_sha256, check_request
 

@@ -20,8 +20,10 @@ from consumer.options import StreamOptions
 from consumer.reader import StreamEnded
 from consumer.session import StreamSession
 from shared.consumer_core import ReplyConsumer
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
 from shared.frames import FrameKind, content_frames, derive_frames, terminal_frame
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import Flow, StreamResult
@@ -106,7 +108,7 @@ def test_a_detail_is_scrubbed_and_bounded_whoever_makes_it() -> None:
     result = StreamResult.refused(refusal, case_id="a", wire_format="lp")
     assert result.detail == "unknown case 'a\\x1b[2J\\u202e'"
     assert result.to_dict()["detail"] == result.detail
-    long = StreamResult(status=Reason.INTERNAL_ERROR.status, reason="internal_error",
+    long = StreamResult(status=REASONS[Reason.INTERNAL_ERROR].status, reason="internal_error",
                         case_id=None, wire_format="lp", detail="\n" * 1000)  # fmt: skip
     assert long.detail == "\\n" * 127 + "\u2026" and len(long.detail) == 255
 

@@ -15,13 +15,16 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from shared.errors import REASONS, Reason, RequestRefused, Status
+from shared.errors import RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.questions import build_question_binding
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.replay import replay
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
+from shared.status import Status
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 

@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer.sources.gemini.sse import SseError, SseEvent, SseParser
-from shared.errors import REASONS, Reason, ReplywireError, Status
+from shared.errors import ReplywireError
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
+from shared.status import Status
 from shared.wire.base import NEED_DATA
 
 Split = Callable[[bytes], list[bytes]]

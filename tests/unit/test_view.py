@@ -15,8 +15,10 @@ import pytest
 from consumer import cli
 from consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_producer
 from consumer.view import tail
-from shared.errors import Reason, Status
+from shared.reason_registry import REASONS
+from shared.reasons import Reason
 from shared.result import Stats, StreamResult
+from shared.status import Status
 from tests.timeline_reading import rejected_rows
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,7 +36,7 @@ def test_every_reason_code_has_a_sentence_and_every_status_a_headline() -> None:
 
 def failed(reason: Reason, **fields: Any) -> StreamResult:
     return StreamResult(
-        status=reason.status,
+        status=REASONS[reason].status,
         reason=reason.value,
         case_id="replace-file",
         wire_format="lp",

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ProtocolFailure, Reason
+from shared.errors import ProtocolFailure
 from shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest
 from shared.pb import replywire_pb2 as pb
+from shared.reasons import Reason
 from shared.wire import NEED_DATA, WireFormat, codec_for, lp
 from shared.wire.lp import HEADER_BYTES, LengthPrefixedCodec, LengthPrefixedDecoder
 

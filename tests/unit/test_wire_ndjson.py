@@ -14,8 +14,9 @@ import pytest
 from bench.lab_baseline import strict_json as lab_strict_json
 from shared.consumer_limits import MAX_FRAME_BYTES
 from shared.digest import strict_json
-from shared.errors import ProtocolFailure, Reason, RequestRefused
+from shared.errors import ProtocolFailure, RequestRefused
 from shared.frames import DoneDigest, Frame, FrameKind, derive_frames
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.wire import NEED_DATA, WireFormat, codec_for, ndjson
 from shared.wire.chunking import (

@@ -5,7 +5,8 @@ Run from the repository root with its venv (``make setup`` first):
     .venv/bin/python clients/typescript/scripts/make_fixtures.py
 
 Every expected value comes from the Python code itself (``shared.consumer_core``,
-``shared.wire``, ``shared.digest``, ``shared.errors``), never from the TypeScript one:
+``shared.wire``, ``shared.digest``, ``shared.errors``, ``shared.reason_registry``), never
+from the TypeScript one:
 
 * ``bindings/CASE.json`` - the development cases' bindings (for the CLI, and the tests);
 * ``core.json`` - core cases in the testee's line protocol with the Python core's answers:
@@ -38,9 +39,10 @@ from typing import Any
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
 from shared.digest import canonical_json, digest, strict_json
-from shared.errors import REASONS, ProtocolFailure, scrubbed_detail
+from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.faults import Ending, Fault, FaultKind, transmit
 from shared.frames import DoneDigest, Frame, FrameKind, frames_from_deltas, split_content
+from shared.reason_registry import REASONS
 from shared.recording import DEVELOPMENT_CASES, Recording
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan, cut

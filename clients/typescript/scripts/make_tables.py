@@ -4,11 +4,12 @@ Run from the repository root with its venv (``make setup`` first):
 
     .venv/bin/python clients/typescript/scripts/make_tables.py
 
-The tables: every registered reason code with its status (``shared.errors.REASONS``), the
-exit codes, the reasons a stream is resumed after or ends with, the core's default limits,
-and what Python's ``str.isprintable()`` and ``str.isspace()`` say of every code point (the
-scrubbing of a ``detail`` and the ``strip()`` of an answer follow the Unicode database of
-the Python that runs this: 3.11's is Unicode 14.0.0; a later Python's may differ).
+The tables: every registered reason code with its status
+(``shared.reason_registry.REASONS``), the exit codes, the reasons a stream is resumed after
+or ends with, the core's default limits, and what Python's ``str.isprintable()`` and
+``str.isspace()`` say of every code point (the scrubbing of a ``detail`` and the ``strip()``
+of an answer follow the Unicode database of the Python that runs this: 3.11's is Unicode
+14.0.0; a later Python's may differ).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 
 from consumer.reader import RESUMABLE_REASONS
 from shared.consumer_limits import Limits
-from shared.errors import CUT_MARK, EXIT_CODES, EXIT_USAGE, MAX_DETAIL_CHARS, REASONS, REPLY_ENDINGS
+from shared.errors import CUT_MARK, MAX_DETAIL_CHARS
+from shared.reason_registry import REASONS, REPLY_ENDINGS
+from shared.status import EXIT_CODES, EXIT_USAGE
 
 OUT = Path(__file__).resolve().parent.parent / "src" / "generated.ts"
 LAST_CODE_POINT = 0x10FFFF
@@ -62,12 +65,12 @@ def main() -> None:
 
 import type {{ Status }} from "./status";
 
-/** Every registered reason code and the status it carries (shared.errors.REASONS). */
+/** Every registered reason code and the status it carries (shared.reason_registry.REASONS). */
 export const REASONS: ReadonlyArray<readonly [string, Status]> = [
 {reasons}
 ];
 
-/** Exit codes by status (shared.errors.EXIT_CODES); a usage error is {EXIT_USAGE}. */
+/** Exit codes by status (shared.status.EXIT_CODES); a usage error is {EXIT_USAGE}. */
 export const EXIT_CODES: Readonly<Record<Status, number>> = {{ {exits} }};
 export const EXIT_USAGE = {EXIT_USAGE};
 
@@ -75,7 +78,7 @@ export const EXIT_USAGE = {EXIT_USAGE};
 export const RESUMABLE_REASONS: ReadonlySet<string> = new Set([
 {"".join(f'  "{reason.value}",{chr(10)}' for reason in sorted(RESUMABLE_REASONS))}]);
 
-/** A shared reply's endings, told in a status's details (shared.errors.REPLY_ENDINGS). */
+/** A shared reply's endings, told in a status's details (shared.reason_registry.REPLY_ENDINGS). */
 export const REPLY_ENDINGS: ReadonlySet<string> = new Set([
 {"".join(f'  "{reason.value}",{chr(10)}' for reason in sorted(REPLY_ENDINGS))}]);
 

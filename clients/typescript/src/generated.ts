@@ -3,7 +3,7 @@
 
 import type { Status } from "./status";
 
-/** Every registered reason code and the status it carries (shared.errors.REASONS). */
+/** Every registered reason code and the status it carries (shared.reason_registry.REASONS). */
 export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["recording_hash_mismatch", "refused"],
   ["development_case_required", "refused"],
@@ -123,7 +123,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["controlled_transport_abort", "error"],
 ];
 
-/** Exit codes by status (shared.errors.EXIT_CODES); a usage error is 2. */
+/** Exit codes by status (shared.status.EXIT_CODES); a usage error is 2. */
 export const EXIT_CODES: Readonly<Record<Status, number>> = { "complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6, "refused": 7 };
 export const EXIT_USAGE = 2;
 
@@ -134,7 +134,7 @@ export const RESUMABLE_REASONS: ReadonlySet<string> = new Set([
   "producer_shutdown",
 ]);
 
-/** A shared reply's endings, told in a status's details (shared.errors.REPLY_ENDINGS). */
+/** A shared reply's endings, told in a status's details (shared.reason_registry.REPLY_ENDINGS). */
 export const REPLY_ENDINGS: ReadonlySet<string> = new Set([
   "generator_lost",
   "reply_abandoned",

@@ -1,6 +1,6 @@
 /**
- * Reason codes (shared.errors): the registry, the failure the core raises, and the helpers
- * that keep a reason a code and a detail fit to show.
+ * Reason codes (shared.reasons, shared.reason_registry, shared.errors): the registry, the
+ * failure the core raises, and the helpers that keep a reason a code and a detail fit to show.
  */
 
 import { EXIT_CODES, REASONS } from "./generated";

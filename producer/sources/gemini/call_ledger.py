@@ -36,7 +36,8 @@ from producer.sources.gemini.call_span import end_call_span
 from producer.sources.gemini.capture import CallCapture
 from producer.sources.gemini.settings import GeminiSettings
 from runtime.tracing import active
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
+from shared.reasons import Reason
 
 T = TypeVar("T")
 

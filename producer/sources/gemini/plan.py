@@ -24,8 +24,8 @@ from producer.sources import Stall
 from producer.sources.gemini.call_ledger import Call, CallLedger
 from producer.sources.gemini.protocol import ProviderStream
 from shared.digest import digest
-from shared.errors import Reason, registered
 from shared.frames import Frame
+from shared.reasons import Reason, registered
 from shared.requests import CheckedRequest
 from shared.wire import codec_for
 from shared.wire.chunking import Chunker

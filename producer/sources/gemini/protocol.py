@@ -8,9 +8,9 @@ the stream ends when the body ends. ``ProviderFrames`` is the lab's
 * one ``content_delta`` per provider text event (these are not tokens);
 * ``finishReason: STOP`` gives ``done`` (with our content digest and count);
   any other documented finish reason gives an ``error`` terminal
-  ``provider_finish_<REASON>`` (each a registered code, ``PROVIDER_FINISHES``);
+  ``provider_finish_<REASON>`` (each a registered code, ``codes.PROVIDER_FINISHES``);
 * an ``error`` object in an event gives an ``error`` terminal
-  ``provider_error_<STATUS>`` for a ``google.rpc.Code`` status (``PROVIDER_ERROR_STATUSES``);
+  ``provider_error_<STATUS>`` for a ``google.rpc.Code`` status (``codes.PROVIDER_ERROR_STATUSES``);
 * a finish reason or an error status that is not one of those still ends the stream in
   error, with ``provider_finish_unregistered`` / ``provider_error_unregistered``: a
   terminal's reason is always a registered code. The frame carries only that code, so the
@@ -44,17 +44,12 @@ from typing import Any, Final
 
 import structlog
 
+from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
 from producer.sources.gemini.sse import SseError, SseParser
 from shared.digest import strict_json
-from shared.errors import (
-    PROVIDER_ERROR_STATUSES,
-    PROVIDER_FINISHES,
-    Reason,
-    ReplywireError,
-    RequestRefused,
-    scrubbed_detail,
-)
+from shared.errors import ReplywireError, RequestRefused, scrubbed_detail
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
+from shared.reasons import Reason
 from shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"

@@ -35,8 +35,9 @@ from producer.sources.gemini.plan import GeminiPlan
 from producer.sources.gemini.protocol import provider_error, request_body
 from producer.sources.gemini.settings import GeminiSettings
 from runtime.tracing import active
-from shared.errors import Reason, RequestRefused
+from shared.errors import RequestRefused
 from shared.questions import check_question_binding, is_question
+from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
 

@@ -51,7 +51,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from shared.errors import Reason, ReplywireError
+from shared.errors import ReplywireError
+from shared.reasons import Reason
 from shared.wire.base import NEED_DATA, NeedData
 from shared.wire.buffer import Line, Newlines, ReceiveBuffer
 
