@@ -48,9 +48,12 @@ def server() -> Iterator[RedisServer]:
 
 
 def two(
-    server: RedisServer, prefix: str, readers: ReaderLimits | None = None
+    server: RedisServer,
+    prefix: str,
+    readers: ReaderLimits | None = None,
+    lease_s: float = LEASE_S,
 ) -> tuple[RedisReplyLog, RedisReplyLog]:
-    limits = LogLimits(lease_s=LEASE_S)
+    limits = LogLimits(lease_s=lease_s)
     return (
         RedisReplyLog(server.url, limits, prefix=prefix),
         RedisReplyLog(server.url, limits, prefix=prefix, readers=readers),
@@ -264,7 +267,9 @@ def test_many_distinct_replies_share_one_pubsub_connection_holding_none_while_wa
     count = 300
 
     async def scenario(server: RedisServer) -> None:
-        a, b = two(server, "f7:", ReaderLimits(connections=8, per_identity=count))
+        # 300 generators each refresh a lease: a long one, so that a machine busy enough to
+        # starve the loop for a second does not lose one (no lease is under test here).
+        a, b = two(server, "f7:", ReaderLimits(connections=8, per_identity=count), lease_s=30.0)
         keys = [ReplyKey("alice", f"s{n}") for n in range(count)]
         replies = [await a.create(key, "b", "lp") for key in keys]
         for reply in replies:
