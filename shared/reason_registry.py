@@ -353,6 +353,13 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.PROVIDER_EVENT_AFTER_FINISH: _info(
         _E, "UNAVAILABLE", "the provider sent an event after its finish reason (RPC aborted)"
     ),
+    Reason.PROVIDER_PART_UNSUPPORTED: _info(
+        _E,
+        "UNIMPLEMENTED",
+        "the provider's turn holds a part this reply cannot carry (a function call, inline "
+        "data, code, a thought, or a part it does not know): the text before it is kept, "
+        "nothing after it is read (error terminal)",
+    ),
     Reason.LEDGER_UNAVAILABLE: _info(
         _E, "UNAVAILABLE", "the budget ledger cannot be read or written: no call is made"
     ),

@@ -108,6 +108,7 @@ class Reason(StrEnum):
     PROVIDER_INVALID_EVENT = "provider_invalid_event"
     PROVIDER_CONNECTION_LOST = "provider_connection_lost"
     PROVIDER_EVENT_AFTER_FINISH = "provider_event_after_finish"
+    PROVIDER_PART_UNSUPPORTED = "provider_part_unsupported"
     BUDGET_EXHAUSTED = "budget_exhausted"
     LEDGER_UNAVAILABLE = "ledger_unavailable"
     # --- the live provider's finishReason other than STOP (Gemini's, error terminals) ---

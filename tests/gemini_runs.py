@@ -30,6 +30,7 @@ SCRIPTS = {
     "fake-invalid-json": ("error", "provider_invalid_event", 5),
     "fake-connection-reset": ("error", "provider_connection_lost", 5),
     "fake-after-finish": ("error", "transport_io_error", 5),
+    "fake-function-call": ("error", "provider_part_unsupported", 5),
 }
 
 

@@ -62,7 +62,15 @@ SCRIPTS: tuple[str, ...] = (
     "fake-usage-missing",
     "fake-echo-key",
     "fake-slow-start",
+    "fake-function-call",
 )
+
+#: The part ``fake-function-call`` puts beside its second text: the model calling a tool, as
+#: Gemini streams one (whole, in one part, with its id and a signature).
+FUNCTION_CALL_PART: dict[str, Any] = {
+    "functionCall": {"id": "call-1", "name": "search_docs", "args": {"query": "file"}},
+    "thoughtSignature": "c2lnbmF0dXJlLW9mLWEtY2FsbA==",
+}
 
 #: A hostile provider's usage (the reply itself is the good one): the ledger must not believe it.
 BAD_USAGE: dict[str, dict[str, Any]] = {
@@ -202,6 +210,7 @@ class Scripts:
             "fake-unterminated": self._script_unterminated,
             "fake-running-usage": self._script_running_usage,
             "fake-slow-start": self._script_ok,
+            "fake-function-call": self._script_function_call,
             **{name: self._script_bad_usage for name in BAD_USAGE},
         }
 
@@ -353,4 +362,14 @@ class Scripts:
             usage = self.usage(turn, "".join(texts[: i + 1]))
             obj = self.response(turn, text, finish="STOP" if last else None, usage=usage)
             steps.append(Step("event", sse_event(obj)))
+        return steps
+
+    def _script_function_call(self, turn: Turn) -> list[Step]:
+        """The reply's text, with a function call beside its second text event (then the
+        rest, STOP and usage, as if all went well)."""
+        texts = self.texts(turn)
+        steps = self._text_events(turn, texts, "STOP")
+        called = self.response(turn, texts[1])
+        called["candidates"][0]["content"]["parts"].append(FUNCTION_CALL_PART)
+        steps[1] = Step("event", sse_event(called))
         return steps

@@ -100,6 +100,7 @@ def live_run(tmp_path: Path, fake: FakeGeminiProcess, model: str) -> tuple[Any, 
         ("fake-invalid-json", ("error", "provider_invalid_event")),
         ("fake-malformed-sse", ("error", "provider_invalid_event")),
         ("fake-max-tokens", ("error", "provider_finish_MAX_TOKENS")),
+        ("fake-function-call", ("error", "provider_part_unsupported")),
     ],
 )
 def test_live_and_converter_give_the_same_frames(

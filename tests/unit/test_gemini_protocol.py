@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
-from producer.sources.gemini.protocol import ProviderFrames, provider_error
+from producer.sources.gemini.protocol import ProviderFrames, frames_from_sse, provider_error
 from shared.errors import RequestRefused
 from shared.frames import FrameKind
 from shared.reason_registry import REASONS
@@ -126,3 +126,91 @@ def test_an_error_event_is_the_code_of_its_status(
     got, logs, kept = finished({"error": error})
     assert (got, kept) == (reason, "ERROR")
     assert [record.get("value") for record in logs] == ([] if value is None else [value])
+
+
+# --- parts a grounded reply cannot carry ----------------------------------------------------
+
+
+def turn(*parts: object, finish: str | None = None) -> dict[str, object]:
+    candidate: dict[str, object] = {"content": {"role": "model", "parts": list(parts)}}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], "usageMetadata": {"totalTokenCount": 9}}
+
+
+CALL = {"functionCall": {"name": "search_docs", "args": {"query": "x"}}}
+
+
+@pytest.mark.parametrize(
+    ("part", "kinds"),
+    [
+        (CALL, ["functionCall"]),
+        ({**CALL, "thoughtSignature": "c2ln"}, ["functionCall"]),
+        ({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, ["inlineData"]),
+        ({"executableCode": {"language": "PYTHON", "code": "1"}}, ["executableCode"]),
+        ({"codeExecutionResult": {"outcome": "OUTCOME_OK"}}, ["codeExecutionResult"]),
+        ({"text": "I think", "thought": True}, ["thought"]),
+        ({"text": "x", "somethingNew": 1}, ["somethingNew"]),
+        ({"text": 7}, ["text_not_a_string"]),
+        ("a string", ["not_an_object"]),
+        (None, ["not_an_object"]),
+    ],
+)
+def test_a_part_that_is_not_text_ends_the_reply_with_its_text_kept(
+    part: object, kinds: list[str]
+) -> None:
+    """Never dropped: the text before it is a delta, then an error terminal; the record
+    names what the part was."""
+    adapter = ProviderFrames("b" * 64)
+    first = adapter.event(turn({"text": "one "}))
+    with capture_logs() as logs:
+        frames = adapter.event(turn({"text": "two "}, part, {"text": "three"}, finish="STOP"))
+    assert [(f.sequence, f.kind, f.text) for f in first + frames[:1]] == [
+        (1, FrameKind.CONTENT_DELTA, "one "),
+        (2, FrameKind.CONTENT_DELTA, "two "),
+    ]
+    assert (frames[1].sequence, frames[1].kind, frames[1].reason) == (
+        3,
+        FrameKind.ERROR,
+        "provider_part_unsupported",
+    )
+    assert len(frames) == 2
+    assert adapter.cut_off is Reason.PROVIDER_PART_UNSUPPORTED
+    assert adapter.finish_reason == "ERROR"
+    (record,) = logs
+    assert (record["event"], record["parts"], record["reason"]) == (
+        "provider_part_unsupported",
+        [*kinds, "text"],
+        "provider_part_unsupported",
+    )
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [{"text": "a"}, {"text": "b"}],
+        [{"text": "ab", "thoughtSignature": "c2ln"}],
+        [{"text": "ab"}, {"thoughtSignature": "c2ln"}],  # a signature alone carries no text
+        [{"text": "ab"}, {"text": "", "thoughtSignature": "c2ln"}],
+        [{"text": "ab", "thought": False}],
+    ],
+)
+def test_text_parts_and_a_signature_are_a_grounded_reply(parts: list[object]) -> None:
+    adapter = ProviderFrames("b" * 64)
+    frames = adapter.event(turn(*parts, finish="STOP"))
+    assert [f.kind for f in frames] == [FrameKind.CONTENT_DELTA, FrameKind.DONE]
+    assert frames[0].text == "ab"
+    assert adapter.cut_off is None
+
+
+def test_a_part_first_gives_no_delta_and_the_stream_reads_no_further() -> None:
+    """The provider's stream is closed at the part: what follows it (even a STOP) is not
+    read, so no event after the terminal can abort the call."""
+    body = b"".join(
+        b"data: " + json.dumps(event).encode() + b"\r\n\r\n"
+        for event in (turn(CALL), turn({"text": "late"}, finish="STOP"))
+    )
+    frames, stream = frames_from_sse([body], "b" * 64)
+    assert [(f.kind, f.reason) for f in frames] == [(FrameKind.ERROR, "provider_part_unsupported")]
+    assert stream.closed and stream.abort is None
+    assert stream.adapter.events == 1

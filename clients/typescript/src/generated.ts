@@ -79,6 +79,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["provider_invalid_event", "error"],
   ["provider_connection_lost", "error"],
   ["provider_event_after_finish", "error"],
+  ["provider_part_unsupported", "error"],
   ["ledger_unavailable", "error"],
   ["budget_exhausted", "refused"],
   ["provider_finish_FINISH_REASON_UNSPECIFIED", "error"],

@@ -138,7 +138,11 @@ class GeminiPlan:
         finish = self.adapter.finish_reason
         await self._calls.settle(
             self.call,
-            usage=self.adapter.usage if self.adapter.finished else None,
+            # Cut off here (a part the reply cannot carry): the provider had not finished,
+            # so its last usage is not the call's; the reservation is kept.
+            usage=self.adapter.usage
+            if self.adapter.finished and self.adapter.cut_off is None
+            else None,
             outcome=f"{outcome} (finish {finish or 'never reported'})",
             finish_reason=finish,
         )

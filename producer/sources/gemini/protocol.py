@@ -147,18 +147,54 @@ def _candidate(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def text_of(event: Mapping[str, Any]) -> str:
+#: What a part of a grounded reply may hold: its text, and the opaque signature a model may
+#: put on a text part (a grounded reply is one turn: nothing sends the signature back).
+TEXT_PART_KEYS: Final = frozenset({"text", "thoughtSignature"})
+#: The longest list of part kinds a record names (an event may hold any number of parts).
+MAX_PART_KINDS_SHOWN: Final = 8
+
+
+def parts_of(event: Mapping[str, Any]) -> list[object]:
+    """The first candidate's parts as sent (none when it has no content or no parts)."""
     content = _candidate(event).get("content")
     parts = content.get("parts") if isinstance(content, dict) else None
-    if not isinstance(parts, list):
-        return ""
-    texts = [part.get("text") for part in parts if isinstance(part, dict)]
-    # Thought summaries are not part of the reply.
-    return "".join(
-        text
-        for part, text in zip(parts, texts, strict=True)
-        if isinstance(text, str) and not part.get("thought")
+    return parts if isinstance(parts, list) else []
+
+
+def part_kind(part: object) -> str | None:
+    """None for a part a grounded reply carries (plain text, or a part with no text and
+    nothing else but a signature); else what the part is: its
+    keys other than the text's (``functionCall``, ``inlineData``, ``executableCode``, ...),
+    ``thought`` for a thought summary, ``not_an_object`` for anything else."""
+    if not isinstance(part, dict):
+        return "not_an_object"
+    if part.get("thought"):
+        return "thought"
+    others = sorted(
+        key
+        for key, value in part.items()
+        if key not in TEXT_PART_KEYS and not (key == "thought" and value is False)
     )
+    if others:
+        return ",".join(scrubbed_detail(str(key), 64) for key in others[:MAX_PART_KINDS_SHOWN])
+    if not isinstance(part.get("text", ""), str):
+        return "text_not_a_string"
+    return None  # text, or nothing at all (a signature alone carries nothing of the answer)
+
+
+def split_parts(event: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The text of the parts before the first one a grounded reply cannot carry, and the
+    kinds of the parts from that one on (empty when every part is plain text)."""
+    texts: list[str] = []
+    parts = parts_of(event)
+    for index, part in enumerate(parts):
+        kind = part_kind(part)
+        if kind is not None:
+            rest = [part_kind(other) or "text" for other in parts[index:]]
+            return "".join(texts), rest[:MAX_PART_KINDS_SHOWN]
+        assert isinstance(part, dict)
+        texts.append(part.get("text", ""))
+    return "".join(texts), []
 
 
 def finish_of(event: Mapping[str, Any]) -> str | None:
@@ -210,6 +246,9 @@ class ProviderFrames:
         self.usage: dict[str, object] | None = None
         self.texts: list[str] = []
         self.events = 0
+        #: Set when the reply was ended here, not by the provider (a part it cannot carry):
+        #: the provider's stream is not read on, and its usage is not the call's.
+        self.cut_off: Reason | None = None
 
     @property
     def finished(self) -> bool:
@@ -239,10 +278,12 @@ class ProviderFrames:
                 self._unregistered("error", error.get("status", error.get("code")), code)
             return [self._frame(FrameKind.ERROR, reason=code.value)]
         frames = []
-        text = text_of(event)
+        text, unsupported = split_parts(event)
         if text:
             self.texts.append(text)
             frames.append(self._frame(FrameKind.CONTENT_DELTA, text=text))
+        if unsupported:
+            return [*frames, self._cut_off(unsupported)]
         finish = finish_of(event)
         if finish is not None:
             self.finish_reason = scrubbed_detail(finish)
@@ -260,6 +301,14 @@ class ProviderFrames:
         if code is Reason.PROVIDER_FINISH_UNREGISTERED:
             self._unregistered("finishReason", finish, code)
         return self._frame(FrameKind.ERROR, reason=code.value)
+
+    def _cut_off(self, kinds: list[str]) -> Frame:
+        """A part the reply cannot carry: never dropped, the reply ends here in error (the
+        text before it kept) and nothing more of the provider's is read."""
+        self.finish_reason = "ERROR"
+        self.cut_off = Reason.PROVIDER_PART_UNSUPPORTED
+        self._log.warning("provider_part_unsupported", parts=kinds, reason=self.cut_off.value)
+        return self._frame(FrameKind.ERROR, reason=self.cut_off.value)
 
     def _unregistered(self, field: str, value: object, code: Reason) -> None:
         """The provider's value behind a ``*_unregistered`` code: the frame has only the
@@ -325,6 +374,9 @@ class ProviderStream:
         try:
             while (event := self.parser.next_event()) is not NEED_DATA:
                 frames += self._event(event.data)
+                if self.adapter.cut_off is not None:
+                    self.closed = True
+                    return frames
             if final and (last := self.parser.end_of_input()) is not None:
                 self._log.warning("provider_event_unterminated")
                 frames += self._event(last.data)
