@@ -11,30 +11,7 @@ fields; the script then charges it only if the call is still ``reserved`` (and
 never more than the reservation, never less than 0), so a call leaves
 ``reserved`` exactly once however many settlers race.
 
-Money is counted in integer **pico-dollars** (1e-12 USD; a token at 0.25 USD per
-million is 250,000): no float drift, and every amount stays below 2**53, where Lua's
-numbers are exact (a budget is at most ``MAX_BUDGET_USD``). A rate is rounded to
-1e-6 USD per million tokens.
-
-Key layout, every key under a configurable prefix (default ``replywire:ledger:``);
-IDENTITY, CALL_ID and OWNER are percent-encoded (``urllib.parse.quote(..., safe='')``),
-so no name can reach into another's key::
-
-    PREFIX committed     hash  total -> pico-USD committed by everyone
-                               identity:NAME -> pico-USD committed by NAME
-                               (settled costs + reservations still held; never expire)
-    PREFIX seq           string, the number of reservations ever granted (never expires)
-    PREFIX reserved      set   the keys of the calls still ``reserved`` (what a
-                               reconciler looks at; never expires)
-    PREFIX owner:OWNER   string, a producer's lease (its host, pid and start, JSON),
-                               expiring ``--ledger-lease-s`` after its last refresh
-    PREFIX call:IDENTITY:CALL_ID
-                         hash  one call: call_id, identity, owner, seq, state
-                               (reserved | settled | failed | released), reserved_pusd,
-                               cost_pusd, prompt_tokens_estimate, max_output_tokens,
-                               reserved_at, sending_at, settled_at, settled_by, meta (JSON),
-                               usage (JSON), usage_rejected, reported_usage (JSON),
-                               failure, released
+Money is counted in integer pico-dollars, under the key layout of ``redis_values``.
 
 A settled or released call's hash expires ``ttl_s`` after it left ``reserved``
 (``--ledger-ttl-s``); the sums keep counting it. A reserved or failed call's hash
@@ -59,8 +36,8 @@ import functools
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
-from urllib.parse import quote, urlsplit
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -76,27 +53,23 @@ from producer.budget.redis_scripts import (
     RECONCILE,
     RESERVE,
 )
+from producer.budget.redis_values import (
+    MAX_BUDGET_USD,
+    PICO_PER_USD,
+    decoded,
+    glob_escape,
+    key_part,
+    pico_rate,
+    seq_of,
+    text,
+)
 from producer.budget.usage import Rates, charged_tokens, check_usage, estimate_prompt_tokens, shown
 from producer.store_urls import redacted as safe_location
 from producer.store_urls import refuse_cluster
 from shared.errors import RequestRefused
 from shared.reasons import Reason
 
-PICO_PER_USD: Final = 10**12
-#: Sums below 2**53 (exact in Lua), even with a reservation as large as the budget on top.
-MAX_BUDGET_USD: Final = 4000.0
-
 T = TypeVar("T")
-
-
-def pico_rate(usd_per_mtok: float) -> int:
-    """pico-USD per token."""
-    return round(usd_per_mtok * 1_000_000)
-
-
-def key_part(name: str) -> str:
-    """A name (identity, call id, owner) as one part of a key: percent-encoded, no ``:``."""
-    return quote(name, safe="")
 
 
 class RedisLedger:
@@ -297,7 +270,7 @@ class RedisLedger:
     def _entry(self, call_id: str, identity: str) -> dict[str, str]:
         key = self.call_key(call_id, identity)
         raw = self._redis("read", lambda: self.client.hgetall(key))
-        entry = {_text(name): _text(value) for name, value in raw.items()}
+        entry = {text(name): text(value) for name, value in raw.items()}
         if not entry:
             raise KeyError(call_id)
         if entry.get("state") != RESERVED:
@@ -480,7 +453,7 @@ class RedisLedger:
 
     def entries(self) -> list[dict[str, Any]]:
         """The calls whose hashes have not expired, oldest first (a SCAN: not a snapshot)."""
-        pattern = _glob_escape(self.prefix) + "call:*"
+        pattern = glob_escape(self.prefix) + "call:*"
 
         def read() -> list[dict[str, str]]:
             keys = list(self.client.scan_iter(match=pattern, count=500))
@@ -490,38 +463,7 @@ class RedisLedger:
             return [row for row in pipe.execute() if row]
 
         try:
-            rows = sorted((_decoded(row) for row in self._redis("read", read)), key=_seq)
+            rows = sorted((decoded(row) for row in self._redis("read", read)), key=seq_of)
         except (KeyError, ValueError) as error:
             raise self._unavailable("read", error) from error
         return rows
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _seq(entry: Mapping[str, Any]) -> int:
-    return int(entry["seq"])
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
-
-
-def _decoded(row: Mapping[str, str]) -> dict[str, Any]:
-    """A call hash as the file ledger's entry (USD floats, JSON fields parsed)."""
-    entry: dict[str, Any] = {**json.loads(row.get("meta", "{}")), **row}
-    entry.pop("meta", None)
-    entry["seq"] = int(row["seq"])
-    entry["reserved_usd"] = int(row["reserved_pusd"]) / PICO_PER_USD
-    cost = row.get("cost_pusd")
-    entry["cost_usd"] = None if cost is None else int(cost) / PICO_PER_USD
-    entry["usage"] = json.loads(row["usage"]) if "usage" in row else None
-    if "reported_usage" in row:
-        entry["reported_usage"] = json.loads(row["reported_usage"])
-    for key in ("prompt_tokens_estimate", "max_output_tokens"):
-        entry[key] = int(row[key])
-    for key in ("reserved_at", "sending_at", "settled_at"):
-        if key in row:
-            entry[key] = float(row[key])
-    return entry
