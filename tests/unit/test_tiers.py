@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -52,3 +53,14 @@ def test_an_event_loop_is_not_a_socket() -> None:
 def test_each_test_has_its_folder_s_marker(request: pytest.FixtureRequest) -> None:
     assert request.node.get_closest_marker("unit") is not None
     assert request.node.get_closest_marker("system") is None
+
+
+def test_no_test_module_name_repeats_across_the_tiers() -> None:
+    """One topic, one module per tier, named so that a name says which: the integration
+    tier's ``*_in_process``, the system tier's ``*_processes`` where a unit module has the
+    topic's plain name."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.glob("*/test_*.py")):
+        seen.setdefault(path.name, []).append(path.parent.name)
+    assert {name: tiers for name, tiers in seen.items() if len(tiers) > 1} == {}
