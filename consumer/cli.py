@@ -46,14 +46,13 @@ from shared.questions import build_question_binding, parse_passages
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
-from shared.terminal_text import shown_json, shown_line
+from shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
 from shared.wire import WireFormat
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
     from consumer.view import LiveView
 
 #: The longest error message printed (it may carry text from a file or a peer: shown).
-MESSAGE_CHARS = 2000
 
 
 def new_stream_id() -> str:
@@ -309,7 +308,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         trace = trace_file.open("a", encoding="utf-8", buffering=1) if trace_file else None
     except OSError as error:
         message = f"cannot open --trace-file {trace_file}: {error.strerror}"
-        print(f"consumer: {shown_line(message, MESSAGE_CHARS)}", file=sys.stderr)
+        print(f"consumer: {shown_line(message, MAX_LINE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE
     stream: TextIO | None = trace
     if trace is None and args.command == "stream" and view_wanted(args, out):
@@ -329,5 +328,5 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return run_replay(args, out)
         return run_stream(args, out)
     except (ConfigurationError, ReplywireError) as error:
-        print(f"consumer: {shown_line(str(error), MESSAGE_CHARS)}", file=sys.stderr)
+        print(f"consumer: {shown_line(str(error), MAX_LINE_CHARS)}", file=sys.stderr)
         return EXIT_USAGE

@@ -13,7 +13,8 @@ stream, else an error whose description is the reason.
 
 The reply log's generation (``replywire.generation``) and the provider call
 (``gemini.stream_generate_content``, under the generation) have spans of their own,
-made where they run (``producer/generation.py``, ``producer/sources/gemini/source.py``).
+made where they run (``producer/generation.py``; the call's begun in
+``producer/sources/gemini/source.py`` and ended in ``producer/sources/gemini/call_ledger.py``).
 """
 
 from __future__ import annotations

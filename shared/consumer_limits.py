@@ -1,5 +1,5 @@
 """The consumer's limits (``Limits``): every bound the consumer core enforces, checked when
-made. ``shared.consumer_core`` holds the core and re-exports these; they live apart because
+made. ``shared.consumer_core`` holds the core and imports these; they live apart because
 the core is compiled by mypyc (``native``) and this module is not: a compiled dataclass
 would refuse a field of the wrong type with its own ``TypeError``, before ``__post_init__``
 says which limit is wrong."""

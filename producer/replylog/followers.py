@@ -65,10 +65,6 @@ READ_COUNT: Final = 256
 READERS_CLIENT_NAME: Final = "replywire-readers"
 
 
-def _ms(seconds: float) -> int:
-    return max(int(seconds * 1000), 1)
-
-
 def _sequence(entry_id: bytes) -> int:
     return int(entry_id.decode().partition("-")[2])
 

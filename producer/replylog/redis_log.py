@@ -29,8 +29,9 @@ pub/sub could carry them later: plain ``PUBLISH`` / ``SUBSCRIBE`` now)::
 Another identity's Open of the same stream id names other keys: it never attaches to,
 reads, blocks or learns of this reply.
 
-The generator holds the lease: it claims it with ``SET NX PX`` when it creates the
-reply and refreshes it every third of ``lease_s``; every write (a frame, the end) is
+The generator holds the lease: it claims it in the create script (``EXISTS``, then
+``SET ... PX``, one script: nothing comes between) when it creates the reply, and
+refreshes it every third of ``lease_s``; every write (a frame, the end) is
 one Lua script that first checks the lease is still its own, so a generator that lost
 its lease writes nothing more (its write raises ``ReplyLogFailed``: ``generator_lost``;
 a Redis error: ``reply_log_unavailable``), and publishes the entry on the reply's
