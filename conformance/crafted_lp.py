@@ -12,6 +12,7 @@ from conformance.craft import LP
 from conformance.vectors import Group
 from shared.frames import content_sha256
 from shared.recording import BoundCase
+from shared.vectors import End
 
 
 def lp_group(case: BoundCase) -> Group:
@@ -296,4 +297,60 @@ def lp_group(case: BoundCase) -> Group:
         [*body, encoded[-1][:-1]],
         "#frame-rules",
     )
+    flag_timing(group, case, encoded)
     return group
+
+
+def flag_timing(group: Group, case: BoundCase, encoded: list[bytes]) -> None:
+    """A header's flag is judged when the header's fifth byte is in: not sooner (a bad flag
+    byte alone, or with 3 more, is an unfinished frame), not later (a bad header whose body
+    never comes, or comes in the next chunk, is refused with the header)."""
+    bad_first = craft.lp(craft.pb_frame(1, case.binding_sha256, 3, craft.pb_text("x")), flag=1)
+    rest = encoded[1:]
+
+    def add(name: str, description: str, chunks: list[bytes], end: End = End.EOF) -> None:
+        group.add(name, description, "#wire-lp", LP, chunks, case=case, end=end)
+
+    add("flag-byte-alone-then-end", "a flag byte 1 alone, then a clean end", [b"\x01"])
+    add(
+        "flag-byte-alone-then-error",
+        "a flag byte 1 alone, then a broken transport",
+        [b"\x01"],
+        End.TRANSPORT_ERROR,
+    )
+    add(
+        "flag-byte-alone-then-header",
+        "a flag byte 1 alone in a chunk, the rest of its frame in the next",
+        [bad_first[:1], bad_first[1:], *rest],
+    )
+    add(
+        "bad-flag-4-header-bytes-then-end",
+        "content frames, then flag 0x80 and 3 length bytes, then a clean end",
+        [*encoded[:-1], b"\x80\x00\x00\x00"],
+    )
+    add(
+        "done-then-flag-byte-alone",
+        "done, then a flag byte 1 alone, then a clean end",
+        [*encoded, b"\x01"],
+    )
+    add(
+        "done-then-white-space",
+        "done, then a space, a CR and a line feed (a header begun with flag 0x20)",
+        [*encoded, b" \r\n"],
+    )
+    add(
+        "bad-flag-header-no-body-then-end",
+        "a whole header with flag 1 declaring a body that never comes, then a clean end",
+        [bad_first[:5]],
+    )
+    add(
+        "bad-flag-header-no-body-then-error",
+        "a whole header with flag 1 declaring a body that never comes, then a broken transport",
+        [bad_first[:5]],
+        End.TRANSPORT_ERROR,
+    )
+    add(
+        "bad-flag-header-body-in-next-chunk",
+        "a whole header with flag 1 in a chunk, its body in the next",
+        [bad_first[:5], bad_first[5:], *rest],
+    )

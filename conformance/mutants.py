@@ -1,5 +1,6 @@
-"""Mutants of the Python core, each with one check turned off: the kit's proof that its
-vectors catch a consumer that skips that check (``python -m conformance.testee --mutant``).
+"""Mutants of the Python core, each with one check turned off (or, on the wires, made
+sooner or later): the kit's proof that its vectors catch a consumer that skips that check
+(``python -m conformance.testee --mutant``).
 
 A mutant patches one method or function of the core for as long as it is applied; the
 core itself is never changed on disk.
@@ -21,7 +22,8 @@ from shared.frame_checks import FrameChecks
 from shared.frames import DoneDigest, Frame
 from shared.reasons import Reason
 from shared.reply import validate_reply
-from shared.wire.lp import LengthPrefixedDecoder
+from shared.wire import NEED_DATA, NeedData
+from shared.wire.lp import HEADER, HEADER_BYTES, LengthPrefixedDecoder
 from shared.wire.ndjson import NdjsonDecoder
 
 Patch = tuple[object, str, Any]
@@ -130,6 +132,38 @@ def _any_terminal_reason(reason: object, limits: Limits) -> None:
     """A cancel or error terminal's reason is not checked."""
 
 
+# --- an lp header's flag: judged when its fifth byte is in, not sooner, not later ----------
+
+_LP_NEXT_EVENT: Final = LengthPrefixedDecoder.next_event
+
+
+def _lp_flag_at_first_byte(self: LengthPrefixedDecoder) -> bytes | NeedData:
+    """The flag byte judged as soon as it is in, before the rest of its header."""
+    if not self._end and self._buffer and self._buffer[0] != 0:
+        raise ProtocolFailure(Reason.INVALID_FRAME_HEADER, f"flag byte {self._buffer[0]}")
+    return _LP_NEXT_EVENT(self)
+
+
+def _lp_flag_with_body(self: LengthPrefixedDecoder) -> bytes | NeedData:
+    """A bad flag judged only once the frame it heads is complete (the length at 5 bytes)."""
+    buffer = self._buffer
+    if self._end or len(buffer) < HEADER_BYTES or buffer[0] == 0:
+        return _LP_NEXT_EVENT(self)
+    flag, length = HEADER.unpack_from(buffer)
+    if length > self._max_frame_bytes:
+        raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"declared length {length}")
+    if len(buffer) < HEADER_BYTES + length:
+        return NEED_DATA
+    raise ProtocolFailure(Reason.INVALID_FRAME_HEADER, f"flag byte {flag}")
+
+
+#: The wires' mutants: each judges one thing sooner, later or not at all.
+_WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
+    "lp-flag-early": ((LengthPrefixedDecoder, "next_event", _lp_flag_at_first_byte),),
+    "lp-flag-late": ((LengthPrefixedDecoder, "next_event", _lp_flag_with_body),),
+}
+
+
 #: Each mutant: the check it turns off, as the patches that turn it off.
 MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "sequence": ((FrameChecks, "admit", _admit_any_sequence),),
@@ -152,6 +186,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     ),
     "frame-limit": ((FrameChecks, "admit", _admit_past_frame_limit),),
     "limits": ((ReplyConsumer, "__init__", _init_unbounded),),
+    **_WIRE_MUTANTS,
 }
 
 
