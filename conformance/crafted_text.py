@@ -268,4 +268,47 @@ def ndjson_group(case: BoundCase) -> Group:
             [encoded[0], b"", *rest],
             case=case,
         )
+        trailing_white_space(group, case, wire, encoded)
     return group
+
+
+#: White space after the last line feed: JSON's, and two that only Unicode calls white space;
+#: U+FEFF, which some trims take away, is not white space at all.
+TRAILING: Final = {
+    "space": " ",
+    "cr": "\r",
+    "json-white-space": " \t\r ",
+    "nbsp": "\u00a0",
+    "ideographic-space": "\u3000",
+    "bom": "\ufeff",
+}
+
+
+def trailing_white_space(group: Group, case: BoundCase, wire: str, encoded: list[bytes]) -> None:
+    """Bytes after the last line feed that are only white space, then a clean end: an
+    unfinished frame, as any other bytes there."""
+    for name, text in TRAILING.items():
+        group.add(
+            f"done-then-{name}",
+            f"done, then {text!r} without a line feed, then a clean end",
+            "#wire-ndjson",
+            wire,
+            [*encoded, text.encode()],
+            case=case,
+        )
+    group.add(
+        "content-then-space",
+        "content frames, no terminal, then a space without a line feed, then a clean end",
+        "#wire-ndjson",
+        wire,
+        [*encoded[:-1], b" "],
+        case=case,
+    )
+    group.add(
+        "white-space-line",
+        "a line of a space and a tab first",
+        "#wire-ndjson",
+        wire,
+        [b" \t\n", *encoded],
+        case=case,
+    )

@@ -23,6 +23,7 @@ from shared.frames import DoneDigest, Frame
 from shared.reasons import Reason
 from shared.reply import validate_reply
 from shared.wire import NEED_DATA, NeedData, WireFormat, codec_for
+from shared.wire.buffer import ReceiveBuffer
 from shared.wire.lp import HEADER, HEADER_BYTES, LengthPrefixedDecoder, parse_frame
 from shared.wire.ndjson import NdjsonDecoder
 
@@ -280,6 +281,22 @@ def _parse_nested_long_prefix_early(payload: bytes) -> Frame:
     return parse_frame(payload)
 
 
+# --- NDJSON: white space after the last line feed, at a clean end ----------------------------
+
+_NDJSON_END: Final = NdjsonDecoder.end_of_input
+
+
+def _ndjson_blank_tail_dropped(self: NdjsonDecoder) -> None:
+    """Bytes after the last line feed that are all white space are no unfinished frame."""
+    try:
+        blank = bytes(self._buffer).decode("utf-8").isspace()
+    except UnicodeDecodeError:
+        blank = False
+    if blank:
+        self._buffer = ReceiveBuffer()
+    _NDJSON_END(self)
+
+
 #: The wires' mutants: each judges one thing sooner, later or not at all.
 _WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "lp-flag-early": ((LengthPrefixedDecoder, "next_event", _lp_flag_at_first_byte),),
@@ -287,6 +304,7 @@ _WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "nested-varint": ((_LP_CODEC, "parse_frame", _parse_nested_varints_of_any_length),),
     "nested-varint-late": ((_LP_CODEC, "parse_frame", _parse_nested_over_long_late),),
     "nested-prefix-early": ((_LP_CODEC, "parse_frame", _parse_nested_long_prefix_early),),
+    "ndjson-trailing-space": ((NdjsonDecoder, "end_of_input", _ndjson_blank_tail_dropped),),
 }
 
 
