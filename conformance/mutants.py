@@ -297,6 +297,28 @@ def _ndjson_blank_tail_dropped(self: NdjsonDecoder) -> None:
     _NDJSON_END(self)
 
 
+# --- NDJSON: an unfinished line over the frame limit, and a pending character's bytes -------
+
+_NDJSON_NEXT_EVENT: Final = NdjsonDecoder.next_event
+
+
+def _ndjson_line_judged_when_complete(self: NdjsonDecoder) -> bytes | NeedData:
+    """An over-long line refused only once its line feed is in."""
+    line = self._buffer.pop_line()
+    if line is None:
+        return NEED_DATA
+    if len(line) > self._max_frame_bytes:
+        raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, f"line of {len(line)} bytes")
+    return line
+
+
+def _ndjson_pending_bytes_counted(self: NdjsonDecoder) -> bytes | NeedData:
+    """The unfinished line measured with the bytes of a character not yet complete."""
+    if b"\n" not in bytes(self._buffer) and len(self._buffer) > self._max_frame_bytes:
+        raise ProtocolFailure(Reason.FRAME_BYTE_LIMIT, "unterminated line over the limit")
+    return _NDJSON_NEXT_EVENT(self)
+
+
 #: The wires' mutants: each judges one thing sooner, later or not at all.
 _WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "lp-flag-early": ((LengthPrefixedDecoder, "next_event", _lp_flag_at_first_byte),),
@@ -305,6 +327,8 @@ _WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "nested-varint-late": ((_LP_CODEC, "parse_frame", _parse_nested_over_long_late),),
     "nested-prefix-early": ((_LP_CODEC, "parse_frame", _parse_nested_long_prefix_early),),
     "ndjson-trailing-space": ((NdjsonDecoder, "end_of_input", _ndjson_blank_tail_dropped),),
+    "ndjson-long-line-late": ((NdjsonDecoder, "next_event", _ndjson_line_judged_when_complete),),
+    "ndjson-long-line-pending": ((NdjsonDecoder, "next_event", _ndjson_pending_bytes_counted),),
 }
 
 
