@@ -319,3 +319,17 @@ def test_chunks_are_base64_of_the_exact_bytes() -> None:
     vector = BY_ID["lp.header-flag-1.lp"]
     assert vector.to_object()["chunks"][0] == base64.b64encode(vector.chunks[0]).decode()
     assert vector.chunks[0][0] == 1
+
+
+BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "binding.schema.json"
+
+
+def test_every_vectors_binding_is_valid_under_the_binding_schema() -> None:
+    """docs/protocol.md#binding: exactly six keys, each row of the context its four strings;
+    the canonical group's corners ride inside corpus_identity, which the schema leaves open."""
+    validator = jsonschema.Draft202012Validator(json.loads(BINDING_SCHEMA.read_text()))
+    invalid = [vector.id for vector in VECTORS if not validator.is_valid(vector.binding)]
+    assert not invalid
+    corners = [v for v in VECTORS if v.id.startswith("canonical.") and "digest" not in v.id]
+    assert corners
+    assert all("conformance_corner" in v.binding["corpus_identity"] for v in corners)
