@@ -31,10 +31,12 @@ def testee_line(vector: Vector) -> str:
     return json.dumps({key: obj[key] for key in SENT_KEYS if key in obj}, ensure_ascii=True)
 
 
-def _answers(stdout: str) -> dict[str, dict[str, Any]]:
-    """The answers by id (the first for an id); a line that is not an object is skipped."""
+def answers_by_id(stdout: str) -> dict[str, dict[str, Any]]:
+    """The answers by id (the first for an id); a line that is not an object is skipped.
+    Lines end at a line feed only: an answer may hold U+0085, U+2028 or U+2029 raw (JSON
+    need not escape them), where ``str.splitlines`` would cut it too."""
     answers: dict[str, dict[str, Any]] = {}
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):
         try:
             answer = json.loads(line)
         except ValueError:
@@ -67,7 +69,7 @@ def run_batch(
         timed_out = True
         process.kill()  # the process this batch started, by its pid
         stdout, stderr = process.communicate()
-    answers = _answers(stdout)
+    answers = answers_by_id(stdout)
     outcomes = []
     for vector in vectors:
         answer = answers.get(vector.id)

@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from conformance.core_mode import answers_by_id
 from conformance.generate import rendered
 from conformance.groups import build_groups
 from conformance.mutants import MUTANTS, applied, core_is_compiled
@@ -333,3 +334,9 @@ def test_every_vectors_binding_is_valid_under_the_binding_schema() -> None:
     corners = [v for v in VECTORS if v.id.startswith("canonical.") and "digest" not in v.id]
     assert corners
     assert all("conformance_corner" in v.binding["corpus_identity"] for v in corners)
+
+
+def test_the_runner_reads_an_answer_holding_line_separators_raw() -> None:
+    """An answer may hold U+0085, U+2028 or U+2029 raw: only a line feed ends a line."""
+    text = '{"id": "a", "provisional_content": "x\x85y\u2028z"}\n{"id": "b"}\n'
+    assert set(answers_by_id(text)) == {"a", "b"}
