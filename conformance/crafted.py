@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance import craft, crafted_lp, crafted_text
+from conformance import craft, crafted_lp, crafted_rules, crafted_text
 from conformance.craft import NDJSON_LAB, WIRES
 from conformance.vectors import Group
 from shared.frames import Frame, FrameKind
@@ -22,6 +22,7 @@ def frames_group(case: BoundCase) -> Group:
     group = Group("frames")
     for wire in WIRES:
         _frames_on(group, case, wire)
+        crafted_rules.frames_on(group, case, wire)
     return group
 
 
@@ -358,6 +359,8 @@ def reply_group(case: BoundCase) -> Group:
             )
             chunks = craft.encode(wire, craft.content_frames(case, content))
             group.add(name, description, rule, wire, chunks, case=case)
+    for wire in WIRES:
+        crafted_rules.reply_on(group, case, wire)
     return group
 
 

@@ -6,6 +6,7 @@ vector's request; the runner's comparison, template and table."""
 from __future__ import annotations
 
 import base64
+import fnmatch
 import io
 import json
 import re
@@ -322,6 +323,8 @@ def test_chunks_are_base64_of_the_exact_bytes() -> None:
     assert vector.chunks[0][0] == 1
 
 
+# --- the bindings, the line checks, and the rules only a one-rule mutant shows ---------------
+
 BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "binding.schema.json"
 
 
@@ -340,3 +343,26 @@ def test_the_runner_reads_an_answer_holding_line_separators_raw() -> None:
     """An answer may hold U+0085, U+2028 or U+2029 raw: only a line feed ends a line."""
     text = '{"id": "a", "provisional_content": "x\x85y\u2028z"}\n{"id": "b"}\n'
     assert set(answers_by_id(text)) == {"a", "b"}
+
+
+#: Each rule's mutant (conformance/mutants.py) and the vectors made for that rule.
+RULE_VECTORS = {
+    "duplicate-zero": "frames.duplicate-policy-sequence-0-*",
+    "citation-first-row": "reply.repeated-source-id-*",
+    "blank-any-space": "reply.answer-[bn]*-*",
+    "detail-scrub": "frames.*-detail-*",
+    "detail-cut": "frames.*-detail-scrubbed-*",
+}
+
+
+@pytest.mark.skipif(
+    core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
+)
+@pytest.mark.parametrize(("mutant", "pattern"), sorted(RULE_VECTORS.items()))
+def test_a_rules_mutant_fails_that_rules_own_vectors_on_every_wire(
+    mutant: str, pattern: str
+) -> None:
+    chosen = [vector for vector in VECTORS if fnmatch.fnmatchcase(vector.id, pattern)]
+    with applied(mutant):
+        failed = [v for v in chosen if not compare(v, answer(json.dumps(v.to_object()))).passed]
+    assert {vector.wire for vector in failed} == set(WIRES)
