@@ -130,9 +130,10 @@ def _any_terminal_reason(reason: object, limits: Limits) -> None:
     """A cancel or error terminal's reason is not checked."""
 
 
-# --- the rules of sequence 0, repeated source ids, blank answers and details ---------------
+# --- the rules of sequence 0, repeated source ids, blank answers, details and limits -------
 
 _IS_DUPLICATE: Final = FrameChecks._is_duplicate
+_LIMITS_CHECK: Final = Limits.__post_init__
 #: JavaScript's ``\s`` (ECMAScript's WhiteSpace and LineTerminator): not the 29 of
 #: docs/protocol.md#white-space (it lacks U+001C-U+001F and U+0085, and has U+FEFF).
 _JS_SPACE: Final = frozenset(
@@ -199,6 +200,15 @@ def _cut_inside_escape(text: str) -> str:
     return _scrubbed(text, _escaped, whole_pieces=False)
 
 
+def _below_one_unbounded(self: Limits) -> None:
+    """A limit of 0 or below taken as no limit at all, instead of refused."""
+    for name in self.__dataclass_fields__:
+        value = getattr(self, name)
+        if type(value) is int and value < 1:
+            object.__setattr__(self, name, 1 << 40)
+    _LIMITS_CHECK(self)
+
+
 #: Each mutant: the check it turns off, as the patches that turn it off.
 MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "sequence": ((FrameChecks, "admit", _admit_any_sequence),),
@@ -226,6 +236,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "blank-any-space": ((reply, "is_blank", _blank_by_js_space),),
     "detail-scrub": ((consumer_core, "scrubbed_detail", _scrub_backslash),),
     "detail-cut": ((consumer_core, "scrubbed_detail", _cut_inside_escape),),
+    "limits-below-one": ((Limits, "__post_init__", _below_one_unbounded),),
 }
 
 
