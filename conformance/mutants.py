@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from native import PURE_ENV, is_compiled
-from shared import consumer_core
+from shared import consumer_core, reply
 from shared.consumer_content import Content
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
-from shared.errors import ProtocolFailure
+from shared.errors import CUT_MARK, MAX_DETAIL_CHARS, ProtocolFailure
 from shared.frame_checks import FrameChecks
 from shared.frames import DoneDigest, Frame
 from shared.reasons import Reason
@@ -330,6 +330,83 @@ _WIRE_MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "ndjson-long-line-late": ((NdjsonDecoder, "next_event", _ndjson_line_judged_when_complete),),
     "ndjson-long-line-pending": ((NdjsonDecoder, "next_event", _ndjson_pending_bytes_counted),),
 }
+# --- the rules of sequence 0, repeated source ids, blank answers, details and limits -------
+
+_IS_DUPLICATE: Final = FrameChecks._is_duplicate
+_LIMITS_CHECK: Final = Limits.__post_init__
+#: JavaScript's ``\s`` (ECMAScript's WhiteSpace and LineTerminator): not the 29 of
+#: docs/protocol.md#white-space (it lacks U+001C-U+001F and U+0085, and has U+FEFF).
+_JS_SPACE: Final = frozenset(
+    "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"
+    + "".join(chr(code) for code in range(0x2000, 0x200B))
+)
+
+
+def _zero_is_duplicate(self: FrameChecks, sequence: object, payload: bytes) -> bool:
+    """Under the duplicate policy, a frame numbered 0 is dropped as a duplicate."""
+    if self.ignore_duplicates and type(sequence) is int and sequence == 0:
+        return True
+    return _IS_DUPLICATE(self, sequence, payload)
+
+
+def _cite_first_row(
+    content: str, binding: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A repeated source id cites the first row with it, not the last."""
+    rows = list(binding["selected_context"])
+    return _VALIDATE(content, {**binding, "selected_context": rows[::-1]})
+
+
+def _blank_by_js_space(text: str) -> bool:
+    """Blank by JavaScript's ``\\s`` instead of the document's white space."""
+    return all(char in _JS_SPACE for char in text)
+
+
+def _escaped(char: str) -> str:
+    """The document's scrubbing of one code point (kept when printable)."""
+    return char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+
+
+def _escaped_backslash_too(char: str) -> str:
+    """``unicode_escape``'s way with a printable backslash as well: two for one."""
+    return "\\\\" if char == "\\" else _escaped(char)
+
+
+def _scrubbed(text: str, escape: Callable[[str], str], *, whole_pieces: bool) -> str:
+    """A detail scrubbed with ``escape`` and bounded, cut between whole pieces or not."""
+    pieces = [escape(char) for char in text]
+    shown = "".join(pieces)
+    if len(shown) <= MAX_DETAIL_CHARS:
+        return shown
+    room = MAX_DETAIL_CHARS - len(CUT_MARK)
+    if not whole_pieces:
+        return shown[:room] + CUT_MARK
+    kept, size = [], 0
+    for piece in pieces:
+        if size + len(piece) > room:
+            break
+        kept.append(piece)
+        size += len(piece)
+    return "".join(kept) + CUT_MARK
+
+
+def _scrub_backslash(text: str) -> str:
+    """Every backslash of the detail escaped (doubled); the cut as the document says."""
+    return _scrubbed(text, _escaped_backslash_too, whole_pieces=True)
+
+
+def _cut_inside_escape(text: str) -> str:
+    """The scrubbed detail cut at 255 code points wherever that falls, inside an escape too."""
+    return _scrubbed(text, _escaped, whole_pieces=False)
+
+
+def _below_one_unbounded(self: Limits) -> None:
+    """A limit of 0 or below taken as no limit at all, instead of refused."""
+    for name in self.__dataclass_fields__:
+        value = getattr(self, name)
+        if type(value) is int and value < 1:
+            object.__setattr__(self, name, 1 << 40)
+    _LIMITS_CHECK(self)
 
 
 #: Each mutant: the check it turns off, as the patches that turn it off.
@@ -355,6 +432,12 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "frame-limit": ((FrameChecks, "admit", _admit_past_frame_limit),),
     "limits": ((ReplyConsumer, "__init__", _init_unbounded),),
     **_WIRE_MUTANTS,
+    "duplicate-zero": ((FrameChecks, "_is_duplicate", _zero_is_duplicate),),
+    "citation-first-row": ((consumer_core, "validate_reply", _cite_first_row),),
+    "blank-any-space": ((reply, "is_blank", _blank_by_js_space),),
+    "detail-scrub": ((consumer_core, "scrubbed_detail", _scrub_backslash),),
+    "detail-cut": ((consumer_core, "scrubbed_detail", _cut_inside_escape),),
+    "limits-below-one": ((Limits, "__post_init__", _below_one_unbounded),),
 }
 
 
