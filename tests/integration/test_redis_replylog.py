@@ -157,17 +157,24 @@ def test_a_silent_generator_ends_its_readers_generator_lost_within_its_lease(
 
 
 async def read_until_lost(
-    log: RedisReplyLog, stream_id: str, after: int = 0
+    log: RedisReplyLog, stream_id: str, after: int = 0, seen: list[int] | None = None
 ) -> tuple[list[int], str | None]:
+    """Read until the log ends the read; ``seen`` (given) fills as entries come, so a test
+    can wait for one before it breaks something."""
     reply = await log.find(key(stream_id))
     assert reply is not None
-    seen: list[int] = []
+    seen = [] if seen is None else seen
     try:
         async for entry in reply.read(after):
             seen.append(entry.sequence)
     except LogEnded as ended:
         return seen, ended.reason
     return seen, None
+
+
+async def until_read(seen: list[int], count: int) -> None:
+    while len(seen) < count:
+        await asyncio.sleep(0.01)
 
 
 def test_two_replicas_creating_one_reply_at_once_one_generates(server: RedisServer) -> None:
@@ -309,8 +316,10 @@ def test_a_reader_and_a_writer_that_lose_redis_fail_with_reply_log_unavailable()
         await reply.append(Entry(1, b"x"))
         found = await a.find(key("s"))
         assert found is not None
-        reader = asyncio.create_task(read_until_lost(a, "s"))
-        await asyncio.sleep(0.1)
+        seen: list[int] = []
+        reader = asyncio.create_task(read_until_lost(a, "s", seen=seen))
+        # The kill comes once frame 1 was read (a fixed sleep lost that race on a busy run).
+        await asyncio.wait_for(until_read(seen, 1), 30)
         running.kill()
         assert await asyncio.wait_for(reader, 30) == ([1], Reason.REPLY_LOG_UNAVAILABLE.value)
         with pytest.raises(ReplyLogFailed) as failed:
