@@ -14,10 +14,11 @@ from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from producer.replylog.interface import Entry, log_entries
-from producer.sources import Stall
+from producer.sources import Stall, check_kind
 from shared.digest import canonical_json, within_depth
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
@@ -26,6 +27,10 @@ from shared.wire.chunking import ChunkPlan
 
 #: Fault-free transmissions kept (cases x wires x chunkings; the oldest goes first).
 MAX_KEPT_TRANSMISSIONS: Final = 256
+
+
+#: The kinds of reply this source serves.
+SERVED: Final = frozenset({ReplyKind.GROUNDED})
 
 
 class RecordingPlan:
@@ -128,10 +133,12 @@ class RecordingSource:
         return transmission, entries
 
     def verify(self, checked: CheckedRequest) -> None:
+        check_kind(checked, SERVED)
         self.bound_case(checked.case_id, checked.binding_json)
 
     async def prepare(self, checked: CheckedRequest, *, identity: str) -> RecordingPlan:
         del identity  # a recorded reply costs nothing
+        check_kind(checked, SERVED)
         case = self.bound_case(checked.case_id, checked.binding_json)
         transmission, entries = self._transmission(case, checked)
         return RecordingPlan(transmission, checked, entries)
