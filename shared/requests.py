@@ -110,6 +110,8 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
         raise RequestRefused(Reason.INVALID_REQUEST, f"wire format {request.wire_format}")
     if request.kind not in _KINDS:
         raise RequestRefused(Reason.INVALID_REQUEST, f"reply kind {request.kind}")
+    if request.kind != pb.REPLY_KIND_GROUNDED and request.wire_format == pb.NDJSON_LAB:
+        raise RequestRefused(Reason.INVALID_REQUEST, "the lab's wire carries grounded replies")
     if request.whole_body and request.chunk_sizes:
         raise RequestRefused(Reason.INVALID_REQUEST, "whole_body with chunk_sizes")
     plan = _plan(request.whole_body, tuple(request.chunk_sizes))
@@ -231,6 +233,9 @@ class ReplyRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.wire, WireFormat) or not isinstance(self.plan, ChunkPlan):
             raise ConfigurationError(f"wire {self.wire!r} / chunks {self.plan!r}")
+        kind = kind_of(self.binding)
+        if kind is not ReplyKind.GROUNDED and self.wire is WireFormat.NDJSON_LAB:
+            raise ConfigurationError(f"the lab's wire carries grounded replies, not {kind}")
         if type(self.chunk_interval_ms) is not int or self.chunk_interval_ms < 0:
             raise ConfigurationError(f"chunk interval must be >= 0 ms: {self.chunk_interval_ms}")
 
