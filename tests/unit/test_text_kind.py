@@ -7,12 +7,23 @@ from typing import Any
 
 import pytest
 
+from producer.sources import check_kind
+from producer.sources.recording import RecordingSource
 from shared.consumer_core import ReplyConsumer
-from shared.digest import digest
-from shared.errors import ConfigurationError, ProtocolFailure
+from shared.digest import canonical_json, digest
+from shared.errors import ConfigurationError, ProtocolFailure, RequestRefused
 from shared.frames import DoneDigest, Frame, content_sha256, frames_from_deltas
 from shared.kinds import ReplyKind, kind_of
+from shared.pb import replywire_pb2 as pb
+from shared.recording import Recording
+from shared.requests import ReplyRequest, check_request
 from shared.status import Status
+from shared.texts import (
+    MAX_ECHO_CHARS,
+    build_text_binding,
+    check_text_binding,
+    text_deltas,
+)
 from shared.wire import WireFormat, codec_for
 
 MESSAGES = [["human", "Say something."]]
@@ -90,3 +101,91 @@ def test_a_grounded_result_names_no_kind() -> None:
     result = ReplyConsumer({"case_id": "x"}).end_of_stream().to_dict()
     assert "kind" not in result and "first_output" not in result
     assert result["status"] == Status.INCOMPLETE.value
+
+
+# --- the text binding, the request's kind, the sources ----------------------------------------
+
+
+def checked(binding: Any, **fields: Any) -> Any:
+    request = pb.OpenRequest(
+        case_id=binding.get("case_id", "x") if isinstance(binding, dict) else "x",
+        binding_json=canonical_json(binding),
+        **fields,
+    )
+    return check_request(request, allow_faults=True)
+
+
+def refused(call: Any) -> str:
+    with pytest.raises(RequestRefused) as caught:
+        call()
+    return caught.value.code
+
+
+def test_a_text_binding_is_built_and_checked_back() -> None:
+    binding = build_text_binding("héllo 😀", system="be brief")
+    assert binding["case_id"] == "text-" + binding["request_sha256"][:16]
+    assert binding["messages"] == [["system", "be brief"], ["human", "héllo 😀"]]
+    assert check_text_binding(binding, binding["case_id"]) == (binding, "héllo 😀")
+    assert text_deltas("abcdefghijklmn") == ("abcdef", "ghijkl", "mn")
+    assert text_deltas("") == ()
+
+
+def altered(**changes: Any) -> dict[str, Any]:
+    return {**build_text_binding("hi"), **changes}
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        altered(kind="grounded"),
+        altered(case_id="text-0000000000000000"),
+        altered(request_sha256="0" * 64),
+        altered(messages=[["human", "hi"], ["system", "no"]]),
+        altered(messages=[["robot", "hi"]]),
+        altered(messages=[]),
+        altered(messages=[["human", 1]]),
+        {**build_text_binding("hi"), "extra": 1},
+        ["not", "an", "object"],
+    ],
+)
+def test_anything_else_is_a_binding_mismatch(binding: Any) -> None:
+    case_id = build_text_binding("hi")["case_id"]
+    assert refused(lambda: check_text_binding(binding, case_id)) == "request_binding_mismatch"
+
+
+def test_the_echoed_text_is_bounded() -> None:
+    at_edge = build_text_binding("x" * MAX_ECHO_CHARS)
+    assert check_text_binding(at_edge, at_edge["case_id"])[1] == "x" * MAX_ECHO_CHARS
+    past = build_text_binding("x" * (MAX_ECHO_CHARS + 1))
+    assert refused(lambda: check_text_binding(past, past["case_id"])) == "invalid_request"
+
+
+def test_the_request_names_its_kind_and_the_lab_wire_is_grounded_only() -> None:
+    binding = build_text_binding("hi")
+    assert checked(binding, kind=pb.REPLY_KIND_TEXT).kind is ReplyKind.TEXT
+    assert checked(binding).kind is ReplyKind.GROUNDED  # 0: the default
+    assert refused(lambda: checked(binding, kind=7)) == "invalid_request"
+    lab = {"kind": pb.REPLY_KIND_TEXT, "wire_format": pb.NDJSON_LAB}
+    assert refused(lambda: checked(binding, **lab)) == "invalid_request"
+    assert ReplyRequest(case_id="x", binding=binding).open_request().kind == pb.REPLY_KIND_TEXT
+    with pytest.raises(ConfigurationError):
+        ReplyRequest(case_id="x", binding=binding, wire=WireFormat.NDJSON_LAB)
+
+
+def test_the_recording_source_serves_a_text_and_refuses_a_mismatch(recording: Recording) -> None:
+    source = RecordingSource(recording)
+    binding = build_text_binding("abcdefghijklm")
+    case = source.case_of(checked(binding, kind=pb.REPLY_KIND_TEXT))
+    assert (case.content, case.provider_events) == ("abcdefghijklm", ("abcdef", "ghijkl", "m"))
+    grounded = checked(binding)  # a text binding sent as a grounded request
+    assert refused(lambda: source.case_of(grounded)) == "development_case_required"
+    recorded = recording.case("replace-file").binding
+    asked_as_text = checked(recorded, kind=pb.REPLY_KIND_TEXT)
+    assert refused(lambda: source.case_of(asked_as_text)) == "development_case_required"
+
+
+def test_a_source_that_serves_no_text_refuses_the_kind() -> None:
+    request = checked(build_text_binding("hi"), kind=pb.REPLY_KIND_TEXT)
+    assert refused(lambda: check_kind(request, frozenset({ReplyKind.GROUNDED}))) == (
+        "kind_unsupported"
+    )
