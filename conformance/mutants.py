@@ -19,6 +19,7 @@ from shared.consumer_limits import Limits
 from shared.errors import ProtocolFailure
 from shared.frame_checks import FrameChecks
 from shared.frames import DoneDigest, Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.reply import validate_reply
 from shared.wire.lp import LengthPrefixedDecoder
@@ -130,6 +131,11 @@ def _any_terminal_reason(reason: object, limits: Limits) -> None:
     """A cancel or error terminal's reason is not checked."""
 
 
+def _every_reply_grounded(binding: Mapping[str, Any]) -> ReplyKind:
+    """The binding's kind is not read: every reply is validated as a grounded answer."""
+    return ReplyKind.GROUNDED
+
+
 #: Each mutant: the check it turns off, as the patches that turn it off.
 MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "sequence": ((FrameChecks, "admit", _admit_any_sequence),),
@@ -152,6 +158,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     ),
     "frame-limit": ((FrameChecks, "admit", _admit_past_frame_limit),),
     "limits": ((ReplyConsumer, "__init__", _init_unbounded),),
+    "reply-kind": ((consumer_core, "kind_of", _every_reply_grounded),),
 }
 
 

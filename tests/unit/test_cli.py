@@ -10,6 +10,7 @@ import io
 import pytest
 
 from consumer import cli as consumer_cli
+from consumer.flags import build_parser
 from harness.demo import demo_runs
 from runtime.recording_file import load_recording
 from shared.errors import ConfigurationError
@@ -72,7 +73,7 @@ def test_a_text_request_is_checked_before_anything_runs(
 
 
 def test_kind_text_binds_its_own_case() -> None:
-    args = consumer_cli.build_parser().parse_args(["stream", "--kind", "text", "--text", ""])
+    args = build_parser().parse_args(["stream", "--kind", "text", "--text", ""])
     case_id, binding = consumer_cli.load_binding(args)
     assert case_id == binding["case_id"] and case_id.startswith("text-")
     assert binding["messages"] == [["human", ""]]
