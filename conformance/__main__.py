@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
 def mutants(args: argparse.Namespace) -> int:
     """Each mutant against the vectors: the table, and exit 1 if one passes them all."""
     vectors = _selected(args)
-    print(f"{'mutant':<16}  failed  of  vectors failed (first ids)")
+    width = max(map(len, ("mutant", *MUTANTS)))
+    print(f"{'mutant':<{width}}  failed  of  vectors failed (first ids)")
     caught = True
     for name in sorted(MUTANTS):
         command = f"{sys.executable} -m conformance.testee --mutant {name}"
@@ -87,7 +88,7 @@ def mutants(args: argparse.Namespace) -> int:
         )
         failed = [outcome.vector.id for outcome in outcomes if not outcome.passed]
         caught &= bool(failed)
-        print(f"{name:<16}  {len(failed):>6}  {len(outcomes):>3}  {', '.join(failed[:3])}")
+        print(f"{name:<{width}}  {len(failed):>6}  {len(outcomes):>3}  {', '.join(failed[:3])}")
     return 0 if caught else 1
 
 

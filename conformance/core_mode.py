@@ -3,7 +3,8 @@
 The vectors go to the command in batches, one process per batch: each batch's lines are
 written to its stdin and its answers read from its stdout within a bounded time. A batch
 that outlives it is killed (that process, by its pid, and nothing else), and its vectors
-without an answer fail.
+without an answer fail. The line checks (``conformance.line_checks``: lines the command
+must answer with ``error``) go with them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from conformance.line_checks import expects_error, judged, line_checks
 from conformance.report import Outcome, compare, unanswered
 from shared.vectors import Mode, Vector
 
@@ -31,10 +33,12 @@ def testee_line(vector: Vector) -> str:
     return json.dumps({key: obj[key] for key in SENT_KEYS if key in obj}, ensure_ascii=True)
 
 
-def _answers(stdout: str) -> dict[str, dict[str, Any]]:
-    """The answers by id (the first for an id); a line that is not an object is skipped."""
+def answers_by_id(stdout: str) -> dict[str, dict[str, Any]]:
+    """The answers by id (the first for an id); a line that is not an object is skipped.
+    Lines end at a line feed only: an answer may hold U+0085, U+2028 or U+2029 raw (JSON
+    need not escape them), where ``str.splitlines`` would cut it too."""
     answers: dict[str, dict[str, Any]] = {}
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):
         try:
             answer = json.loads(line)
         except ValueError:
@@ -67,7 +71,7 @@ def run_batch(
         timed_out = True
         process.kill()  # the process this batch started, by its pid
         stdout, stderr = process.communicate()
-    answers = _answers(stdout)
+    answers = answers_by_id(stdout)
     outcomes = []
     for vector in vectors:
         answer = answers.get(vector.id)
@@ -75,6 +79,8 @@ def run_batch(
             why = f"no answer within {timeout_s:g} s" if timed_out else "no answer"
             tail = stderr.strip()[-STDERR_CHARS:]
             outcomes.append(Outcome(vector, error=f"{why}; exit {process.returncode}; {tail}"))
+        elif expects_error(vector):
+            outcomes.append(judged(vector, answer))
         elif "error" in answer:
             outcomes.append(Outcome(vector, error=f"answered error: {answer['error']}"))
         else:
@@ -90,12 +96,13 @@ def run_core(
     batch: int = DEFAULT_BATCH,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Outcome]:
-    """Every vector that runs in the core mode, through ``command`` (split as a shell would,
-    run without one)."""
+    """Every vector that runs in the core mode, then the line checks made from them, through
+    ``command`` (split as a shell would, run without one)."""
     argv = shlex.split(command)
     if not argv:
         raise ValueError("the core mode needs a command")
     chosen = [vector for vector in vectors if Mode.CORE in vector.modes]
+    chosen += line_checks(chosen)
     outcomes: list[Outcome] = []
     for start in range(0, len(chosen), batch):
         outcomes += run_batch(argv, chosen[start : start + batch], timeout_s, cwd)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from shared.digest import digest
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
 from shared.recording import BoundCase
 from shared.wire import WireFormat, codec_for
@@ -37,6 +38,17 @@ def reply(
         obj["source_ids"] = ids
     obj.update(extra)
     return json.dumps(obj, ensure_ascii=False)
+
+
+def rebound(case: BoundCase, binding: Mapping[str, Any]) -> BoundCase:
+    """``case`` under another binding (its frames carry that binding's digest)."""
+    return BoundCase(
+        case_id=case.case_id,
+        binding=binding,
+        binding_sha256=digest(binding),
+        request_sha256=case.request_sha256,
+        content=case.content,
+    )
 
 
 def answered(case: BoundCase, answer: str = "An answer.") -> str:

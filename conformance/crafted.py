@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance import craft, crafted_lp, crafted_text
+from conformance import craft, crafted_lp, crafted_rules, crafted_text
 from conformance.craft import NDJSON_LAB, WIRES
 from conformance.vectors import Group
-from shared.digest import digest
 from shared.frames import Frame, FrameKind
 from shared.recording import BoundCase, Recording
 from shared.vectors import End
@@ -23,6 +22,7 @@ def frames_group(case: BoundCase) -> Group:
     group = Group("frames")
     for wire in WIRES:
         _frames_on(group, case, wire)
+        crafted_rules.frames_on(group, case, wire)
     return group
 
 
@@ -359,23 +359,22 @@ def reply_group(case: BoundCase) -> Group:
             )
             chunks = craft.encode(wire, craft.content_frames(case, content))
             group.add(name, description, rule, wire, chunks, case=case)
+    for wire in WIRES:
+        crafted_rules.reply_on(group, case, wire)
     return group
 
 
-def _bound(case: BoundCase, extra: Any) -> BoundCase:
-    binding = {**case.binding, "extra": extra}
-    return BoundCase(
-        case_id=case.case_id,
-        binding=binding,
-        binding_sha256=digest(binding),
-        request_sha256=case.request_sha256,
-        content=case.content,
-    )
+def _bound(case: BoundCase, corner: Any) -> BoundCase:
+    """``case`` with ``corner`` inside its binding's ``corpus_identity`` (an object the binding
+    schema leaves open): the binding keeps its six keys and stays valid under the schema."""
+    identity = {**case.binding["corpus_identity"], "conformance_corner": corner}
+    return craft.rebound(case, {**case.binding, "corpus_identity": identity})
 
 
 def canonical_group(case: BoundCase) -> Group:
-    """Bindings with every corner of the canonical JSON: each frame carries the digest of
-    the canonical bytes, which a consumer must compute alike or refuse every frame."""
+    """Bindings with every corner of the canonical JSON (in ``corpus_identity``): each frame
+    carries the digest of the canonical bytes, which a consumer must compute alike or refuse
+    every frame."""
     group = Group("canonical")
     corners: dict[str, tuple[str, Any]] = {
         "key-order-non-bmp": (
@@ -396,8 +395,8 @@ def canonical_group(case: BoundCase) -> Group:
         ),
     }
     for wire in WIRES:
-        for name, (description, extra) in corners.items():
-            bound = _bound(case, extra)
+        for name, (description, corner) in corners.items():
+            bound = _bound(case, corner)
             group.add(
                 name,
                 f"a binding with {description}",

@@ -12,6 +12,7 @@ from conformance.craft import LP
 from conformance.vectors import Group
 from shared.frames import content_sha256
 from shared.recording import BoundCase
+from shared.vectors import End
 
 
 def lp_group(case: BoundCase) -> Group:
@@ -296,4 +297,167 @@ def lp_group(case: BoundCase) -> Group:
         [*body, encoded[-1][:-1]],
         "#frame-rules",
     )
+    flag_timing(group, case, encoded)
+    nested_varints(group, case, encoded)
     return group
+
+
+def flag_timing(group: Group, case: BoundCase, encoded: list[bytes]) -> None:
+    """A header's flag is judged when the header's fifth byte is in: not sooner (a bad flag
+    byte alone, or with 3 more, is an unfinished frame), not later (a bad header whose body
+    never comes, or comes in the next chunk, is refused with the header)."""
+    bad_first = craft.lp(craft.pb_frame(1, case.binding_sha256, 3, craft.pb_text("x")), flag=1)
+    rest = encoded[1:]
+
+    def add(name: str, description: str, chunks: list[bytes], end: End = End.EOF) -> None:
+        group.add(name, description, "#wire-lp", LP, chunks, case=case, end=end)
+
+    add("flag-byte-alone-then-end", "a flag byte 1 alone, then a clean end", [b"\x01"])
+    add(
+        "flag-byte-alone-then-error",
+        "a flag byte 1 alone, then a broken transport",
+        [b"\x01"],
+        End.TRANSPORT_ERROR,
+    )
+    add(
+        "flag-byte-alone-then-header",
+        "a flag byte 1 alone in a chunk, the rest of its frame in the next",
+        [bad_first[:1], bad_first[1:], *rest],
+    )
+    add(
+        "bad-flag-4-header-bytes-then-end",
+        "content frames, then flag 0x80 and 3 length bytes, then a clean end",
+        [*encoded[:-1], b"\x80\x00\x00\x00"],
+    )
+    add(
+        "done-then-flag-byte-alone",
+        "done, then a flag byte 1 alone, then a clean end",
+        [*encoded, b"\x01"],
+    )
+    add(
+        "done-then-white-space",
+        "done, then a space, a CR and a line feed (a header begun with flag 0x20)",
+        [*encoded, b" \r\n"],
+    )
+    add(
+        "bad-flag-header-no-body-then-end",
+        "a whole header with flag 1 declaring a body that never comes, then a clean end",
+        [bad_first[:5]],
+    )
+    add(
+        "bad-flag-header-no-body-then-error",
+        "a whole header with flag 1 declaring a body that never comes, then a broken transport",
+        [bad_first[:5]],
+        End.TRANSPORT_ERROR,
+    )
+    add(
+        "bad-flag-header-body-in-next-chunk",
+        "a whole header with flag 1 in a chunk, its body in the next",
+        [bad_first[:5], bad_first[5:], *rest],
+    )
+
+
+def nested_varints(group: Group, case: BoundCase, encoded: list[bytes]) -> None:
+    """Varints inside a message field: one past 10 bytes (or 64 bits) is refused where the
+    walk reaches it, before a later unknown field; a tag or a length over 5 bytes only once
+    the walk is clean, after it; 5 bytes are accepted."""
+    binding = case.binding_sha256
+    texts = craft.deltas(case.content)
+    sha = content_sha256(case.content).encode()
+    count = len(texts)
+    last = count + 1
+    body = encoded[:-1]
+    unknown = craft.field_varint(7, 1)
+
+    def done(name: str, description: str, done_body: bytes, after: bytes = b"") -> None:
+        frame = craft.lp(craft.pb_frame(last, binding, 4, done_body) + after)
+        group.add(name, description, "#wire-lp", LP, [*body, frame], case=case)
+
+    sha_field = craft.field_bytes(1, sha)
+    frames_field = craft.field_varint(2, count)
+    frames_11 = b"\x10" + craft.padded_varint(count, 11)
+    done(
+        "done-frames-11-byte-varint",
+        "done's content_frames as an 11-byte varint",
+        sha_field + frames_11,
+    )
+    done(
+        "done-frames-11-byte-varint-then-unknown",
+        "done's content_frames as an 11-byte varint, then an unknown field 7 in the frame",
+        sha_field + frames_11,
+        unknown,
+    )
+    done(
+        "done-frames-11-byte-varint-then-unknown-in-done",
+        "done's content_frames as an 11-byte varint, then an unknown field 3 in done",
+        sha_field + frames_11 + craft.field_varint(3, 1),
+    )
+    done(
+        "done-frames-over-64-bits",
+        "done's content_frames as a 10-byte varint with bits past 64 (its low 64 bits right)",
+        sha_field + b"\x10" + craft.padded_varint(count | 1 << 64, 10),
+    )
+    done(
+        "done-frames-tag-11-bytes-then-unknown",
+        "done's content_frames tag as an 11-byte varint, then an unknown field 7 in the frame",
+        sha_field + craft.padded_varint(0x10, 11) + craft.varint(count),
+        unknown,
+    )
+    for size in (5, 6):
+        done(
+            f"done-sha256-tag-{size}-bytes",
+            f"done's content_sha256 tag as a {size}-byte varint",
+            craft.padded_varint(0x0A, size) + craft.varint(len(sha)) + sha + frames_field,
+        )
+        done(
+            f"done-sha256-length-{size}-bytes",
+            f"done's content_sha256 length as a {size}-byte varint",
+            b"\x0a" + craft.padded_varint(len(sha), size) + sha + frames_field,
+        )
+    done(
+        "done-sha256-tag-6-bytes-then-unknown",
+        "done's content_sha256 tag as a 6-byte varint, then an unknown field 7 in the frame",
+        craft.padded_varint(0x0A, 6) + craft.varint(len(sha)) + sha + frames_field,
+        unknown,
+    )
+    done(
+        "done-sha256-length-6-bytes-then-unknown",
+        "done's content_sha256 length as a 6-byte varint, then an unknown field 7 in the frame",
+        b"\x0a" + craft.padded_varint(len(sha), 6) + sha + frames_field,
+        unknown,
+    )
+    text = texts[0].encode()
+    group.add(
+        "delta-text-length-11-bytes-then-unknown",
+        "content_delta's text length as an 11-byte varint, then an unknown field 7 in the frame",
+        "#wire-lp",
+        LP,
+        [
+            craft.lp(
+                craft.pb_frame(1, binding, 3, b"\x0a" + craft.padded_varint(len(text), 11) + text)
+                + unknown
+            ),
+            *encoded[1:],
+        ],
+        case=case,
+    )
+    reason = b"controlled_local_error"
+    group.add(
+        "error-reason-tag-11-bytes-then-unknown",
+        "an error terminal's reason tag as an 11-byte varint, then an unknown field 7",
+        "#wire-lp",
+        LP,
+        [
+            *body,
+            craft.lp(
+                craft.pb_frame(
+                    last,
+                    binding,
+                    5,
+                    craft.padded_varint(0x0A, 11) + craft.varint(len(reason)) + reason,
+                )
+                + unknown
+            ),
+        ],
+        case=case,
+    )

@@ -12,6 +12,7 @@ from conformance import craft
 from conformance.craft import LP, NDJSON, NDJSON_LAB, NDJSON_WIRES, WIRES
 from conformance.vectors import Group
 from shared.recording import BoundCase
+from shared.vectors import End
 
 #: Characters of each UTF-8 width, as they appear in the crafted answer.
 WIDE: Final = {2: "\u00e9", 3: "\u20ac", 4: "\U0001f600"}
@@ -268,4 +269,122 @@ def ndjson_group(case: BoundCase) -> Group:
             [encoded[0], b"", *rest],
             case=case,
         )
+        trailing_white_space(group, case, wire, encoded)
+        unfinished_long_line(group, case, wire, encoded)
     return group
+
+
+#: White space after the last line feed: JSON's, and two that only Unicode calls white space;
+#: U+FEFF, which some trims take away, is not white space at all.
+TRAILING: Final = {
+    "space": " ",
+    "cr": "\r",
+    "json-white-space": " \t\r ",
+    "nbsp": "\u00a0",
+    "ideographic-space": "\u3000",
+    "bom": "\ufeff",
+}
+
+
+def trailing_white_space(group: Group, case: BoundCase, wire: str, encoded: list[bytes]) -> None:
+    """Bytes after the last line feed that are only white space, then a clean end: an
+    unfinished frame, as any other bytes there."""
+    for name, text in TRAILING.items():
+        group.add(
+            f"done-then-{name}",
+            f"done, then {text!r} without a line feed, then a clean end",
+            "#wire-ndjson",
+            wire,
+            [*encoded, text.encode()],
+            case=case,
+        )
+    group.add(
+        "content-then-space",
+        "content frames, no terminal, then a space without a line feed, then a clean end",
+        "#wire-ndjson",
+        wire,
+        [*encoded[:-1], b" "],
+        case=case,
+    )
+    group.add(
+        "white-space-line",
+        "a line of a space and a tab first",
+        "#wire-ndjson",
+        wire,
+        [b" \t\n", *encoded],
+        case=case,
+    )
+
+
+def unfinished_long_line(group: Group, case: BoundCase, wire: str, encoded: list[bytes]) -> None:
+    """A line without its line feed yet, over a frame limit of 100 bytes: refused with the
+    chunk that takes it over, not when its line feed comes; the bytes of a 4-byte character
+    begun and not complete are not counted until it is."""
+    limit = 100
+    line = craft.line(craft.delta_object(case, 1, "ab" + WIDE[4] + "cd"))
+    rest = encoded[1:]
+    wide = line.index(WIDE[4].encode())
+
+    def add(name: str, description: str, chunks: list[bytes], size: int, end: End) -> None:
+        group.add(
+            name,
+            f"frame limit {size}: {description}",
+            "#wire-ndjson",
+            wire,
+            chunks,
+            case=case,
+            end=end,
+            limits={"max_frame_bytes": size},
+        )
+
+    over = line[: limit + 1]
+    add(
+        "unfinished-line-over-limit",
+        "101 bytes of a line, then a clean end",
+        [over],
+        limit,
+        End.EOF,
+    )
+    add(
+        "unfinished-line-over-limit-then-error",
+        "101 bytes of a line, then a broken transport",
+        [over],
+        limit,
+        End.TRANSPORT_ERROR,
+    )
+    add(
+        "unfinished-line-over-limit-then-rest",
+        "101 bytes of a line, then the rest of it and of the stream",
+        [over, line[limit + 1 :], *rest],
+        limit,
+        End.EOF,
+    )
+    add(
+        "unfinished-line-at-limit-then-error",
+        "100 bytes of a line, then a broken transport",
+        [line[:limit]],
+        limit,
+        End.TRANSPORT_ERROR,
+    )
+    for cut in (1, 2, 3):
+        add(
+            f"unfinished-line-at-limit-pending-{cut}-then-error",
+            f"a line's {wide} bytes and {cut} of a 4-byte character, then a broken transport",
+            [line[: wide + cut]],
+            wide,
+            End.TRANSPORT_ERROR,
+        )
+    add(
+        "unfinished-line-at-limit-pending-3-then-rest",
+        f"a line's {wide} bytes and 3 of a 4-byte character, then the rest of the stream",
+        [line[: wide + 3], line[wide + 3 :], *rest],
+        wide,
+        End.EOF,
+    )
+    add(
+        "unfinished-line-past-limit-pending-1-then-error",
+        f"a line's {wide} bytes and 1 of a 4-byte character, then a broken transport",
+        [line[: wide + 1]],
+        wide - 1,
+        End.TRANSPORT_ERROR,
+    )

@@ -39,7 +39,10 @@ class Outcome:
 
     @property
     def reason(self) -> str:
-        """The row of the table: the expected reason (``complete`` for none)."""
+        """The row of the table: the expected reason (``complete`` for none), or ``error
+        line`` for a line the core must answer with ``error`` (``conformance.line_checks``)."""
+        if "error" in self.vector.expected:
+            return "error line"
         return str(self.vector.expected["reason"] or "complete")
 
 

@@ -17,6 +17,13 @@ REPLY_KEYS = frozenset({"status", "answer", "source_ids"})
 REPLY_STATUSES = ("answered", "not_in_docs")
 
 
+def is_blank(text: str) -> bool:
+    """Every code point of ``text`` white space (the empty text included): the 29 code
+    points of docs/protocol.md#white-space, which are exactly what ``str.strip`` removes
+    (``str.isspace``), not JavaScript's ``\\s`` nor Unicode's ``White_Space``."""
+    return not text.strip()
+
+
 def validate_reply(
     content: str, binding: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -27,7 +34,7 @@ def validate_reply(
     if not isinstance(reply, dict) or set(reply) != REPLY_KEYS:
         raise ProtocolFailure(Reason.INVALID_ANSWER_SCHEMA, "reply keys")
     answer = reply["answer"]
-    if reply["status"] not in REPLY_STATUSES or not isinstance(answer, str) or not answer.strip():
+    if reply["status"] not in REPLY_STATUSES or not isinstance(answer, str) or is_blank(answer):
         raise ProtocolFailure(Reason.INVALID_ANSWER_SCHEMA, "status or answer")
     try:
         answer.encode("utf-8")

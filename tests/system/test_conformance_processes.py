@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from conformance.line_checks import line_checks
 from conformance.vectors import VECTORS_DIR, load_all
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.timeout(300)
 PYTHON = ".venv/bin/python"
 TESTEE = f"{PYTHON} -m conformance.testee"
 VECTORS = {vector.id: vector for vector in load_all()}
+#: The core mode's line checks (a limit below 1, answered with error) go with the vectors.
+LINE_CHECKS = line_checks(list(VECTORS.values()))
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -57,7 +60,8 @@ def test_make_conformance_runs_both_modes_against_both_consumers(built: None) ->
     python, typescript = python.split("conformance: the TypeScript consumer\n", 1)
     for out in (python, typescript):
         core, wire = totals(out, "core mode"), totals(out, "wire (smoke subset)")
-        assert int(core[0]) == len(VECTORS) and core[2] == "0" and wire[2] == "0"
+        assert int(core[0]) == len(VECTORS) + len(LINE_CHECKS) and core[2] == "0"
+        assert wire[2] == "0"
         assert int(wire[0]) >= 80
 
 
@@ -80,7 +84,8 @@ def test_every_mutant_fails_some_vector() -> None:
     rows = [line.split() for line in done.stdout.splitlines()[1:] if line.strip()]
     assert {row[0] for row in rows} >= {
         "sequence", "binding", "content-digest", "frame-count", "terminal", "clean-end",
-        "reply-schema", "citations", "limits",
+        "reply-schema", "citations", "limits", "duplicate-zero", "citation-first-row",
+        "blank-any-space", "detail-scrub", "detail-cut", "limits-below-one",
     }  # fmt: skip
     assert all(int(row[1]) > 0 for row in rows), done.stdout
 

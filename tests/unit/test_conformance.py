@@ -6,6 +6,7 @@ vector's request; the runner's comparison, template and table."""
 from __future__ import annotations
 
 import base64
+import fnmatch
 import io
 import json
 import re
@@ -15,8 +16,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from conformance.core_mode import answers_by_id
+from conformance.core_mode import testee_line as line_of
 from conformance.generate import rendered
 from conformance.groups import build_groups
+from conformance.line_checks import judged, line_checks
 from conformance.mutants import MUTANTS, applied, core_is_compiled
 from conformance.report import Outcome, Report, compare, from_result_document
 from conformance.testee import answer
@@ -28,11 +32,12 @@ from shared.digest import digest
 from shared.frames import frames_from_deltas
 from shared.pb import replywire_pb2 as pb
 from shared.reasons import Reason
-from shared.vectors import FORMAT, Mode, VectorError, load_vectors, parse_vector
+from shared.vectors import FORMAT, LIMIT_KEYS, Mode, VectorError, load_vectors, parse_vector
 from shared.wire.lp import encode_frame
 
 VECTORS = load_all()
 BY_ID = {vector.id: vector for vector in VECTORS}
+LINE_CHECKS = line_checks(VECTORS)
 WIRES = ("lp", "ndjson", "ndjson-lab")
 #: Every reason that the bytes of a stream (and how it ends) can cause in the core.
 WIRE_REASONS = {
@@ -192,7 +197,8 @@ def test_every_mutant_is_caught_in_process() -> None:
             failed = [
                 v.id for v in VECTORS if not compare(v, answer(json.dumps(v.to_object()))).passed
             ]
-        assert failed, f"mutant {name} passed every vector"
+            failed += [c.id for c in LINE_CHECKS if not judged(c, answer(line_of(c))).passed]
+        assert failed, f"mutant {name} passed every vector and line check"
     vector = BY_ID["frames.swapped-2-3.lp"]
     assert compare(vector, answer(json.dumps(vector.to_object()))).passed
 
@@ -319,3 +325,68 @@ def test_chunks_are_base64_of_the_exact_bytes() -> None:
     vector = BY_ID["lp.header-flag-1.lp"]
     assert vector.to_object()["chunks"][0] == base64.b64encode(vector.chunks[0]).decode()
     assert vector.chunks[0][0] == 1
+
+
+# --- the bindings, the line checks, and the rules only a one-rule mutant shows ---------------
+
+BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "binding.schema.json"
+
+
+def test_every_vectors_binding_is_valid_under_the_binding_schema() -> None:
+    """docs/protocol.md#binding: exactly six keys, each row of the context its four strings;
+    the canonical group's corners ride inside corpus_identity, which the schema leaves open."""
+    validator = jsonschema.Draft202012Validator(json.loads(BINDING_SCHEMA.read_text()))
+    invalid = [vector.id for vector in VECTORS if not validator.is_valid(vector.binding)]
+    assert not invalid
+    corners = [v for v in VECTORS if v.id.startswith("canonical.") and "digest" not in v.id]
+    assert corners
+    assert all("conformance_corner" in v.binding["corpus_identity"] for v in corners)
+
+
+def test_every_limit_below_one_is_a_line_check_the_testee_answers_with_an_error() -> None:
+    names = {next(iter(check.limits or {})) for check in LINE_CHECKS}
+    assert names == set(LIMIT_KEYS)
+    assert {value for check in LINE_CHECKS for value in (check.limits or {}).values()} == {0, -1}
+    for check in LINE_CHECKS:
+        got = answer(line_of(check))
+        assert set(got) == {"id", "error"}, check.id
+        assert judged(check, got).passed
+    assert not judged(LINE_CHECKS[0], {"id": LINE_CHECKS[0].id, "status": "complete"}).passed
+
+
+def test_the_runner_reads_an_answer_holding_line_separators_raw() -> None:
+    """An answer may hold U+0085, U+2028 or U+2029 raw: only a line feed ends a line."""
+    text = '{"id": "a", "provisional_content": "x\x85y\u2028z"}\n{"id": "b"}\n'
+    assert set(answers_by_id(text)) == {"a", "b"}
+
+
+#: Each rule's mutant (conformance/mutants.py) and the vectors made for that rule.
+RULE_VECTORS = {
+    "duplicate-zero": "frames.duplicate-policy-sequence-0-*",
+    "citation-first-row": "reply.repeated-source-id-*",
+    "blank-any-space": "reply.answer-[bn]*-*",
+    "detail-scrub": "frames.*-detail-*",
+    "detail-cut": "frames.*-detail-scrubbed-*",
+}
+
+
+@pytest.mark.skipif(
+    core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
+)
+@pytest.mark.parametrize(("mutant", "pattern"), sorted(RULE_VECTORS.items()))
+def test_a_rules_mutant_fails_that_rules_own_vectors_on_every_wire(
+    mutant: str, pattern: str
+) -> None:
+    chosen = [vector for vector in VECTORS if fnmatch.fnmatchcase(vector.id, pattern)]
+    with applied(mutant):
+        failed = [v for v in chosen if not compare(v, answer(json.dumps(v.to_object()))).passed]
+    assert {vector.wire for vector in failed} == set(WIRES)
+
+
+@pytest.mark.skipif(
+    core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
+)
+def test_the_limits_below_one_mutant_fails_every_line_check() -> None:
+    with applied("limits-below-one"):
+        answers = [answer(line_of(check)) for check in LINE_CHECKS]
+    assert not any(judged(c, got).passed for c, got in zip(LINE_CHECKS, answers, strict=True))
