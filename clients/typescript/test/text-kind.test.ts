@@ -1,19 +1,27 @@
 /**
  * A text reply (docs/protocol.md#text-reply), as tests/unit/test_text_kind.py has it: the
  * text itself, the empty text included, with every frame rule of a grounded reply and
- * nothing to validate after them; the kind from the binding (src/kinds.ts). The expected documents are the Python core's (test/fixtures/
+ * nothing to validate after them; the kind from the binding (src/kinds.ts), and the
+ * OpenRequest's `kind`. The expected documents are the Python core's (test/fixtures/
  * text_kind.json), compared key for key and in order.
  */
 
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { resolve } from "node:path";
 import { test } from "node:test";
+import * as protoLoader from "@grpc/proto-loader";
 import { ReplyConsumer } from "../src/core";
 import { sha256Hex } from "../src/digest";
-import { type JsonObject, type JsonValue, LENIENT, parseJson } from "../src/json";
+import { isObject, type JsonObject, type JsonValue, LENIENT, parseJson } from "../src/json";
 import { kindOf } from "../src/kinds";
 import { ProtocolFailure } from "../src/reasons";
 import { BindingError } from "../src/reply";
+import { openRequest } from "../src/request";
 import { resultDocument, type StreamResult } from "../src/result";
+import { defaultProtoPath } from "../src/service";
 import { answer } from "../src/testee";
 import type { WireFormat } from "../src/wire/base";
 import { LengthPrefixedDecoder, parseFrame } from "../src/wire/lp";
@@ -182,3 +190,39 @@ function groundedChunks(binding: Record<string, unknown>, reply: string): string
   };
   return [delta, done].map((frame) => Buffer.from(`${JSON.stringify(frame)}\n`).toString("base64"));
 }
+
+test("the OpenRequest names the binding's kind: 1 for text, nothing (0) for grounded", () => {
+  // Loaded without defaults and with enums as numbers: what the bytes carry, by the .proto.
+  const definition = protoLoader.loadSync(defaultProtoPath(), { keepCase: true, longs: String });
+  const open = (definition["replywire.v1.ReplyStream"] as protoLoader.ServiceDefinition).Open;
+  assert.ok(open);
+  const sent = (binding: JsonObject): Record<string, unknown> => {
+    const message = openRequest({
+      caseId: "c", binding, wire: "lp", plan: { mode: "frame" }, fault: null, streamId: "s", chunkIntervalMs: 0,
+    });
+    return open.requestDeserialize(open.requestSerialize(message)) as Record<string, unknown>;
+  };
+  assert.equal(sent(BINDING).kind, 1);
+  const grounded = json(fixture<unknown>("bindings/replace-file.json"));
+  assert.ok(isObject(grounded));
+  assert.equal(sent(grounded).kind, undefined);
+  assert.throws(() => sent(new Map([["kind", "chat"]])), BindingError);
+});
+
+test("the CLI refuses a binding of no kind as a usage error (exit 2), before any connection", () => {
+  const folder = mkdtempSync(resolve(tmpdir(), "text-kind-"));
+  const path = resolve(folder, "chat.json");
+  let run;
+  try {
+    writeFileSync(path, JSON.stringify({ ...TEXT.binding, kind: "chat" }));
+    run = spawnSync(
+      process.execPath,
+      [resolve(__dirname, "../src/cli.js"), "stream", "--binding", path, "--case", "x", "--target", "127.0.0.1:1"],
+      { encoding: "utf8", timeout: 30_000 },
+    );
+  } finally {
+    rmSync(folder, { recursive: true, force: true });
+  }
+  assert.equal(run.status, 2, run.stderr);
+  assert.equal(run.stderr, "consumer: the binding's kind is no reply kind: \"chat\"\n");
+});
