@@ -329,7 +329,7 @@ def test_chunks_are_base64_of_the_exact_bytes() -> None:
 
 # --- the bindings, the line checks, and the rules only a one-rule mutant shows ---------------
 
-TEXT_BINDING_SCHEMA = ROOT / "protos" / "schemas" / "text-binding.schema.json"
+TEXT_BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "text-binding.schema.json"
 BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "binding.schema.json"
 
 
