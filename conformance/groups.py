@@ -10,6 +10,7 @@ from typing import Final
 
 from conformance import craft, crafted
 from conformance.craft import WIRES
+from conformance.text_replies import text_group
 from conformance.vectors import ROOT, Group, core_result
 from shared.errors import RequestRefused
 from shared.faults import (
@@ -37,6 +38,7 @@ GROUPS: Final = {
     "frames": "sequence, binding, terminals, duplicates and how the input ends",
     "reply": "the reply schema, its citations, and the rules' precedence",
     "canonical": "bindings whose canonical JSON has every corner: key order, escapes, numbers",
+    "text": "text replies: every shape of text, the chunkings, the faults, claims that differ",
 }
 
 PLANS: Final = {
@@ -267,5 +269,6 @@ def build_groups(recording_path: Path = RECORDING_PATH) -> dict[str, list[Vector
         "faults": faults_group(recording),
         "limits": limits_group(recording),
         **crafted.crafted_groups(recording),
+        "text": text_group(),
     }
     return {name: made[name].vectors for name in GROUPS}

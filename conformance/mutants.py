@@ -20,6 +20,7 @@ from shared.consumer_limits import Limits
 from shared.errors import CUT_MARK, MAX_DETAIL_CHARS, ProtocolFailure
 from shared.frame_checks import FrameChecks
 from shared.frames import DoneDigest, Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.reply import validate_reply
 from shared.wire import NEED_DATA, NeedData, WireFormat, codec_for
@@ -131,6 +132,11 @@ def _lenient(*forgiven: Reason) -> Callable[..., tuple[dict[str, Any], list[dict
 
 def _any_terminal_reason(reason: object, limits: Limits) -> None:
     """A cancel or error terminal's reason is not checked."""
+
+
+def _every_reply_grounded(binding: Mapping[str, Any]) -> ReplyKind:
+    """The binding's kind is not read: every reply is validated as a grounded answer."""
+    return ReplyKind.GROUNDED
 
 
 # --- an lp header's flag: judged when its fifth byte is in, not sooner, not later ----------
@@ -438,6 +444,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "detail-scrub": ((consumer_core, "scrubbed_detail", _scrub_backslash),),
     "detail-cut": ((consumer_core, "scrubbed_detail", _cut_inside_escape),),
     "limits-below-one": ((Limits, "__post_init__", _below_one_unbounded),),
+    "reply-kind": ((consumer_core, "kind_of", _every_reply_grounded),),
 }
 
 

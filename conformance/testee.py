@@ -32,6 +32,7 @@ from conformance.mutants import MUTANTS, applied, core_is_compiled
 from native import PURE_ENV
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
+from shared.errors import ConfigurationError
 from shared.faults import Ending, Transmission
 from shared.replay import consume
 from shared.vectors import LIMIT_KEYS, WIRES
@@ -96,7 +97,7 @@ def answer(line: str) -> dict[str, Any]:
         result = consume(consumer, transmission)
     except BadInput as error:
         return {"id": vector_id, "error": str(error)}
-    except (KeyError, TypeError) as error:  # a binding the core cannot validate against
+    except (KeyError, TypeError, ConfigurationError) as error:  # a binding it cannot use
         return {"id": vector_id, "error": f"the binding cannot be used: {error!r}"[:200]}
     except Exception as error:  # a fault of the core (or a mutant's): this vector fails
         return {"id": vector_id, "error": f"the core failed: {error!r}"[:200]}

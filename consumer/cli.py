@@ -42,11 +42,13 @@ from shared.consumer_limits import Limits
 from shared.digest import bounded_json
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
+from shared.kinds import ReplyKind, kind_of
 from shared.questions import build_question_binding, parse_passages
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
+from shared.texts import MAX_ECHO_CHARS, build_text_binding
 from shared.wire import WireFormat
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
@@ -99,6 +101,9 @@ def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
     """The case id and binding to send: the recording's, a new question's, or (to test
     refusals) a file's."""
     recording = load_recording_or_explain(args.recording)
+    asked = text_binding(args)
+    if asked is not None:
+        return asked
     if (args.question is None) != (args.context is None):
         raise ConfigurationError("--question and --context go together")
     if args.question is not None:
@@ -115,14 +120,47 @@ def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
     if args.case is None:
         raise ConfigurationError("--case or --question is required")
     if args.binding is not None:
-        try:
-            text = args.binding.read_text(encoding="utf-8")
-            return args.case, bounded_json(
-                text, max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH
-            )
-        except (OSError, ValueError) as error:
-            raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
+        return args.case, binding_file(args)
     return args.case, recording.case(args.case).binding
+
+
+def binding_file(args: argparse.Namespace) -> Any:
+    """``--binding FILE``: its JSON, bounded, of the kind ``--kind`` asks for."""
+    try:
+        text = args.binding.read_text(encoding="utf-8")
+        binding = bounded_json(text, max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH)
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
+    named = kind_of(binding) if isinstance(binding, dict) else ReplyKind.GROUNDED
+    if named.value != getattr(args, "kind", ReplyKind.GROUNDED.value):
+        raise ConfigurationError(f"the binding asks for a {named} reply: --kind {named}")
+    return binding
+
+
+def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
+    """``--kind text --text T``: the development source's text binding for T (None when
+    the flags ask for no text reply; a binding file of either kind is read by the caller)."""
+    kind = getattr(args, "kind", ReplyKind.GROUNDED.value)
+    text = getattr(args, "text", None)
+    if kind != ReplyKind.TEXT.value:
+        if text is not None:
+            raise ConfigurationError("--text asks for a text reply: add --kind text")
+        return None
+    if args.question is not None:
+        raise ConfigurationError("--question asks for a grounded reply: drop --kind text")
+    if text is None:
+        if args.binding is None:
+            raise ConfigurationError("--kind text needs --text (or --case with --binding)")
+        return None
+    if args.case is not None or args.binding is not None:
+        raise ConfigurationError("--text binds its own case: drop --case and --binding")
+    if len(text) > MAX_ECHO_CHARS:
+        raise ConfigurationError(f"--text is over {MAX_ECHO_CHARS:,} code points")
+    try:
+        binding = build_text_binding(text)
+    except ValueError as error:  # a lone surrogate (bytes that are not UTF-8 in argv)
+        raise ConfigurationError(f"--text is not text: {error}") from error
+    return binding["case_id"], binding
 
 
 def request_from(args: argparse.Namespace, case_id: str, binding: Any) -> ReplyRequest:

@@ -105,6 +105,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.PROVIDER_INVALID_EVENT: "The model provider sent a malformed event.",
     R.PROVIDER_CONNECTION_LOST: "The connection to the model provider broke mid-reply.",
     R.PROVIDER_EVENT_AFTER_FINISH: "The model provider kept sending after it had finished.",
+    R.KIND_UNSUPPORTED: "This producer's source serves no reply of the kind asked for (text "
+    "replies come from the development text source of the producer `make run-producer` starts).",
     R.PROVIDER_PART_UNSUPPORTED: "The model's turn held a part this reply cannot carry (a "
     "function call, an image, code or a thought); the text before it is kept, unaccepted.",
     R.BUDGET_EXHAUSTED: "The call could cost more than the remaining budget allows.",

@@ -31,6 +31,7 @@ from shared.errors import RequestRefused
 from shared.faults import DEFAULT_STALL_MS, DEFAULT_TARGET_FRAME, DEFAULT_TRUNCATE_BYTES, FaultKind
 from shared.recording import DEVELOPMENT_CASES
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH
+from shared.texts import MAX_ECHO_CHARS
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -168,6 +169,14 @@ FLAGS: Final = FlagTable((
              "the live view: the provisional text and a status line while it streams, then "
              "the verdict in words; with it the result document goes only to `--result FILE`",
              action="toggle", shown="on when stdout is a terminal"),
+        Flag("--kind",
+             "the kind of reply to ask for ([reply kinds](protocol.md#kinds)): `grounded` "
+             "(an answer citing the bound passages) or `text` (free text, with `--text`)",
+             choices=("grounded", "text"), default="grounded"),
+        Flag("--text",
+             "with `--kind text`: the text the development source streams back, in deltas of "
+             f"six code points (the empty text too; at most {MAX_ECHO_CHARS:,} code points); "
+             "replaces `--case`"),
         Flag("--question",
              "ask your own question (gemini source), with `--context`; replaces `--case`"),
         Flag("--context",

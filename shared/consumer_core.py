@@ -56,6 +56,7 @@ from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.frame_checks import FrameChecks, check_terminal_reason
 from shared.frames import Frame, FrameKind
 from shared.fsm import Machine, MachineSpec
+from shared.kinds import ReplyKind, kind_of
 from shared.reasons import Reason, registered
 from shared.reply import validate_reply
 from shared.result import (
@@ -65,6 +66,7 @@ from shared.result import (
     Stats,
     StreamResult,
     TerminalReceived,
+    TextValidated,
     TransportFailed,
 )
 from shared.status import Status
@@ -203,6 +205,8 @@ class ReplyConsumer:
         """``binding_sha256``: ``digest(binding)`` when the caller has it already (the
         SHA-256 of the canonical JSON it sent, ``shared.digest.canonical_digest``)."""
         self.binding = binding
+        #: What the reply must be (``shared.kinds``): from the binding, which names it.
+        self.kind = kind_of(binding)
         self.binding_sha256 = binding_sha256 or digest(binding)
         self.wire = wire
         self.limits = limits or Limits()
@@ -410,6 +414,14 @@ class ReplyConsumer:
             self._transition(_END_AFTER[kind], _UNREGISTERED[kind].value, scrubbed_detail(text))
 
     def _validate(self) -> None:
+        if self.kind is ReplyKind.TEXT:
+            # Each delta was checked as it came (non-empty, no lone surrogate): the text,
+            # the empty text included, is the reply.
+            text = self.content.text
+            self._accepted = {"text": text}
+            self._events.append(TextValidated(len(text)))
+            self._transition(In.REPLY_ACCEPTED)
+            return
         try:
             accepted, citations = validate_reply(self.content.text, self.binding)
         except ProtocolFailure as failure:
@@ -466,4 +478,6 @@ class ReplyConsumer:
             integrity=self.wire.integrity.value,
             detail=self.verdict.detail,
             transport=self.transport,
+            kind=None if self.kind is ReplyKind.GROUNDED else self.kind.value,
+            first_output=None if self.kind is ReplyKind.GROUNDED else self.content.frames > 0,
         )

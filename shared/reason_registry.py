@@ -136,6 +136,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.RECORDED_CONTEXT_MISMATCH: _info(
         _R, "FAILED_PRECONDITION", "the supplied context differs from the selected context"
     ),
+    Reason.KIND_UNSUPPORTED: _info(
+        _R, "FAILED_PRECONDITION", "the producer's source serves no reply of the request's kind"
+    ),
     Reason.REQUEST_BINDING_MISMATCH: _info(
         _R, "FAILED_PRECONDITION", "the request's binding differs from the recording's"
     ),

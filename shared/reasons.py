@@ -29,6 +29,7 @@ class Reason(StrEnum):
     RECORDED_REQUEST_MISMATCH = "recorded_request_mismatch"
     RECORDED_CONTEXT_MISMATCH = "recorded_context_mismatch"
     REQUEST_BINDING_MISMATCH = "request_binding_mismatch"
+    KIND_UNSUPPORTED = "kind_unsupported"
     INVALID_LOCAL_TERMINAL = "invalid_local_terminal"
     # --- producer request checks (ours) ----------------------------------
     INVALID_REQUEST = "invalid_request"

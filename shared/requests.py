@@ -15,6 +15,7 @@ from shared.consumer_limits import Limits
 from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
 from shared.errors import ConfigurationError, RequestRefused
 from shared.faults import Fault, FaultKind
+from shared.kinds import ReplyKind, kind_of
 from shared.pb import replywire_pb2 as pb
 from shared.reasons import Reason
 from shared.recording import Recording
@@ -45,6 +46,12 @@ _WIRES: Final = {
     pb.NDJSON: WireFormat.NDJSON,
     pb.NDJSON_LAB: WireFormat.NDJSON_LAB,
 }
+_KINDS: Final = {
+    pb.REPLY_KIND_GROUNDED: ReplyKind.GROUNDED,
+    pb.REPLY_KIND_TEXT: ReplyKind.TEXT,
+}
+#: A kind as the request names it.
+KIND_CODES: Final = {kind: code for code, kind in _KINDS.items()}
 FAULT_KINDS: Final = {
     pb.CANCEL: FaultKind.CANCEL,
     pb.ERROR: FaultKind.ERROR,
@@ -73,6 +80,8 @@ class CheckedRequest:
     #: The last frame the consumer has (0: none; a resume otherwise).
     resume_after: int
     wire: WireFormat
+    #: The kind of reply asked for (the binding's kind is the source's to compare).
+    kind: ReplyKind
     plan: ChunkPlan
     fault: Fault | None
     interval_s: float
@@ -99,6 +108,10 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
     binding's value, the fault's parameters against the reply) is the source's, after."""
     if request.wire_format not in _WIRES:
         raise RequestRefused(Reason.INVALID_REQUEST, f"wire format {request.wire_format}")
+    if request.kind not in _KINDS:
+        raise RequestRefused(Reason.INVALID_REQUEST, f"reply kind {request.kind}")
+    if request.kind != pb.REPLY_KIND_GROUNDED and request.wire_format == pb.NDJSON_LAB:
+        raise RequestRefused(Reason.INVALID_REQUEST, "the lab's wire carries grounded replies")
     if request.whole_body and request.chunk_sizes:
         raise RequestRefused(Reason.INVALID_REQUEST, "whole_body with chunk_sizes")
     plan = _plan(request.whole_body, tuple(request.chunk_sizes))
@@ -126,6 +139,7 @@ def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequ
         case_id=request.case_id,
         resume_after=request.resume_after,
         wire=_WIRES[request.wire_format],
+        kind=_KINDS[request.kind],
         plan=plan,
         fault=fault,
         interval_s=request.chunk_interval_ms / 1000,
@@ -219,6 +233,9 @@ class ReplyRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.wire, WireFormat) or not isinstance(self.plan, ChunkPlan):
             raise ConfigurationError(f"wire {self.wire!r} / chunks {self.plan!r}")
+        kind = kind_of(self.binding)
+        if kind is not ReplyKind.GROUNDED and self.wire is WireFormat.NDJSON_LAB:
+            raise ConfigurationError(f"the lab's wire carries grounded replies, not {kind}")
         if type(self.chunk_interval_ms) is not int or self.chunk_interval_ms < 0:
             raise ConfigurationError(f"chunk interval must be >= 0 ms: {self.chunk_interval_ms}")
 
@@ -234,6 +251,7 @@ class ReplyRequest:
             case_id=self.case_id,
             binding_json=canonical_json(self.binding),
             wire_format=WIRE_CODES[self.wire],
+            kind=KIND_CODES[kind_of(self.binding)],
             stream_id=self.stream_id,
             chunk_interval_ms=self.chunk_interval_ms,
             whole_body=self.plan.mode is ChunkMode.WHOLE,

@@ -117,6 +117,17 @@ class AnswerValidated:
 
 
 @dataclass(frozen=True, slots=True)
+class TextValidated:
+    """A text reply was accepted: ``characters`` is its length in code points."""
+
+    KIND: ClassVar[str] = "validated_text"
+    characters: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "characters": self.characters}
+
+
+@dataclass(frozen=True, slots=True)
 class DuplicateDropped:
     """Under the duplicate policy, an exact replay of an applied frame was dropped."""
 
@@ -153,6 +164,7 @@ Event = (
     ContentReceived
     | TerminalReceived
     | AnswerValidated
+    | TextValidated
     | DuplicateDropped
     | TransportFailed
     | ConsumerAborted
@@ -225,6 +237,9 @@ class StreamResult:
     transport: Mapping[str, Any] | None = None
     stream_id: str | None = None
     flow: Flow | None = None
+    #: A reply of a kind other than grounded: the kind, and whether any content came.
+    kind: str | None = None
+    first_output: bool | None = None
 
     def __post_init__(self) -> None:
         # Whoever made it, the detail is fit to show (idempotent: scrubbed text stays).
@@ -279,6 +294,8 @@ class StreamResult:
             "transport": self.transport,
             "stream_id": self.stream_id,
             "flow": self.flow.to_dict() if self.flow is not None else None,
+            "kind": self.kind,
+            "first_output": self.first_output,
         }
         document.update((key, value) for key, value in optional.items() if value is not None)
         return document

@@ -8,6 +8,7 @@ canonical bytes, its wire, no fault, no resume); anything else is refused with a
 reason, so a consumer that sends another request is never served a verdict for it:
 
 * an unknown stream id, another wire, or a malformed request: ``invalid_request``;
+* another reply kind than the vector's binding names: ``kind_unsupported``;
 * another case id or other binding bytes: ``request_binding_mismatch``;
 * a fault: ``faults_not_allowed``; a resume: ``resume_unavailable``.
 
@@ -36,10 +37,11 @@ from producer.edge.server import server_options
 from producer.files import write_atomically
 from runtime.logs import flush_trace
 from shared.errors import ConfigurationError, RequestRefused
+from shared.kinds import kind_of
 from shared.pb import replywire_pb2 as pb
 from shared.reason_registry import REASONS
 from shared.reasons import Reason
-from shared.requests import WIRE_CODES, check_envelope
+from shared.requests import KIND_CODES, WIRE_CODES, check_envelope
 from shared.vectors import End, Vector, VectorError, load_vectors
 from shared.wire import WireFormat
 
@@ -79,6 +81,8 @@ def refusal(request: pb.OpenRequest | MalformedRequest, vector: Vector | None) -
         return Reason.RESUME_UNAVAILABLE
     if _WIRES.get(request.wire_format) != vector.wire:
         return Reason.INVALID_REQUEST
+    if request.kind != KIND_CODES[kind_of(vector.binding)]:
+        return Reason.KIND_UNSUPPORTED
     if request.case_id != vector.case_id or request.binding_json != vector.binding_bytes:
         return Reason.REQUEST_BINDING_MISMATCH
     return None

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from producer.replylog.interface import Entry
+from shared.errors import RequestRefused
 from shared.frames import Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.requests import CheckedRequest
 
@@ -75,3 +77,10 @@ class Source(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def check_kind(checked: CheckedRequest, served: frozenset[ReplyKind]) -> None:
+    """A request for a kind of reply the source does not serve is refused before its case
+    is looked at: ``kind_unsupported``."""
+    if checked.kind not in served:
+        raise RequestRefused(Reason.KIND_UNSUPPORTED, checked.kind.value)

@@ -1,4 +1,6 @@
-"""The hashed recording as a source: development cases only, faults when allowed.
+"""The hashed recording as a source: development cases only, faults when allowed; and the
+development text source (``shared.texts``): a text binding's own text, echoed in deltas of
+six code points, with the same faults.
 
 A fault-free stream of a case is the same every time: its transmission (frames, their
 wire bytes, the chunks) is kept per (case, wire, chunking), a bounded number of them.
@@ -14,18 +16,25 @@ from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from producer.replylog.interface import Entry, log_entries
-from producer.sources import Stall
+from producer.sources import Stall, check_kind
 from shared.digest import canonical_json, within_depth
+from shared.errors import RequestRefused
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
 from shared.frames import Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
+from shared.texts import check_text_binding, is_text_case, text_deltas
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
 #: Fault-free transmissions kept (cases x wires x chunkings; the oldest goes first).
 MAX_KEPT_TRANSMISSIONS: Final = 256
+
+
+#: The kinds of reply this source serves.
+SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT})
 
 
 class RecordingPlan:
@@ -117,7 +126,7 @@ class RecordingSource:
             wire=checked.wire,
             plan=checked.plan,
             fault=checked.fault,
-            foreign_binding_sha256=self.recording.foreign_binding_sha256(case.case_id),
+            foreign_binding_sha256=self._foreign(case),
         )
         if checked.fault is not None:
             return transmission, None
@@ -127,14 +136,39 @@ class RecordingSource:
             self._kept.popitem(last=False)
         return transmission, entries
 
+    def case_of(self, checked: CheckedRequest) -> BoundCase:
+        """The case a request asks for: a recorded case, or the development text source's
+        (the text binding's own text); refused with the reason of the first check that fails."""
+        check_kind(checked, SERVED)
+        if checked.kind is ReplyKind.GROUNDED:
+            return self.bound_case(checked.case_id, checked.binding_json)
+        if not is_text_case(checked.case_id):
+            raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
+        binding, text = check_text_binding(parse_binding(checked.binding_json), checked.case_id)
+        return BoundCase(
+            case_id=checked.case_id,
+            binding=binding,
+            binding_sha256=checked.binding_sha256,
+            request_sha256=binding["request_sha256"],
+            content=text,
+            provider_events=text_deltas(text),
+        )
+
     def verify(self, checked: CheckedRequest) -> None:
-        self.bound_case(checked.case_id, checked.binding_json)
+        self.case_of(checked)
 
     async def prepare(self, checked: CheckedRequest, *, identity: str) -> RecordingPlan:
         del identity  # a recorded reply costs nothing
-        case = self.bound_case(checked.case_id, checked.binding_json)
+        case = self.case_of(checked)
         transmission, entries = self._transmission(case, checked)
         return RecordingPlan(transmission, checked, entries)
 
     async def aclose(self) -> None:
         return None
+
+    def _foreign(self, case: BoundCase) -> str:
+        """Another binding's hash, for the foreign-binding fault: another recorded case's,
+        or, for a text, the first recorded case's."""
+        if is_text_case(case.case_id):
+            return self.recording.case(self.recording.case_ids[0]).binding_sha256
+        return self.recording.foreign_binding_sha256(case.case_id)

@@ -10,6 +10,7 @@ import io
 import pytest
 
 from consumer import cli as consumer_cli
+from consumer.flags import build_parser
 from harness.demo import demo_runs
 from runtime.recording_file import load_recording
 from shared.errors import ConfigurationError
@@ -48,3 +49,31 @@ def test_a_value_error_while_streaming_is_not_a_usage_error(
     argv = ["stream", "--case", "replace-file", "--log-level", "critical"]
     with pytest.raises(ValueError, match="a bug while streaming"):
         consumer_cli.main(argv, io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--text", "hi"],  # a text without --kind text
+        ["--kind", "text"],  # --kind text without a text
+        ["--kind", "text", "--text", "hi", "--case", "replace-file"],
+        ["--kind", "text", "--text", "hi", "--wire", "ndjson-lab"],
+        ["--kind", "text", "--text", "x" * 16_385],
+        ["--kind", "grounded", "--case", "replace-file", "--text", "hi"],
+    ],
+)
+def test_a_text_request_is_checked_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    def no_stream(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing runs when the flags are wrong")
+
+    monkeypatch.setattr(consumer_cli, "stream_once", no_stream)
+    assert consumer_cli.main(["stream", *flags, "--log-level", "critical"], io.StringIO()) == 2
+
+
+def test_kind_text_binds_its_own_case() -> None:
+    args = build_parser().parse_args(["stream", "--kind", "text", "--text", ""])
+    case_id, binding = consumer_cli.load_binding(args)
+    assert case_id == binding["case_id"] and case_id.startswith("text-")
+    assert binding["messages"] == [["human", ""]]

@@ -1,9 +1,10 @@
-"""The JSON Schemas of protos/schemas/ (docs/protocol.md#binding, #reply-schema,
-#result-document) hold for real documents and refuse crafted bad ones.
+"""The JSON Schemas of protos/schemas/ (docs/protocol.md#binding, #text-binding,
+#reply-schema, #result-document) hold for real documents and refuse crafted bad ones.
 
-Real documents: the recording's bindings, a question binding, the development cases'
-replies, and result documents the Python code makes in one process (every development case
-and every fault, on every wire; a refusal; a stream over the duplicate policy)."""
+Real documents: the recording's bindings, a question binding, a text binding, the
+development cases' replies, and result documents the Python code makes in one process
+(every development case and every fault, on every wire; a refusal; a stream over the
+duplicate policy; text replies, the empty one included, and broken ones)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from shared.errors import RequestRefused
+from shared.consumer_core import ReplyConsumer
+from shared.digest import digest
+from shared.errors import ProtocolFailure, RequestRefused
 from shared.faults import Fault, FaultKind
+from shared.frames import FrameKind, frames_from_deltas
 from shared.questions import build_question_binding
 from shared.reason_registry import REASONS
 from shared.reasons import Reason
@@ -25,7 +29,7 @@ from shared.replay import replay
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
 from shared.status import Status
-from shared.wire import WireFormat
+from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +43,12 @@ def load(name: str) -> dict[str, Any]:
 
 REGISTRY: Registry[Any] = Registry().with_resources(
     (load(name)["$id"], Resource.from_contents(load(name)))
-    for name in ("binding.schema.json", "reply.schema.json", "result.schema.json")
+    for name in (
+        "binding.schema.json",
+        "text-binding.schema.json",
+        "reply.schema.json",
+        "result.schema.json",
+    )
 )
 
 
@@ -47,8 +56,9 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load(name), registry=REGISTRY)
 
 
-BINDING, REPLY, RESULT = (
+BINDING, TEXT_BINDING, REPLY, RESULT = (
     validator("binding.schema.json"),
+    validator("text-binding.schema.json"),
     validator("reply.schema.json"),
     validator("result.schema.json"),
 )
@@ -102,6 +112,55 @@ def test_bad_bindings_are_refused(recording: Recording, change: Any) -> None:
     binding = json.loads(json.dumps(recording.case("replace-file").binding))
     change(binding)
     assert not BINDING.is_valid(binding)
+
+
+MESSAGES = [["system", "Be brief."], ["human", "Say something."]]
+TEXT: dict[str, Any] = {
+    "kind": "text",
+    "case_id": "text-0123456789abcdef",
+    "request_sha256": digest(MESSAGES),
+    "messages": MESSAGES,
+}
+
+
+def test_a_text_binding_is_valid_and_not_a_grounded_one() -> None:
+    TEXT_BINDING.validate(TEXT)
+    assert not BINDING.is_valid(TEXT)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: b.pop("kind"),
+        lambda b: b.update(kind="grounded"),
+        lambda b: b.update(extra=1),
+        lambda b: b.update(request_sha256=b["request_sha256"].upper()),
+        lambda b: b.update(case_id=""),
+        lambda b: b.update(case_id="x" * 129),
+        lambda b: b.update(messages=[]),
+        lambda b: b.update(messages=[["human", "x"]] * 65),
+        lambda b: b.update(messages=[["model", "x"]]),
+        lambda b: b.update(messages=[["human"]]),
+        lambda b: b.update(messages=[["human", 1]]),
+    ],
+    ids=[
+        "no kind",
+        "grounded kind",
+        "extra key",
+        "upper-case digest",
+        "empty case id",
+        "case id over 128",
+        "no message",
+        "65 messages",
+        "unknown role",
+        "message without text",
+        "text not a string",
+    ],
+)
+def test_bad_text_bindings_are_refused(change: Any) -> None:
+    binding = json.loads(json.dumps(TEXT))
+    change(binding)
+    assert not TEXT_BINDING.is_valid(binding)
 
 
 # --- replies ---------------------------------------------------------------------------
@@ -200,6 +259,95 @@ def test_real_result_documents_are_valid(recording: Recording) -> None:
     }
     for document in documents:
         RESULT.validate(json.loads(json.dumps(document)))
+
+
+def text_results() -> list[dict[str, Any]]:
+    """Result documents of text replies, made by the Python core on every wire: accepted
+    texts (the empty one included), a gap, no terminal, a cancel and a broken transport."""
+    sha = digest(TEXT)
+    replies = [frames_from_deltas(sha, []), frames_from_deltas(sha, ["x \U0001f600"])]
+    frames = frames_from_deltas(sha, ["abc", "def", "ghi"])
+    cancel = frames_from_deltas(sha, ["half"], FrameKind.CANCEL, "controlled_local_cancel")
+    documents = []
+    for wire in WireFormat:
+        codec = codec_for(wire)
+        for sent, clean in (
+            *((reply, True) for reply in replies),
+            ([frames[0], *frames[2:]], True),
+            (frames[:-1], True),
+            (cancel, True),
+            (frames, False),
+        ):
+            consumer = ReplyConsumer(TEXT, wire=wire)
+            try:
+                for frame in sent:
+                    consumer.receive_data(codec.encode_frame(frame))
+            except ProtocolFailure:
+                documents.append(consumer.result().to_dict())
+                continue
+            ended = consumer.end_of_stream() if clean else consumer.transport_error()
+            documents.append(ended.to_dict())
+    return documents
+
+
+def test_text_result_documents_are_valid() -> None:
+    documents = text_results()
+    statuses = {document["status"] for document in documents}
+    assert statuses == {"complete", "invalid", "incomplete", "cancelled", "error"}
+    assert {document["first_output"] for document in documents} == {True, False}
+    for document in documents:
+        assert document["kind"] == "text"
+        RESULT.validate(json.loads(json.dumps(document)))
+
+
+def text_complete() -> dict[str, Any]:
+    """The empty text, accepted on the length-prefixed wire."""
+    document = text_results()[0]
+    assert (document["wire_format"], document["accepted_answer"]) == ("lp", {"text": ""})
+    return document
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.update(kind="chat"),
+        lambda d: d.pop("first_output"),
+        lambda d: d.pop("kind"),
+        lambda d: d.update(first_output=None),
+        lambda d: d["accepted_answer"].update(extra=1),
+        lambda d: d.update(accepted_answer={"text": 1}),
+        lambda d: d.update(accepted_answer=GOOD_REPLY),
+        lambda d: d["events"].append({"kind": "validated_text", "characters": -1}),
+        lambda d: d["events"].append({"kind": "validated_text"}),
+        lambda d: d["citations"].append({"source_id": "a", "chunk_id": "b", "url": "c"}),
+    ],
+    ids=[
+        "unknown kind",
+        "kind without first_output",
+        "first_output without kind",
+        "null first_output",
+        "text answer with an extra key",
+        "text answer not text",
+        "grounded answer under the text kind",
+        "negative characters",
+        "validated_text without characters",
+        "a text reply citing",
+    ],
+)
+def test_bad_text_result_documents_are_refused(change: Any) -> None:
+    document = text_complete()
+    RESULT.validate(document)
+    change(document)
+    assert not RESULT.is_valid(document)
+
+
+def test_a_grounded_result_cannot_hold_a_text_answer(recording: Recording) -> None:
+    document = complete(recording)
+    document["accepted_answer"] = {"text": "Yes."}
+    assert not RESULT.is_valid(document)
+    document = complete(recording)
+    document["events"].append({"kind": "validated_text", "characters": 1})
+    assert not RESULT.is_valid(document)
 
 
 def test_every_registered_code_is_a_reason_the_result_schema_accepts() -> None:

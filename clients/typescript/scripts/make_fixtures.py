@@ -20,7 +20,10 @@ from the TypeScript one:
 * ``text.json`` - texts and their scrubbed details, ``strip()`` and ``isprintable()``;
 * ``tables.json`` - the reason registry, to check src/generated.ts is current;
 * ``transmissions.json`` - one case's chunks per wire and the result document the Python
-  consumer writes for them (the CLI's hermetic tests serve these from a fake producer).
+  consumer writes for them (the CLI's hermetic tests serve these from a fake producer);
+* ``text_kind.json`` - a text binding (docs/protocol.md#text-binding), text replies and
+  broken ones on every wire with the Python core's result documents, and the document of a
+  grounded binding's empty stream (which names no kind).
 """
 
 from __future__ import annotations
@@ -580,6 +583,60 @@ def transmissions() -> dict[str, Any]:
     return out
 
 
+TEXT_MESSAGES = [["human", "Say something."]]
+TEXT_BINDING: dict[str, Any] = {
+    "kind": "text",
+    "case_id": "text-0123456789abcdef",
+    "request_sha256": digest(TEXT_MESSAGES),
+    "messages": TEXT_MESSAGES,
+}
+#: tests/unit/test_text_kind.py's texts: the empty text, one character, ASCII, and astral.
+TEXTS = ("", "x", "Hello, world: a text reply.", "naïve café \U0001f600 日本語のテキスト")
+
+
+def six(text: str) -> list[str]:
+    """Six-code-point deltas, as the 004 lab cuts them."""
+    return [text[at : at + 6] for at in range(0, len(text), 6)]
+
+
+def judged(binding: dict[str, Any], wire: WireFormat, chunks: list[bytes], end: str) -> Any:
+    """The Python core's result document for ``chunks``, then the end."""
+    consumer = ReplyConsumer(binding, wire=wire)
+    for chunk in chunks:
+        try:
+            consumer.receive_data(chunk)
+        except ProtocolFailure:
+            return consumer.result().to_dict()
+    return (consumer.end_of_stream() if end == "eof" else consumer.transport_error()).to_dict()
+
+
+def text_kind() -> dict[str, Any]:
+    sha = digest(TEXT_BINDING)
+    cases = []
+
+    def add(
+        name: str, wire: WireFormat, frames: list[Frame], plan: str = "frame", end: str = "eof"
+    ) -> None:
+        chunks = cut(encode(wire, frames), PLANS[plan])
+        document = judged(TEXT_BINDING, wire, chunks, end)
+        case = {"id": name, "wire": wire.value, "chunks": [b64(chunk) for chunk in chunks]}
+        cases.append({**case, "end": end, "document": document})
+
+    for wire in WIRES:
+        for index, text in enumerate(TEXTS):
+            replied = frames_from_deltas(sha, six(text))
+            for plan in ("frame", "1,2,7,3,11"):
+                add(f"text/{index}/{wire.value}/{plan}", wire, replied, plan)
+        frames = frames_from_deltas(sha, six("abcdefghijklmnop"))
+        add(f"missing-frame/{wire.value}", wire, [frames[0], *frames[2:]])
+        add(f"unterminated/{wire.value}", wire, frames[:-1])
+        add(f"then-error/{wire.value}", wire, frames, end="transport_error")
+        cancel = frames_from_deltas(sha, ["half"], FrameKind.CANCEL, "controlled_local_cancel")
+        add(f"cancel/{wire.value}", wire, cancel)
+    grounded = ReplyConsumer({"case_id": "x"}).end_of_stream().to_dict()
+    return {"binding": TEXT_BINDING, "texts": list(TEXTS), "cases": cases, "grounded": grounded}
+
+
 def write(name: str, value: Any) -> None:
     path = OUT / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -603,6 +660,7 @@ def main() -> None:
     write("text.json", text_fixtures())
     write("tables.json", {"reasons": [[r.value, i.status.value] for r, i in REASONS.items()]})
     write("transmissions.json", transmissions())
+    write("text_kind.json", text_kind())
     print(f"wrote {OUT}: {len(cases.cases)} core cases", file=sys.stderr)
 
 

@@ -11,7 +11,9 @@ import { parseArgs } from "node:util";
 import { DEFAULT_LIMITS, type Limits, ReplyConsumer } from "./core";
 import { sha256Hex } from "./digest";
 import { EXIT_USAGE } from "./generated";
+import { kindOf } from "./kinds";
 import { exitCode } from "./reasons";
+import { BindingError } from "./reply";
 import {
   checkFault,
   FAULT_KINDS,
@@ -218,6 +220,12 @@ export function parseCommand(argv: readonly string[]): Command | "help" {
     streamId: values["stream-id"] ?? randomUUID().replace(/-/g, ""),
     chunkIntervalMs: count("chunk-interval-ms", values["chunk-interval-ms"], 0),
   };
+  try {
+    kindOf(request.binding); // a kind that is no kind: a usage error, as in Python
+  } catch (error) {
+    if (error instanceof BindingError) throw new ConfigurationError(error.message);
+    throw error;
+  }
   return {
     request,
     options,

@@ -14,13 +14,15 @@
  *
  * An answer is accepted only on the path streaming -> terminal_received (done) ->
  * validating -> complete: a done terminal, a clean end of input with no partial frame or
- * character, and the reply's validation against the bound context.
+ * character, and the reply's validation by the binding's kind (src/kinds.ts): a grounded
+ * reply against the bound context, a text reply as it came (the empty text included).
  */
 
 import { digest } from "./digest";
 import type { FrameKind, Frame } from "./frames";
 import { DEFAULT_LIMITS } from "./generated";
 import { isInt, type JsonObject, type JsonValue } from "./json";
+import { kindOf, type ReplyKind } from "./kinds";
 import { ProtocolFailure, registered, scrubbedDetail } from "./reasons";
 import { validateReply } from "./reply";
 import type { Event, StreamResult, Stats } from "./result";
@@ -130,6 +132,8 @@ export interface ConsumerOptions {
 
 export class ReplyConsumer {
   readonly binding: JsonObject;
+  /** What the reply must be (src/kinds.ts): from the binding, which names it. */
+  readonly kind: ReplyKind;
   readonly bindingSha256: string;
   readonly wire: WireFormat;
   readonly limits: Limits;
@@ -163,6 +167,7 @@ export class ReplyConsumer {
 
   constructor(binding: JsonObject, options: ConsumerOptions = {}) {
     this.binding = binding;
+    this.kind = kindOf(binding);
     this.bindingSha256 = options.bindingSha256 ?? digest(binding);
     this.wire = options.wire ?? "lp";
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -383,6 +388,14 @@ export class ReplyConsumer {
   }
 
   private validate(): void {
+    if (this.kind === "text") {
+      // Each delta was checked as it came (non-empty, no lone surrogate): the text, the
+      // empty text included, is the reply.
+      this.accepted = new Map<string, JsonValue>([["text", this.provisionalContent]]);
+      this.events.push({ kind: "validated_text", characters: this.characters });
+      this.fire("reply_accepted");
+      return;
+    }
     try {
       const { answer, citations } = validateReply(
         this.provisionalContent,
@@ -443,6 +456,8 @@ export class ReplyConsumer {
       transport: this.transport,
       streamId: null,
       flow: null,
+      kind: this.kind === "grounded" ? null : this.kind,
+      firstOutput: this.kind === "grounded" ? null : this.contentFrames > 0,
     };
   }
 }

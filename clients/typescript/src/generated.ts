@@ -9,6 +9,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["development_case_required", "refused"],
   ["recorded_request_mismatch", "refused"],
   ["recorded_context_mismatch", "refused"],
+  ["kind_unsupported", "refused"],
   ["request_binding_mismatch", "refused"],
   ["invalid_local_terminal", "refused"],
   ["invalid_request", "refused"],

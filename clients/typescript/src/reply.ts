@@ -12,8 +12,9 @@ import { isWellFormed } from "./utf8";
 const REPLY_KEYS = ["status", "answer", "source_ids"];
 const REPLY_STATUSES = ["answered", "not_in_docs"];
 
-/** A binding whose `selected_context` is not rows of objects: the reference raises an
- * unexpected error there (KeyError / TypeError), not a verdict. */
+/** A binding the core cannot use: one whose `selected_context` is not rows of objects (the
+ * reference raises an unexpected error there, KeyError / TypeError, not a verdict), or whose
+ * `kind` is no reply kind (src/kinds.ts). */
 export class BindingError extends Error {
   constructor(message: string) {
     super(message);

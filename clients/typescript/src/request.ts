@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import { canonicalJson } from "./digest";
 import { isObject, type JsonObject, type JsonValue, JsonError, parseJson, STRICT } from "./json";
+import { kindOf, type ReplyKind } from "./kinds";
 import { ConfigurationError } from "./security";
 import { decodeUtf8 } from "./utf8";
 import type { WireFormat } from "./wire/base";
@@ -100,6 +101,12 @@ const WIRE_CODES: Readonly<Record<WireFormat, string>> = {
   "ndjson-lab": "NDJSON_LAB",
 };
 
+/** The .proto's ReplyKind names, by kind. */
+const KIND_CODES: Readonly<Record<ReplyKind, string>> = {
+  grounded: "REPLY_KIND_GROUNDED",
+  text: "REPLY_KIND_TEXT",
+};
+
 /** The message as @grpc/proto-loader takes it (keepCase: the .proto's field names). */
 export interface OpenRequestMessage {
   case_id: string;
@@ -112,6 +119,8 @@ export interface OpenRequestMessage {
   fault?: { kind: string; target_frame: number; byte_count: number; stall_ms: number };
   /** uint64, as a decimal string. */
   resume_after: string;
+  /** The binding's kind; left out for grounded (0, the default: the request as before kinds). */
+  kind?: string;
 }
 
 export interface ReplyRequest {
@@ -124,8 +133,10 @@ export interface ReplyRequest {
   readonly chunkIntervalMs: number;
 }
 
-/** The gRPC request that asks a producer for this reply (`ReplyRequest.open_request()`). */
+/** The gRPC request that asks a producer for this reply (`ReplyRequest.open_request()`); a
+ * `BindingError` for a binding whose kind is no reply kind. */
 export function openRequest(request: ReplyRequest): OpenRequestMessage {
+  const kind = kindOf(request.binding);
   const message: OpenRequestMessage = {
     case_id: request.caseId,
     binding_json: canonicalJson(request.binding),
@@ -136,6 +147,7 @@ export function openRequest(request: ReplyRequest): OpenRequestMessage {
     chunk_sizes: request.plan.mode === "sizes" ? [...request.plan.sizes] : [],
     resume_after: "0",
   };
+  if (kind !== "grounded") message.kind = KIND_CODES[kind];
   if (request.fault !== null) {
     message.fault = {
       kind: FAULT_CODES[request.fault.kind],

@@ -1,8 +1,8 @@
 /**
  * The result document (shared/result.py): one value, one JSON form, the Python consumer's
  * keys in its order. The lab's keys first (`status` to `events`), then ours; `integrity`,
- * `detail`, `transport`, `stream_id` and `flow` are left out (not null) where they mean
- * nothing. Written as Python's `json.dumps(indent=2, ensure_ascii=False)` writes it.
+ * `detail`, `transport`, `stream_id`, `flow`, `kind` and `first_output` are left out (not
+ * null) where they mean nothing (the last two: for a grounded reply). Written as Python's `json.dumps(indent=2, ensure_ascii=False)` writes it.
  */
 
 import type { FrameKind } from "./frames";
@@ -17,6 +17,7 @@ export type Event =
       readonly answer: JsonObject;
       readonly citations: readonly JsonObject[];
     }
+  | { readonly kind: "validated_text"; readonly characters: number }
   | { readonly kind: "duplicate_dropped"; readonly sequence: number }
   | { readonly kind: "transport_error"; readonly reason: string }
   | { readonly kind: "consumer_abort"; readonly reason: string };
@@ -65,6 +66,9 @@ export interface StreamResult {
   readonly transport: JsonObject | null;
   readonly streamId: string | null;
   readonly flow: Flow | null;
+  /** A reply of a kind other than grounded: the kind, and whether any content delta came. */
+  readonly kind: string | null;
+  readonly firstOutput: boolean | null;
 }
 
 const int = (value: number): bigint => BigInt(value);
@@ -90,6 +94,11 @@ function eventObject(event: Event): JsonObject {
         ["source_ids", event.answer.get("source_ids") ?? null],
         ["answer", event.answer],
         ["citations", [...event.citations]],
+      ]);
+    case "validated_text":
+      return new Map<string, JsonValue>([
+        ["kind", event.kind],
+        ["characters", int(event.characters)],
       ]);
     case "duplicate_dropped":
       return new Map<string, JsonValue>([
@@ -146,6 +155,8 @@ export function resultDocument(result: StreamResult): JsonObject {
     ["transport", result.transport],
     ["stream_id", result.streamId],
     ["flow", result.flow === null ? null : flowObject(result.flow)],
+    ["kind", result.kind],
+    ["first_output", result.firstOutput],
   ];
   for (const [key, value] of optional) if (value !== null) document.set(key, value);
   return document;

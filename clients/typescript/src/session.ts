@@ -438,6 +438,8 @@ export class StreamSession {
       transport,
       streamId: null,
       flow: null,
+      kind: null,
+      firstOutput: null,
     };
   }
 

@@ -31,7 +31,7 @@ const BINDING = parseJson(JSON.stringify(fixture<unknown>("bindings/replace-file
 if (!isObject(BINDING)) throw new Error("the binding fixture is not an object");
 
 interface Opened {
-  readonly request: { stream_id: string; resume_after: string; wire_format: string };
+  readonly request: { stream_id: string; resume_after: string; wire_format: string; kind: string };
   readonly call: grpc.ServerWritableStream<unknown, Buffer>;
 }
 type Script = (opened: Opened) => void;
@@ -131,13 +131,14 @@ async function stream(
   streamScripts: Script[],
   overrides: Partial<StreamOptions> = {},
   stop: AbortSignal | null = null,
+  binding: JsonObject = BINDING as JsonObject,
 ): Promise<StreamResult> {
   scripts.length = 0;
   opens.length = 0;
   scripts.push(...streamScripts);
   const request: ReplyRequest = {
-    caseId: "replace-file",
-    binding: BINDING as JsonObject,
+    caseId: String(binding.get("case_id")),
+    binding,
     wire,
     plan: { mode: "frame" },
     fault: null,
@@ -164,6 +165,26 @@ test("a clean stream gives the Python consumer's document, on every wire", async
     assert.equal(result.flow?.queueSize, 8);
     assert.equal(opens[0]?.request.resume_after, "0");
   }
+});
+
+test("a text binding's stream asks for a text reply and gives the Python core's document", async () => {
+  interface TextCase { readonly chunks: readonly string[]; readonly document: Record<string, unknown> }
+  const text = fixture<{ binding: unknown; cases: Array<TextCase & { id: string }> }>("text_kind.json");
+  const binding = parseJson(JSON.stringify(text.binding), LENIENT) as JsonObject;
+  for (const wire of ["lp", "ndjson"] as const) {
+    const entry = text.cases.find((candidate) => candidate.id === `text/3/${wire}/1,2,7,3,11`);
+    assert.ok(entry);
+    const chunks = entry.chunks.map((chunk) => Buffer.from(chunk, "base64"));
+    const result = await stream(wire, [({ call }) => { send(call, chunks); call.end(); }], {}, null, binding);
+    assert.equal(opens[0]?.request.kind, "REPLY_KIND_TEXT");
+    assert.deepStrictEqual(judged(result), entry.document);
+  }
+  // A producer whose source serves no text: refused, and (as in Python) the refusal names no kind.
+  const refused = await stream("lp", [({ call }) => fail(call, grpc.status.FAILED_PRECONDITION, "kind_unsupported")], {}, null, binding);
+  assert.deepStrictEqual([refused.status, refused.reason, refused.kind], ["refused", "kind_unsupported", null]);
+  const grounded = await stream("lp", [({ call }) => { send(call, chunksOf("lp")); call.end(); }]);
+  assert.equal(opens[0]?.request.kind, "REPLY_KIND_GROUNDED");
+  assert.equal(grounded.kind, null);
 });
 
 test("a refusal before any chunk is refused with the producer's code", async () => {

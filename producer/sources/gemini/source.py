@@ -28,6 +28,7 @@ import structlog
 
 from producer.budget.keeper import LedgerKeeper, LedgerPolicy
 from producer.budget.ledger import ANONYMOUS, Ledger
+from producer.sources import check_kind
 from producer.sources.gemini.call_ledger import Call, CallLedger
 from producer.sources.gemini.call_span import start_call_span
 from producer.sources.gemini.capture import RunCapture
@@ -36,12 +37,17 @@ from producer.sources.gemini.protocol import provider_error, request_body
 from producer.sources.gemini.settings import GeminiSettings
 from runtime.tracing import active
 from shared.errors import RequestRefused
+from shared.kinds import ReplyKind
 from shared.questions import check_question_binding, is_question
 from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+
+
+#: The kinds of reply this source serves.
+SERVED: Final = frozenset({ReplyKind.GROUNDED})
 
 
 class GeminiSource:
@@ -94,6 +100,7 @@ class GeminiSource:
         self._open.discard(plan)
 
     def bind(self, checked: CheckedRequest) -> Mapping[str, Any]:
+        check_kind(checked, SERVED)
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
         if not is_question(checked.case_id):

@@ -1,0 +1,26 @@
+/**
+ * The kinds of reply (docs/protocol.md#kinds; shared/kinds.py): each with its binding and
+ * its reply. A binding names its kind in a `kind` key; one without it is `grounded` (the
+ * lab's six-key binding, byte for byte). The request names the kind too (`OpenRequest.kind`).
+ */
+
+import { dumpJson, type JsonObject } from "./json";
+import { BindingError } from "./reply";
+
+/** `grounded`: a JSON answer citing the bound passages; `text`: free text, the empty text included. */
+export type ReplyKind = "grounded" | "text";
+
+/** The binding's key that names a kind other than `grounded`. */
+export const KIND_KEY = "kind";
+
+/**
+ * The kind a binding names (`grounded` when it names none, as a `null` does); a
+ * `BindingError` (a binding the core cannot use) for a `kind` that is no kind, or that
+ * names `grounded` (whose binding has no key).
+ */
+export function kindOf(binding: JsonObject): ReplyKind {
+  const named = binding.get(KIND_KEY) ?? null;
+  if (named === null) return "grounded";
+  if (named === "text") return "text";
+  throw new BindingError(`the binding's kind is no reply kind: ${dumpJson(named)}`);
+}

@@ -1,0 +1,66 @@
+"""docs/consumer.md#a-text-reply: the 004 lab's experiments across two processes, each row of
+the documented table run on both default wires, with its outcome as the table says."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import Producer, producer, run_consumer
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "abcdefghijklmnopqrstuvwxyz0123456789"
+TABLE = re.search(
+    r"<!-- text-experiments -->\n(.*?)<!-- /text-experiments -->",
+    (ROOT / "docs" / "consumer.md").read_text(encoding="utf-8"),
+    re.S,
+)
+assert TABLE is not None
+ROWS = [
+    [cell.strip() for cell in line.strip("|").split("|")]
+    for line in TABLE.group(1).splitlines()[2:]
+]
+
+
+def reason_on(cell: str, wire: str) -> str | None:
+    """A reason cell: ``—`` (none), one code, or one per wire (``a`` on ``lp``, ...)."""
+    if cell == "—":
+        return None
+    per_wire = dict(re.findall(r"`(\w+)` on `(\w+)`", cell))
+    if per_wire:
+        return {on: code for code, on in per_wire.items()}[wire]
+    return cell.strip("`")
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
+    with producer(tmp_path_factory.mktemp("text"), "--allow-faults") as started:
+        yield started
+
+
+def test_the_table_has_every_experiment() -> None:
+    assert len(ROWS) == 8
+    assert {row[2] for row in ROWS} == {"complete", "invalid"}
+
+
+@pytest.mark.parametrize("wire", ["lp", "ndjson"])
+@pytest.mark.parametrize("row", ROWS, ids=[row[0] for row in ROWS])
+def test_each_experiment_ends_as_documented(running: Producer, wire: str, row: list[str]) -> None:
+    _, flags, status, reason, kept = row
+    args = shlex.split(flags.strip("`"))
+    if "--text" not in args:
+        args = ["--text", TEXT, *args]
+    run = run_consumer(running.target, "--kind", "text", "--wire", wire, *args)
+    text = args[args.index("--text") + 1]
+    result = run.result
+    assert (result["status"], result["reason"]) == (status, reason_on(reason, wire))
+    assert result["provisional_content"] == text[: int(kept)]
+    assert result["kind"] == "text"
+    assert result["first_output"] is (int(kept) > 0)
+    accepted = status == "complete"
+    assert result["accepted_answer"] == ({"text": text} if accepted else None)
+    assert run.returncode == (0 if accepted else 6)
