@@ -174,9 +174,10 @@ FLAGS: Final = FlagTable((
              "(an answer citing the bound passages) or `text` (free text, with `--text`)",
              choices=("grounded", "text"), default="grounded"),
         Flag("--text",
-             "with `--kind text`: the text the development source streams back, in deltas of "
-             f"six code points (the empty text too; at most {MAX_ECHO_CHARS:,} code points); "
-             "replaces `--case`"),
+             "with `--kind text`: the message to send (the empty text too; at most "
+             f"{MAX_ECHO_CHARS:,} code points): the development source streams it back in "
+             "deltas of six code points, a model (`--source gemini`) answers it; replaces "
+             "`--case`"),
         Flag("--question",
              "ask your own question (gemini source), with `--context`; replaces `--case`"),
         Flag("--context",

@@ -116,6 +116,9 @@ def validate(model: str, body: Any) -> Turn:
     """The request shape the adapter must send; 400 INVALID_ARGUMENT otherwise."""
     if not isinstance(body, dict):
         raise _bad("Invalid JSON payload received: the body must be a JSON object.")
+    config = body.get("generationConfig")
+    if isinstance(config, dict) and "responseMimeType" not in config:
+        return _text_turn(model, body, config)
     user_text = _user_text(body.get("contents"))
     system = body.get("systemInstruction")
     system_text = _first_text(system) if isinstance(system, dict) else None
@@ -123,6 +126,28 @@ def validate(model: str, body: Any) -> Turn:
         raise _bad("systemInstruction.parts[0].text must be a string.")
     schema, max_tokens = _generation_config(body.get("generationConfig"))
     return Turn(model, system_text, user_text, schema, max_tokens)
+
+
+def _text_turn(model: str, body: dict[str, Any], config: dict[str, Any]) -> Turn:
+    """A text request: one or more user turns, an optional system instruction, and a
+    generationConfig with no response schema (its maxOutputTokens only)."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise _bad("contents must be a non-empty list of user turns.")
+    texts = []
+    for turn in contents:
+        text = _first_text(turn) if isinstance(turn, dict) else None
+        if text is None or turn.get("role", "user") != "user":
+            raise _bad("each of contents must be a user turn with a text part.")
+        texts.append(text)
+    system = body.get("systemInstruction")
+    system_text = _first_text(system) if isinstance(system, dict) else ""
+    if set(config) - {"maxOutputTokens"}:
+        raise _bad("a text request's generationConfig has only maxOutputTokens here.")
+    max_tokens = config.get("maxOutputTokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
+        raise _bad("generationConfig.maxOutputTokens must be a positive integer.")
+    return Turn(model, system_text or "", texts[-1], None, max_tokens)
 
 
 def _user_text(contents: Any) -> str:

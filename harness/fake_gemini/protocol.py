@@ -103,7 +103,8 @@ class Turn:
     model: str
     system_text: str
     user_text: str
-    schema: dict[str, Any]
+    #: The response schema of a JSON-only request; None for a text request (free text).
+    schema: dict[str, Any] | None
     max_output_tokens: int
     response_id: str = field(default_factory=lambda: secrets.token_urlsafe(16)[:22])
 

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from harness.fake_gemini.protocol import (
     EVENT_END,
@@ -173,6 +173,10 @@ def load_published_cases(path: Path = PUBLISHED_RECORD) -> dict[str, PublishedCa
     return cases
 
 
+#: A text request's reply: this, then the last user turn's text.
+TEXT_REPLY: Final = "A reply in free text to: "
+
+
 def _split_in_three(text: str) -> tuple[str, ...]:
     a, b = len(text) // 3, 2 * len(text) // 3
     return (text[:a], text[a:b], text[b:])
@@ -236,6 +240,8 @@ class Scripts:
 
     def texts(self, turn: Turn) -> tuple[str, ...]:
         """The reply's text events: the published case's, else the fallback reply's."""
+        if turn.schema is None:  # a text request: free text about what was asked
+            return _split_in_three(TEXT_REPLY + turn.user_text)
         case = self.cases.get(turn.user_text)
         if case is not None:
             return case.texts
@@ -243,7 +249,8 @@ class Scripts:
 
     def usage(self, turn: Turn, output_text: str) -> dict[str, Any]:
         """Deterministic token counts (about four characters a token)."""
-        prompt_chars = len(turn.system_text) + len(turn.user_text) + len(encode_json(turn.schema))
+        schema_chars = 0 if turn.schema is None else len(encode_json(turn.schema))
+        prompt_chars = len(turn.system_text) + len(turn.user_text) + schema_chars
         prompt = math.ceil(prompt_chars / 4)
         candidates = math.ceil(len(output_text) / 4)
         usage: dict[str, Any] = {

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from harness.children import stop_process
+from harness.fake_gemini.scripts import TEXT_REPLY
 from producer.budget.file_ledger import BudgetLedger
 from shared.recording import Recording
 from shared.result import lab_view
@@ -399,3 +400,17 @@ def test_live_gemini_smoke(tmp_path: Path) -> None:
         run = run_consumer(live.target, "--case", "replace-file", timeout=120)
     assert run.result["status"] in {"complete", "invalid", "error", "incomplete", "refused"}
     assert run.result["status"] != "complete" or run.result["accepted_answer"] is not None
+
+
+def test_a_text_reply_from_the_model(tmp_path: Path, fake: FakeGeminiProcess) -> None:
+    """--kind text through the Gemini source: the model is asked the message with no
+    response schema, its free text is the accepted reply, and the call is settled from the
+    usage the provider reported."""
+    with gemini_producer(tmp_path, fake) as running:
+        run = run_consumer(running.target, "--kind", "text", "--text", "Say hello.")
+    assert run.returncode == 0
+    assert run.result["accepted_answer"] == {"text": TEXT_REPLY + "Say hello."}
+    assert (run.result["kind"], run.result["first_output"]) == ("text", True)
+    (entry,) = json.loads((tmp_path / "ledger.json").read_text())["entries"]
+    assert entry["state"] == "settled"
+    assert entry["usage"]["totalTokenCount"] > 0

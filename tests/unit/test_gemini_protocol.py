@@ -11,12 +11,18 @@ import pytest
 from structlog.testing import capture_logs
 
 from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
-from producer.sources.gemini.protocol import ProviderFrames, frames_from_sse, provider_error
+from producer.sources.gemini.protocol import (
+    ProviderFrames,
+    frames_from_sse,
+    provider_error,
+    text_request_body,
+)
 from shared.errors import RequestRefused
 from shared.frames import FrameKind
 from shared.reason_registry import REASONS
 from shared.reasons import Reason
 from shared.status import Status
+from shared.texts import build_text_binding
 
 RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
 
@@ -214,3 +220,15 @@ def test_a_part_first_gives_no_delta_and_the_stream_reads_no_further() -> None:
     assert [(f.kind, f.reason) for f in frames] == [(FrameKind.ERROR, "provider_part_unsupported")]
     assert stream.closed and stream.abort is None
     assert stream.adapter.events == 1
+
+
+def test_a_text_request_sends_the_messages_as_they_are_and_no_schema() -> None:
+    binding = build_text_binding("What is 2 + 2?", system="Answer briefly.")
+    assert text_request_body(binding, max_output_tokens=64) == {
+        "contents": [{"role": "user", "parts": [{"text": "What is 2 + 2?"}]}],
+        "generationConfig": {"maxOutputTokens": 64},
+        "systemInstruction": {"parts": [{"text": "Answer briefly."}]},
+    }
+    assert "systemInstruction" not in text_request_body(
+        build_text_binding("hi"), max_output_tokens=64
+    )

@@ -140,6 +140,25 @@ def request_body(binding: Mapping[str, Any], *, max_output_tokens: int) -> dict[
     }
 
 
+def text_request_body(binding: Mapping[str, Any], *, max_output_tokens: int) -> dict[str, Any]:
+    """A text reply's REST body (docs/protocol.md#text-binding): the binding's messages as
+    they are, its ``system`` ones the system instruction, each ``human`` one a user turn,
+    and no response schema: the model answers in free text."""
+    messages = binding["messages"]
+    body: dict[str, Any] = {
+        "contents": [
+            {"role": "user", "parts": [{"text": text}]}
+            for role, text in messages
+            if role == "human"
+        ],
+        "generationConfig": {"maxOutputTokens": max_output_tokens},
+    }
+    system = [{"text": text} for role, text in messages if role == "system"]
+    if system:
+        body["systemInstruction"] = {"parts": system}
+    return body
+
+
 def _candidate(event: Mapping[str, Any]) -> Mapping[str, Any]:
     candidates = event.get("candidates")
     if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):

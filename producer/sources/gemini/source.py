@@ -33,7 +33,7 @@ from producer.sources.gemini.call_ledger import Call, CallLedger
 from producer.sources.gemini.call_span import start_call_span
 from producer.sources.gemini.capture import RunCapture
 from producer.sources.gemini.plan import GeminiPlan
-from producer.sources.gemini.protocol import provider_error, request_body
+from producer.sources.gemini.protocol import provider_error, request_body, text_request_body
 from producer.sources.gemini.settings import GeminiSettings
 from runtime.tracing import active
 from shared.errors import RequestRefused
@@ -42,12 +42,13 @@ from shared.questions import check_question_binding, is_question
 from shared.reasons import Reason
 from shared.recording import Recording
 from shared.requests import CheckedRequest, parse_binding
+from shared.texts import check_text_binding, is_text_case
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 
 
 #: The kinds of reply this source serves.
-SERVED: Final = frozenset({ReplyKind.GROUNDED})
+SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT})
 
 
 class GeminiSource:
@@ -103,6 +104,11 @@ class GeminiSource:
         check_kind(checked, SERVED)
         if checked.fault is not None:
             raise RequestRefused(Reason.INVALID_REQUEST, "faults apply to the recording source")
+        if checked.kind is ReplyKind.TEXT:  # the messages as they are: the model answers them
+            if not is_text_case(checked.case_id):
+                raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
+            binding, _ = check_text_binding(parse_binding(checked.binding_json), checked.case_id)
+            return binding
         if not is_question(checked.case_id):
             self.recording.case(checked.case_id)  # the allowlist, before the binding
         supplied = parse_binding(checked.binding_json)
@@ -119,7 +125,8 @@ class GeminiSource:
         or released) before this returns or raises."""
         self.start()
         binding = self.bind(checked)
-        body = request_body(binding, max_output_tokens=self.settings.max_output_tokens)
+        make_body = text_request_body if checked.kind is ReplyKind.TEXT else request_body
+        body = make_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex
         log = self._log.bind(call_id=call_id, model=self.settings.model, identity=identity)
         call = Call(call_id, None, log, identity)
