@@ -28,7 +28,7 @@ from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
 from runtime.logs import configure_logging
-from runtime.recording_file import load_recording_or_explain
+from runtime.recording_file import load_recording_or_explain, load_text_recording_or_explain
 from runtime.tracing import (
     TRACEPARENT_ENV,
     TRACESTATE_ENV,
@@ -137,6 +137,19 @@ def binding_file(args: argparse.Namespace) -> Any:
     return binding
 
 
+def recorded_text(args: argparse.Namespace) -> tuple[str, Any] | None:
+    """``--kind text --case C``: the recorded text binding of C (None with ``--binding``,
+    whose file the caller reads)."""
+    if args.case is None:
+        raise ConfigurationError("--kind text needs --text or --case (a recorded text)")
+    if args.binding is not None:
+        return None
+    try:
+        return args.case, load_text_recording_or_explain().case(args.case).binding
+    except RequestRefused as error:
+        raise ConfigurationError(f"--case {args.case}: no recorded text ({error.code})") from error
+
+
 def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
     """``--kind text --text T``: the development source's text binding for T (None when
     the flags ask for no text reply; a binding file of either kind is read by the caller)."""
@@ -149,9 +162,7 @@ def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
     if args.question is not None:
         raise ConfigurationError("--question asks for a grounded reply: drop --kind text")
     if text is None:
-        if args.binding is None:
-            raise ConfigurationError("--kind text needs --text (or --case with --binding)")
-        return None
+        return recorded_text(args)
     if args.case is not None or args.binding is not None:
         raise ConfigurationError("--text binds its own case: drop --case and --binding")
     if len(text) > MAX_ECHO_CHARS:

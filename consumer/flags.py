@@ -59,7 +59,8 @@ STREAM: Final = ("stream",)
 FLAGS: Final = FlagTable((
     FlagGroup(commands=ONE_STREAM, flags=(
         Flag("--case", "development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
-             + " (`stream` may ask `--question` instead)",
+             + " (`stream` may ask `--question` instead; with `--kind text`, the case's "
+             "recorded text reply)",
              required_in=("replay",), shown="— (`replay` needs it)"),
         Flag("--wire",
              "frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "

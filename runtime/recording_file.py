@@ -7,8 +7,10 @@ from typing import Any, Final
 
 from shared.errors import ConfigurationError, ReplywireError
 from shared.recording import RECORDING_SHA256, Recording
+from shared.text_recording import TextRecording
 
 DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
+DEFAULT_TEXT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("text-recording.json")
 
 
 def load_recording(path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
@@ -25,3 +27,16 @@ def load_recording_or_explain(path: Path, *, expected_sha256: str = RECORDING_SH
         raise ConfigurationError(f"cannot read the recording {path}: {error.strerror}") from error
     except ReplywireError as error:
         raise ConfigurationError(f"recording {path} refused: {error.code}") from error
+
+
+def load_text_recording_or_explain(path: Path = DEFAULT_TEXT_RECORDING_PATH) -> TextRecording:
+    """The text recording in ``path``, verified (``TextRecording.from_bytes``); a file that
+    cannot be used is a ConfigurationError (one line, exit 2)."""
+    try:
+        return TextRecording.from_bytes(path.read_bytes())
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot read the text recording {path}: {error.strerror}"
+        ) from error
+    except ReplywireError as error:
+        raise ConfigurationError(f"text recording {path} refused: {error.code}") from error

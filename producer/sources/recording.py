@@ -1,9 +1,10 @@
-"""The hashed recording as a source: development cases only, faults when allowed; and the
-development text source (``shared.texts``): a text binding's own text, echoed in deltas of
-six code points, with the same faults.
+"""The hashed recording as a source: development cases only, faults when allowed; the
+recorded text replies (``shared.text_recording``); and the development text source
+(``shared.texts``): a text binding's own text, echoed in deltas of six code points. Every
+text is cut and faulted as a recorded reply is.
 
 A fault-free stream of a case is the same every time: its transmission (frames, their
-wire bytes, the chunks) is kept per (case, wire, chunking), a bounded number of them.
+wire bytes, the chunks) is kept per (binding, wire, chunking), a bounded number of them.
 A binding is accepted by comparing its bytes with the recording's canonical bytes of
 the case's binding (what every consumer sends); any other bytes are parsed and checked
 in full, with the same reason codes.
@@ -25,6 +26,7 @@ from shared.kinds import ReplyKind
 from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
+from shared.text_recording import TextRecording
 from shared.texts import check_text_binding, is_text_case, text_deltas
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
@@ -89,8 +91,10 @@ class RecordingSource:
     name = "recording"
     regenerates = True
 
-    def __init__(self, recording: Recording) -> None:
+    def __init__(self, recording: Recording, texts: TextRecording | None = None) -> None:
         self.recording = recording
+        #: The recorded text replies (``fixtures/text-recording.json``), if given.
+        self.texts = texts
         #: Each case's binding as a consumer sends it, where parsing it would accept it.
         self._canonical: dict[str, bytes] = {}
         for case_id in recording.case_ids:
@@ -115,9 +119,9 @@ class RecordingSource:
     def _transmission(
         self, case: BoundCase, checked: CheckedRequest
     ) -> tuple[Transmission, tuple[Entry, ...] | None]:
-        """The transmission (and, fault-free, its log entries), kept per (case, wire,
-        chunking) when fault-free."""
-        key = (case.case_id, checked.wire, checked.plan)
+        """The transmission (and, fault-free, its log entries), kept per (binding, wire,
+        chunking) when fault-free: by binding, as a text and a grounded case share an id."""
+        key = (case.binding_sha256, checked.wire, checked.plan)
         kept = self._kept.get(key) if checked.fault is None else None
         if kept is not None:
             return kept
@@ -142,6 +146,8 @@ class RecordingSource:
         check_kind(checked, SERVED)
         if checked.kind is ReplyKind.GROUNDED:
             return self.bound_case(checked.case_id, checked.binding_json)
+        if self.texts is not None and checked.case_id in self.texts:
+            return self.texts.bind_request(checked.case_id, parse_binding(checked.binding_json))
         if not is_text_case(checked.case_id):
             raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
         binding, text = check_text_binding(parse_binding(checked.binding_json), checked.case_id)

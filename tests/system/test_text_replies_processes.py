@@ -3,6 +3,7 @@ the documented table run on both default wires, with its outcome as the table sa
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -42,6 +43,12 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
         yield started
 
 
+@pytest.fixture(scope="module")
+def recording_texts() -> dict[str, str]:
+    document = json.loads((ROOT / "fixtures" / "text-recording.json").read_text(encoding="utf-8"))
+    return {case: entry["text"] for case, entry in document["cases"].items()}
+
+
 def test_the_table_has_every_experiment() -> None:
     assert len(ROWS) == 8
     assert {row[2] for row in ROWS} == {"complete", "invalid"}
@@ -64,3 +71,19 @@ def test_each_experiment_ends_as_documented(running: Producer, wire: str, row: l
     accepted = status == "complete"
     assert result["accepted_answer"] == ({"text": text} if accepted else None)
     assert run.returncode == (0 if accepted else 6)
+
+
+@pytest.mark.parametrize(
+    "case", ["utf8-write", "replace-file", "json-result-type", "backup-schedule"]
+)
+def test_a_recorded_text_reply_is_the_published_answer_s_text(
+    running: Producer, case: str, recording_texts: dict[str, str]
+) -> None:
+    """--kind text --case C: the text recording's reply of C (the lab's published answer,
+    as free text), in six-code-point deltas; the grounded reply of C is another reply."""
+    run = run_consumer(running.target, "--kind", "text", "--case", case)
+    assert run.result["accepted_answer"] == {"text": recording_texts[case]}
+    frames = -(-len(recording_texts[case]) // 6) + 1
+    assert run.result["stats"]["application_frames"] == frames
+    grounded = run_consumer(running.target, "--case", case)
+    assert grounded.result["accepted_answer"]["answer"] == recording_texts[case]

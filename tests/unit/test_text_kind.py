@@ -9,6 +9,7 @@ import pytest
 
 from producer.sources import check_kind
 from producer.sources.recording import RecordingSource
+from runtime.recording_file import DEFAULT_TEXT_RECORDING_PATH
 from shared.consumer_core import ReplyConsumer
 from shared.digest import canonical_json, digest
 from shared.errors import ConfigurationError, ProtocolFailure, RequestRefused
@@ -18,6 +19,7 @@ from shared.pb import replywire_pb2 as pb
 from shared.recording import Recording
 from shared.requests import ReplyRequest, check_request
 from shared.status import Status
+from shared.text_recording import TextRecording
 from shared.texts import (
     MAX_ECHO_CHARS,
     build_text_binding,
@@ -189,3 +191,25 @@ def test_a_source_that_serves_no_text_refuses_the_kind() -> None:
     assert refused(lambda: check_kind(request, frozenset({ReplyKind.GROUNDED}))) == (
         "kind_unsupported"
     )
+
+
+def test_the_text_recording_is_verified_and_bound_by_case(recording: Recording) -> None:
+    raw = DEFAULT_TEXT_RECORDING_PATH.read_bytes()
+    texts = TextRecording.from_bytes(raw)
+    assert set(texts.case_ids) == set(recording.case_ids)
+    case = texts.case("replace-file")
+    assert case.binding["kind"] == "text" and case.binding["case_id"] == "replace-file"
+    assert "".join(case.provider_events or ()) == case.content
+    assert refused(lambda: TextRecording.from_bytes(raw + b" ")) == "recording_hash_mismatch"
+    other = texts.case("utf8-write").binding
+    assert refused(lambda: texts.bind_request("replace-file", other)) == "request_binding_mismatch"
+    assert refused(lambda: texts.case("nope")) == "development_case_required"
+
+
+def test_a_recorded_text_and_its_grounded_twin_are_two_replies(recording: Recording) -> None:
+    texts = TextRecording.from_bytes(DEFAULT_TEXT_RECORDING_PATH.read_bytes())
+    source = RecordingSource(recording, texts)
+    text = source.case_of(checked(texts.case("utf8-write").binding, kind=pb.REPLY_KIND_TEXT))
+    grounded = source.case_of(checked(recording.case("utf8-write").binding))
+    assert text.content != grounded.content
+    assert text.binding_sha256 != grounded.binding_sha256
