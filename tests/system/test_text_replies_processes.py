@@ -87,3 +87,15 @@ def test_a_recorded_text_reply_is_the_published_answer_s_text(
     assert run.result["stats"]["application_frames"] == frames
     grounded = run_consumer(running.target, "--case", case)
     assert grounded.result["accepted_answer"]["answer"] == recording_texts[case]
+
+
+@pytest.mark.parametrize("fault", ["transport-abort", "abort-after-done"])
+def test_a_broken_text_reply_resumes_from_the_log(running: Producer, fault: str) -> None:
+    """A text reply is logged and resumed as a grounded one is: the call broken after two
+    frames (or after done), the consumer resumes and completes with the text, once."""
+    run = run_consumer(running.target, "--kind", "text", "--text", TEXT, "--fault", fault)
+    assert (run.returncode, run.result["status"]) == (0, "complete")
+    assert run.result["accepted_answer"] == {"text": TEXT}
+    assert run.result["stats"]["reconnects"] == 1
+    applied = [e for e in run.result["events"] if e["kind"] == "provisional_content"]
+    assert [e["sequence"] for e in applied] == list(range(1, 7))
