@@ -179,14 +179,18 @@ class Verdict:
         sequence: int,
         reason: str | None = None,
         detail: str | None = None,
+        why: str | None = None,
     ) -> None:
         """Move on ``event`` with ``reason`` (None on the way to complete) and its
-        ``detail``, if any; log it once."""
+        ``detail``, if any; log it once. ``why`` is for the trace alone: what the core
+        found (a refusal's result carries no detail: its reason says it)."""
         self.reason, self.detail = reason, detail
-        if detail is None:
-            self._machine.fire(event, sequence=sequence, reason=reason)
-        else:
+        if detail is not None:
             self._machine.fire(event, sequence=sequence, reason=reason, detail=detail)
+        elif why:
+            self._machine.fire(event, sequence=sequence, reason=reason, why=why)
+        else:
+            self._machine.fire(event, sequence=sequence, reason=reason)
 
 
 class ReplyConsumer:
@@ -262,7 +266,12 @@ class ReplyConsumer:
 
     def _fail(self, reason: Reason, detail: str = "") -> ProtocolFailure:
         """Record the first failure, move to INVALID, and return the exception to raise."""
-        self._transition(In.PROTOCOL_FAILURE, reason.value)
+        self.verdict.fire(
+            In.PROTOCOL_FAILURE,
+            sequence=self.checks.frames,
+            reason=reason.value,
+            why=scrubbed_detail(detail) if detail else None,
+        )
         return ProtocolFailure(reason, detail)
 
     # --- input --------------------------------------------------------------------

@@ -71,6 +71,11 @@ def test_each_experiment_ends_as_documented(running: Producer, wire: str, row: l
     accepted = status == "complete"
     assert result["accepted_answer"] == ({"text": text} if accepted else None)
     assert run.returncode == (0 if accepted else 6)
+    if result["reason"] == "truncated_frame":  # what was left over, in the trace
+        (invalid,) = [r for r in run.trace if r.get("to_state") == "invalid"]
+        assert re.fullmatch(
+            r"\d+ bytes (of an unfinished frame|after the last newline)", invalid["why"]
+        )
 
 
 @pytest.mark.parametrize(
