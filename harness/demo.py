@@ -33,11 +33,14 @@ from shared.recording import Recording
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
 from shared.terminal_text import shown_line
+from shared.texts import build_text_binding
 from shared.wire import DEFAULT_WIRES, WireFormat
 from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 from traces.commands import timeline_page_name, write_timelines
 
 FAULT_CASE = "replace-file"
+#: The demo's text reply: free text, streamed back in six-code-point deltas.
+DEMO_TEXT = "Free text, any length: naïve café, 日本語, 😀 and the empty text too."
 COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "accepted")
 #: The row whose joined trace the demo suggests looking at.
 SHOWN_RUN = f"{FAULT_CASE} + {FaultKind.TRUNCATE_TAIL}"
@@ -56,6 +59,8 @@ class DemoRun:
     ignore_duplicates: bool = False
     idle_timeout_s: float | None = None
     binding_edit: dict[str, Any] = field(default_factory=dict)
+    #: A text reply (``--kind text --text``): the development text source streams it back.
+    text: str | None = None
 
 
 def demo_runs(recording: Recording) -> list[DemoRun]:
@@ -84,11 +89,20 @@ def demo_runs(recording: Recording) -> list[DemoRun]:
             binding_edit={"schema": {"type": "object"}},
         ),
         DemoRun("held-out-case (not on the allowlist)", "held-out-case"),
+        DemoRun("a text reply (--kind text)", "", text=DEMO_TEXT),
+        DemoRun(
+            "a text reply + omit event 3",
+            "",
+            fault=Fault(kind=FaultKind.OMIT, target_frame=3),
+            text=DEMO_TEXT,
+        ),
     ]
     return runs
 
 
 def binding_for(run: DemoRun, recording: Recording) -> dict[str, Any]:
+    if run.text is not None:
+        return build_text_binding(run.text)
     if run.case_id not in recording.case_ids:
         # Borrow a real binding under another case id: the producer's allowlist refuses it.
         return {**recording.case(FAULT_CASE).binding, "case_id": run.case_id}
@@ -103,9 +117,10 @@ def stream_id_of(index: int) -> str:
 async def stream(
     client: ReplyClient, run: DemoRun, recording: Recording, stream_id: str
 ) -> StreamResult:
+    binding = binding_for(run, recording)
     request = ReplyRequest(
-        case_id=run.case_id,
-        binding=binding_for(run, recording),
+        case_id=binding["case_id"] if run.text is not None else run.case_id,
+        binding=binding,
         wire=run.wire,
         plan=run.plan,
         fault=run.fault,
