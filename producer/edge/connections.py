@@ -21,6 +21,13 @@ AGE_JITTER: Final = 0.1
 IDLE_MARGIN_S: Final = 1.0
 
 
+#: The caller's deadline starts when it sends the call, the producer's (``grpc-timeout``)
+#: when it receives it: the caller's cancel at its deadline can reach the handler while
+#: the producer's own deadline is still this far off (a busy machine was seen to take
+#: tens of milliseconds). A cut that close to the deadline is the deadline.
+DEADLINE_SLACK_S: Final = 0.25
+
+
 @dataclass(slots=True)
 class _Connection:
     first_seen: float
@@ -111,10 +118,11 @@ class ConnectionAges:
 
     def cut(self, first_seen: float, time_remaining: float | None) -> tuple[StreamInput, Reason]:
         """Why a stream on a connection first seen at ``first_seen`` is gone from under its
-        handler: the caller's gRPC deadline passed (``time_remaining()`` is 0; None: the
-        call has none), whatever the connection's age; else its connection aged out; else
-        its consumer cancelled, refused the stream or vanished."""
-        if time_remaining is not None and time_remaining <= 0:
+        handler: the caller's gRPC deadline passed (``time_remaining()`` is within
+        ``DEADLINE_SLACK_S`` of 0; None: the call has none), whatever the connection's age;
+        else its connection aged out; else its consumer cancelled, refused the stream or
+        vanished."""
+        if time_remaining is not None and time_remaining <= DEADLINE_SLACK_S:
             return StreamInput.CONSUMER_CANCELLED, Reason.DEADLINE_EXCEEDED
         if self.aged_out(first_seen):
             return StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT

@@ -161,6 +161,9 @@ def test_a_passed_deadline_is_the_consumers_whatever_the_connections_age() -> No
     first = ages.opened("ipv4:127.0.0.1:1000")
     clock.now += 18.0  # aged out
     assert ages.cut(first, 0.0) == (StreamInput.CONSUMER_CANCELLED, Reason.DEADLINE_EXCEEDED)
+    # The caller's cancel at its deadline, before the producer's own (which starts later).
+    assert ages.cut(first, 0.25) == (StreamInput.CONSUMER_CANCELLED, Reason.DEADLINE_EXCEEDED)
+    assert ages.cut(first, 0.26) == (StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT)
     assert ages.cut(first, None) == (StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT)
     assert ages.cut(first, 3.0) == (StreamInput.CONNECTION_AGED, Reason.CONNECTION_AGED_OUT)
     clock.now -= 1.0
