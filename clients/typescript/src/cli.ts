@@ -11,7 +11,8 @@ import { parseArgs } from "node:util";
 import { DEFAULT_LIMITS, type Limits, ReplyConsumer } from "./core";
 import { sha256Hex } from "./digest";
 import { EXIT_USAGE } from "./generated";
-import { kindOf } from "./kinds";
+import { buildTextBinding, kindOf, MAX_ECHO_CHARS } from "./kinds";
+import type { JsonObject } from "./json";
 import { exitCode } from "./reasons";
 import { BindingError } from "./reply";
 import {
@@ -30,7 +31,7 @@ import { defaultProtoPath } from "./service";
 import { boundStreamBuffers, StreamSession, type StreamOptions } from "./session";
 import { isWireFormat } from "./wire/base";
 
-const USAGE = `usage: node dist/cli.js stream --binding FILE --case CASE_ID [options]
+const USAGE = `usage: node dist/cli.js stream (--binding FILE --case CASE_ID | --text T) [options]
 
 Open a stream from a replywire producer over gRPC, prove it frame by frame, validate the
 reply against the binding, print the result document. Exit codes: 0 complete,
@@ -39,6 +40,9 @@ reply against the binding, print the result document. Exit codes: 0 complete,
   --target HOST:PORT          the producer, or gRPC's target syntax (default 127.0.0.1:50051)
   --binding FILE              the request binding (JSON object; at most 64 KiB, 16 levels)
   --case CASE_ID              the case id the binding is for
+  --text T                    ask for a text reply (docs/protocol.md#kinds): the message T, which
+                              the development text source streams back and a model answers
+                              (its own text binding and case: no --binding, no --case)
   --wire lp|ndjson|ndjson-lab the frame wire (default lp)
   --chunks frame|whole|N|a,b,c  how the producer cuts the wire into chunks (default frame)
   --stream-id ID              joins both sides' traces (default: a random one)
@@ -71,6 +75,7 @@ const OPTIONS = {
   target: { type: "string", default: "127.0.0.1:50051" },
   binding: { type: "string" },
   case: { type: "string" },
+  text: { type: "string" },
   wire: { type: "string", default: "lp" },
   chunks: { type: "string", default: "frame" },
   "stream-id": { type: "string" },
@@ -137,6 +142,17 @@ function optional(value: string | undefined): string | null {
   return value === undefined ? null : value;
 }
 
+/** `--text T`: its own text binding (a usage error with --binding or --case, or past the bound). */
+function textBinding(text: string, values: { binding?: string; case?: string }): JsonObject {
+  if (values.binding !== undefined || values.case !== undefined) {
+    throw new ConfigurationError("--text binds its own case: drop --binding and --case");
+  }
+  if ([...text].length > MAX_ECHO_CHARS) {
+    throw new ConfigurationError(`--text is over ${MAX_ECHO_CHARS} code points`);
+  }
+  return buildTextBinding(text);
+}
+
 /** Every flag checked before anything runs: a bad one is a usage error (exit 2). */
 export function parseCommand(argv: readonly string[]): Command | "help" {
   let parsed;
@@ -150,8 +166,13 @@ export function parseCommand(argv: readonly string[]): Command | "help" {
   if (positionals.length !== 1 || positionals[0] !== "stream") {
     throw new ConfigurationError("the one command is: stream");
   }
-  if (values.binding === undefined) throw new ConfigurationError("--binding FILE is required");
-  if (values.case === undefined) throw new ConfigurationError("--case CASE_ID is required");
+  const asked = values.text === undefined ? null : textBinding(values.text, values);
+  if (asked === null && values.binding === undefined) {
+    throw new ConfigurationError("--binding FILE (or --text T) is required");
+  }
+  if (asked === null && values.case === undefined) {
+    throw new ConfigurationError("--case CASE_ID is required");
+  }
   const wire = values.wire;
   if (!isWireFormat(wire)) throw new ConfigurationError(`--wire: lp, ndjson or ndjson-lab, not '${wire}'`);
   let fault: Fault | null = null;
@@ -212,8 +233,8 @@ export function parseCommand(argv: readonly string[]): Command | "help" {
     protoPath: values.proto ?? defaultProtoPath(),
   };
   const request: ReplyRequest = {
-    caseId: values.case,
-    binding: loadBinding(values.binding),
+    caseId: asked === null ? (values.case as string) : (asked.get("case_id") as string),
+    binding: asked ?? loadBinding(values.binding as string),
     wire,
     plan: parseChunkPlan(values.chunks),
     fault,

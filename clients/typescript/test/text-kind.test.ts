@@ -14,9 +14,11 @@ import { resolve } from "node:path";
 import { test } from "node:test";
 import * as protoLoader from "@grpc/proto-loader";
 import { ReplyConsumer } from "../src/core";
-import { sha256Hex } from "../src/digest";
+import { digest, sha256Hex } from "../src/digest";
 import { isObject, type JsonObject, type JsonValue, LENIENT, parseJson } from "../src/json";
-import { kindOf } from "../src/kinds";
+import { parseCommand } from "../src/cli";
+import { buildTextBinding, kindOf } from "../src/kinds";
+import { ConfigurationError } from "../src/security";
 import { ProtocolFailure } from "../src/reasons";
 import { BindingError } from "../src/reply";
 import { openRequest } from "../src/request";
@@ -225,4 +227,22 @@ test("the CLI refuses a binding of no kind as a usage error (exit 2), before any
   }
   assert.equal(run.status, 2, run.stderr);
   assert.equal(run.stderr, "consumer: the binding's kind is no reply kind: \"chat\"\n");
+});
+
+test("--text builds the text binding the Python consumer builds, bound to the same digest", () => {
+  const binding = buildTextBinding("héllo 😀");
+  assert.equal(binding.get("case_id"), "text-b92e527109e62a15");
+  // shared.digest.digest(shared.texts.build_text_binding("héllo 😀")) in Python:
+  assert.equal(digest(binding), "3633950bc338ed18cd77903fe1c973620ee120736f3325959fe43e432b3b98df");
+  assert.equal(kindOf(binding), "text");
+  const command = parseCommand(["stream", "--text", "", "--target", "127.0.0.1:1"]);
+  assert.ok(command !== "help");
+  assert.equal(command.request.caseId, buildTextBinding("").get("case_id"));
+});
+
+test("--text is a usage error beside --binding or --case, or past its bound", () => {
+  for (const extra of [["--case", "x"], ["--binding", "b.json"]]) {
+    assert.throws(() => parseCommand(["stream", "--text", "hi", ...extra]), ConfigurationError);
+  }
+  assert.throws(() => parseCommand(["stream", "--text", "x".repeat(16_385)]), ConfigurationError);
 });
