@@ -26,16 +26,20 @@ from shared.vectors import Mode, Vector, VectorError
 
 
 def smoke(vectors: Sequence[Vector]) -> list[Vector]:
-    """The first vector of each wire and expected reason: every reason on every wire once,
-    in a fraction of the time."""
+    """The first vector of each wire and expected reason, and of each group and wire: every
+    reason on every wire once, every group's requests (a text reply's too) once, in a
+    fraction of the time."""
     seen: set[tuple[str, object]] = set()
     chosen = []
     for vector in vectors:
         if Mode.WIRE not in vector.modes:
             continue
-        key = (vector.wire, vector.expected["reason"])
-        if key not in seen:
-            seen.add(key)
+        keys = {
+            (vector.wire, vector.expected["reason"]),
+            (vector.wire, "group:" + vector.id.split(".", 1)[0]),
+        }
+        if not keys <= seen:
+            seen |= keys
             chosen.append(vector)
     return chosen
 

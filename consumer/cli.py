@@ -132,7 +132,8 @@ def binding_file(args: argparse.Namespace) -> Any:
     except (OSError, ValueError) as error:
         raise ConfigurationError(f"cannot read the binding {args.binding}: {error}") from error
     named = kind_of(binding) if isinstance(binding, dict) else ReplyKind.GROUNDED
-    if named.value != getattr(args, "kind", ReplyKind.GROUNDED.value):
+    asked = getattr(args, "kind", None)  # not given: the file's own kind
+    if asked is not None and named.value != asked:
         raise ConfigurationError(f"the binding asks for a {named} reply: --kind {named}")
     return binding
 
@@ -153,7 +154,7 @@ def recorded_text(args: argparse.Namespace) -> tuple[str, Any] | None:
 def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
     """``--kind text --text T``: the development source's text binding for T (None when
     the flags ask for no text reply; a binding file of either kind is read by the caller)."""
-    kind = getattr(args, "kind", ReplyKind.GROUNDED.value)
+    kind = getattr(args, "kind", None) or ReplyKind.GROUNDED.value
     text = getattr(args, "text", None)
     if kind != ReplyKind.TEXT.value:
         if text is not None:

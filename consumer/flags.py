@@ -172,8 +172,9 @@ FLAGS: Final = FlagTable((
              action="toggle", shown="on when stdout is a terminal"),
         Flag("--kind",
              "the kind of reply to ask for ([reply kinds](protocol.md#kinds)): `grounded` "
-             "(an answer citing the bound passages) or `text` (free text, with `--text`)",
-             choices=("grounded", "text"), default="grounded"),
+             "(an answer citing the bound passages) or `text` (free text, with `--text`); a "
+             "`--binding` file names its own",
+             choices=("grounded", "text"), shown="`grounded`"),
         Flag("--text",
              "with `--kind text`: the message to send (the empty text too; at most "
              f"{MAX_ECHO_CHARS:,} code points): the development source streams it back in "

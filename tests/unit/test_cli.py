@@ -6,6 +6,8 @@ runs ``python -m consumer`` and ``make demo`` as a user does.)"""
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from harness.demo import demo_runs
 from runtime.recording_file import load_recording
 from shared.errors import ConfigurationError
 from shared.requests import ReplyRequest
+from shared.texts import build_text_binding
 from shared.wire import DEFAULT_WIRES
 
 
@@ -77,3 +80,18 @@ def test_kind_text_binds_its_own_case() -> None:
     case_id, binding = consumer_cli.load_binding(args)
     assert case_id == binding["case_id"] and case_id.startswith("text-")
     assert binding["messages"] == [["human", ""]]
+
+
+def test_a_binding_file_names_its_own_kind(tmp_path: Path) -> None:
+    """--binding FILE needs no --kind (the conformance runner's wire mode sends a text
+    vector's binding so); a --kind that differs from the file's is a usage error."""
+    path = tmp_path / "text.json"
+    binding = build_text_binding("hi")
+    path.write_text(json.dumps(binding))
+    flags = ["stream", "--case", binding["case_id"], "--binding", str(path)]
+    assert consumer_cli.load_binding(build_parser().parse_args(flags)) == (
+        binding["case_id"],
+        binding,
+    )
+    with pytest.raises(ConfigurationError):
+        consumer_cli.load_binding(build_parser().parse_args([*flags, "--kind", "grounded"]))
