@@ -27,10 +27,8 @@ import grpc
 import structlog
 
 from producer.edge.rpc import (
-    SERVICE_NAME,
     MalformedRequest,
-    parse_cancel_request,
-    parse_open_request,
+    add_servicer,
 )
 from producer.edge.security import is_loopback
 from producer.edge.server import server_options
@@ -139,19 +137,7 @@ async def serve_conformance(
     vectors = load_folder(folder)
     servicer = ConformanceServicer(vectors)
     server = grpc.aio.server(options=server_options())
-    handlers = {
-        "Open": grpc.unary_stream_rpc_method_handler(
-            servicer.Open,
-            request_deserializer=parse_open_request,
-            response_serializer=pb.Chunk.SerializeToString,
-        ),
-        "Cancel": grpc.unary_unary_rpc_method_handler(
-            servicer.Cancel,
-            request_deserializer=parse_cancel_request,
-            response_serializer=pb.CancelReply.SerializeToString,
-        ),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    add_servicer(servicer, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as error:

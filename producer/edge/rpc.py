@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
 from shared.requests import MAX_REQUEST_BYTES
 
 #: What HTTP/2 adds to each header's name and value when it sizes a header list.
@@ -76,7 +75,16 @@ def parse_cancel_request(data: bytes) -> pb.CancelRequest | MalformedRequest:
         return MalformedRequest("not a CancelRequest")
 
 
-def add_servicer(servicer: pb_grpc.ReplyStreamServicer, server: grpc.aio.Server) -> None:
+class Serves(Protocol):
+    """What serves the service: an ``Open`` and a ``Cancel`` handler (the producer's
+    servicer, or the conformance mode's)."""
+
+    async def Open(self, request: Any, context: Any) -> Any: ...  # noqa: N802
+
+    async def Cancel(self, request: Any, context: Any) -> Any: ...  # noqa: N802
+
+
+def add_servicer(servicer: Serves, server: grpc.aio.Server) -> None:
     """Register ``Open`` and ``Cancel`` with bounded deserializers (the generated helper's
     are not)."""
     handlers = {
