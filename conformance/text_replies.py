@@ -20,7 +20,7 @@ from shared.errors import RequestRefused
 from shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
 from shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
 from shared.recording import BoundCase
-from shared.texts import build_text_binding, text_deltas
+from shared.texts import build_text_binding, text_case, text_deltas
 from shared.vectors import End
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkMode, ChunkPlan
@@ -48,16 +48,9 @@ PLANS: Final = {
 TARGET: Final = 3
 
 
-def text_case(text: str) -> BoundCase:
-    binding = build_text_binding(text)
-    return BoundCase(
-        case_id=binding["case_id"],
-        binding=binding,
-        binding_sha256=digest(binding),
-        request_sha256=binding["request_sha256"],
-        content=text,
-        provider_events=text_deltas(text),
-    )
+def case_of(text: str) -> BoundCase:
+    """The development text source's case for ``text`` (its binding, its deltas)."""
+    return text_case(build_text_binding(text), text)
 
 
 def _end(ending: Ending) -> End:
@@ -66,10 +59,10 @@ def _end(ending: Ending) -> End:
 
 def text_group() -> Group:
     group = Group("text")
-    alphabet = text_case(TEXTS["alphabet"])
+    alphabet = case_of(TEXTS["alphabet"])
     for wire in TEXT_WIRES:
         for name, text in TEXTS.items():
-            case = text_case(text)
+            case = case_of(text)
             for plan_name, plan in PLANS.items():
                 sent = transmit(case, wire=WireFormat(wire), plan=plan)
                 group.add(
@@ -119,8 +112,8 @@ def _faults(group: Group, case: BoundCase, wire: str) -> None:
 
 def _claims(group: Group, wire: str) -> None:
     """``done`` claims that are not what was sent: refused whatever the text."""
-    empty = text_case("")
-    short = text_case("abcdefgh")
+    empty = case_of("")
+    short = case_of("abcdefgh")
     sha = empty.binding_sha256
 
     def claim(frames: Sequence[Frame], sequence: int, text: str, count: int) -> list[Frame]:

@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from shared.digest import digest, strict_json
 from shared.errors import RequestRefused
-from shared.kinds import KIND_KEY, ReplyKind
 from shared.reasons import Reason
 from shared.recording import BoundCase
-from shared.texts import text_deltas
+from shared.texts import are_messages, text_binding, text_case
 
 TEXT_RECORDING_SHA256: Final = "563c3895d4b53bef83ba3bd955848969631467199933bba1b95e449522c21e5b"
 FORMAT: Final = "replywire-text-recording/1"
-
-
-def recorded_text_binding(case_id: str, messages: list[list[str]]) -> dict[str, Any]:
-    return {
-        KIND_KEY: ReplyKind.TEXT.value,
-        "case_id": case_id,
-        "request_sha256": digest(messages),
-        "messages": messages,
-    }
 
 
 class TextRecording:
@@ -82,26 +72,6 @@ class TextRecording:
 
 
 def _case(case_id: str, messages: object, text: object) -> BoundCase:
-    if not (
-        isinstance(messages, list)
-        and messages
-        and all(
-            isinstance(pair, list)
-            and len(pair) == 2
-            and pair[0] in ("system", "human")
-            and isinstance(pair[1], str)
-            for pair in messages
-        )
-        and messages[-1][0] == "human"
-        and isinstance(text, str)
-    ):
+    if not are_messages(messages) or not isinstance(text, str):
         raise ValueError(f"case {case_id}: messages and a text")
-    binding = recorded_text_binding(case_id, messages)
-    return BoundCase(
-        case_id=case_id,
-        binding=binding,
-        binding_sha256=digest(binding),
-        request_sha256=binding["request_sha256"],
-        content=text,
-        provider_events=text_deltas(text),
-    )
+    return text_case(text_binding(messages, case_id), text)

@@ -9,12 +9,13 @@ Its case id is ``text-`` and the first 16 hex characters of ``request_sha256``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from shared.digest import digest
 from shared.errors import RequestRefused
 from shared.kinds import KIND_KEY, ReplyKind
 from shared.reasons import Reason
+from shared.recording import BoundCase
 
 TEXT_PREFIX: Final = "text-"
 BINDING_KEYS: Final = frozenset({KIND_KEY, "case_id", "request_sha256", "messages"})
@@ -30,10 +31,16 @@ def build_text_binding(text: str, system: str | None = None) -> dict[str, Any]:
     """The binding that asks the development source for ``text``."""
     messages: list[list[str]] = [] if system is None else [["system", system]]
     messages.append(["human", text])
+    return text_binding(messages)
+
+
+def text_binding(messages: list[list[str]], case_id: str | None = None) -> dict[str, Any]:
+    """The text binding of ``messages``, under ``case_id`` (a recorded case's name), or
+    under the development source's ``text-`` and 16 hex characters of its digest."""
     request_sha256 = digest(messages)
     return {
         KIND_KEY: ReplyKind.TEXT.value,
-        "case_id": TEXT_PREFIX + request_sha256[:16],
+        "case_id": case_id or TEXT_PREFIX + request_sha256[:16],
         "request_sha256": request_sha256,
         "messages": messages,
     }
@@ -53,17 +60,7 @@ def check_text_binding(binding: object, case_id: str) -> tuple[Mapping[str, Any]
     messages = binding["messages"]
     if binding[KIND_KEY] != ReplyKind.TEXT.value or binding["case_id"] != case_id:
         raise mismatch
-    if not isinstance(messages, list) or not 1 <= len(messages) <= MAX_MESSAGES:
-        raise mismatch
-    for message in messages:
-        if not (
-            isinstance(message, list)
-            and len(message) == 2
-            and message[0] in ROLES
-            and isinstance(message[1], str)
-        ):
-            raise mismatch
-    if messages[-1][0] != "human" or binding["request_sha256"] != digest(messages):
+    if not are_messages(messages) or binding["request_sha256"] != digest(messages):
         raise mismatch
     if case_id != TEXT_PREFIX + binding["request_sha256"][:16]:
         raise mismatch
@@ -71,6 +68,35 @@ def check_text_binding(binding: object, case_id: str) -> tuple[Mapping[str, Any]
     if len(text) > MAX_ECHO_CHARS:
         raise RequestRefused(Reason.INVALID_REQUEST, f"text over {MAX_ECHO_CHARS} code points")
     return binding, text
+
+
+def are_messages(messages: object) -> TypeGuard[list[list[str]]]:
+    """1 to 64 ``[role, text]`` pairs, each role ``system`` or ``human``, the last ``human``."""
+    return (
+        isinstance(messages, list)
+        and 1 <= len(messages) <= MAX_MESSAGES
+        and all(
+            isinstance(message, list)
+            and len(message) == 2
+            and message[0] in ROLES
+            and isinstance(message[1], str)
+            for message in messages
+        )
+        and messages[-1][0] == "human"
+    )
+
+
+def text_case(binding: Mapping[str, Any], text: str) -> BoundCase:
+    """A text binding and the text that answers it, as a case a source transmits: the text
+    in deltas of six code points."""
+    return BoundCase(
+        case_id=binding["case_id"],
+        binding=binding,
+        binding_sha256=digest(binding),
+        request_sha256=binding["request_sha256"],
+        content=text,
+        provider_events=text_deltas(text),
+    )
 
 
 def text_deltas(text: str) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from shared.reasons import Reason
 from shared.recording import BoundCase, Recording
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
 from shared.text_recording import TextRecording
-from shared.texts import check_text_binding, is_text_case, text_deltas
+from shared.texts import check_text_binding, is_text_case, text_case
 from shared.wire import WireFormat
 from shared.wire.chunking import ChunkPlan
 
@@ -151,14 +151,7 @@ class RecordingSource:
         if not is_text_case(checked.case_id):
             raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
         binding, text = check_text_binding(parse_binding(checked.binding_json), checked.case_id)
-        return BoundCase(
-            case_id=checked.case_id,
-            binding=binding,
-            binding_sha256=checked.binding_sha256,
-            request_sha256=binding["request_sha256"],
-            content=text,
-            provider_events=text_deltas(text),
-        )
+        return text_case(binding, text)
 
     def verify(self, checked: CheckedRequest) -> None:
         self.case_of(checked)
