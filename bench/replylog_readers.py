@@ -198,6 +198,10 @@ def deployment(
             "--source", "gemini", "--gemini-base-url", fake.base_url,
             "--model", "fake-slow-drip", "--ledger", str(workdir / "ledger.json"),
             "--budget-usd", "10.0", "--auth-tokens", str(token_file),
+            # 300 distinct calls reserve in the one file ledger at once: its lock is not what
+            # this measures (a loaded run saw one wait past the default 5 s; 10 s is a third of the
+            # default owner lease, the most the producer takes).
+            "--ledger-timeout-s", "10",
             "--max-streams-per-identity", str(max(readers, 1) + 10),
             "--reply-log", server.url, "--log-level", "warning", *flags,
         )  # fmt: skip
