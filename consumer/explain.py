@@ -85,6 +85,21 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     "given.",
     R.STATUS_CITATION_MISMATCH: "The reply's citations contradict its status (an answer without "
     "sources, or no answer with sources).",
+    R.PART_OUTSIDE_CHAT: "A frame carries a tool call, thought, usage or finish, and the reply "
+    "asked for is not a chat turn.",
+    R.FRAME_AFTER_FINISH: "Part of the turn arrived after the turn said it had finished.",
+    R.INVALID_TOOL_CALL: "A piece of a tool call is malformed: its position, name or id do not "
+    "fit the calls before it.",
+    R.TOOL_CALL_LIMIT: "The turn made more tool calls than the consumer accepts.",
+    R.INVALID_THOUGHT: "A piece of the model's thoughts is empty or not text.",
+    R.INVALID_SIGNATURE: "A thought signature is empty, or belongs to no part of the turn.",
+    R.INVALID_USAGE: "The token usage report holds a count that is not a whole number.",
+    R.INVALID_FINISH: "The turn's finish reason is empty or too long.",
+    R.CHAT_FINISH_MISSING: "The turn ended without saying why it finished.",
+    R.TOOL_CALL_MALFORMED: "A tool call's arguments are not a JSON object (kept as they came).",
+    R.TOOL_CALL_UNDECLARED: "The model called a tool the request did not declare.",
+    R.TOOL_CALL_ARGUMENTS_INVALID: "A tool call's arguments do not fit the tool's declared "
+    "parameters.",
     R.MISSING_TERMINAL: "The stream ended cleanly but without its final frame: the reply may be "
     "cut short.",
     R.TRANSPORT_IO_ERROR: "The connection to the producer failed.",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, TypeAlias
 
+from shared.chat_parts import ChatPart
 from shared.errors import ProtocolFailure, RequestRefused
 from shared.reasons import Reason
 
@@ -31,8 +32,20 @@ class FrameKind(StrEnum):
     DONE = "done"
     ERROR = "error"
     CANCEL = "cancel"
+    # A chat reply's parts (docs/protocol.md#chat-frames; ``Frame.part``).
+    TOOL_CALL = "tool_call"
+    THOUGHT = "thought"
+    SIGNATURE = "signature"
+    USAGE = "usage"
+    FINISH = "finish"
 
 
+#: The chat frames: content frames of a chat reply only.
+CHAT_KINDS = frozenset(
+    {FrameKind.TOOL_CALL, FrameKind.THOUGHT, FrameKind.SIGNATURE, FrameKind.USAGE, FrameKind.FINISH}
+)
+#: Frames ``done`` counts (``content_frames``) and a fault's "content frame K" may be.
+CONTENT_KINDS = CHAT_KINDS | {FrameKind.CONTENT_DELTA}
 TERMINAL_KINDS = frozenset({FrameKind.DONE, FrameKind.ERROR, FrameKind.CANCEL})
 #: The reason of the lab's controlled cancel and error terminals (``controlled_local_<kind>``).
 _CONTROLLED: Final = {
@@ -81,6 +94,8 @@ class Frame:
     reason: AsSent = None
     #: done only, and only where the wire carries it (lp and ndjson; ndjson-lab has none).
     done_digest: DoneDigest | None = None
+    #: A chat frame's fields (``CHAT_KINDS`` only): ``shared.chat_parts``.
+    part: ChatPart | None = None
 
 
 # The fields' own setters: a frozen dataclass's __init__ goes through object.__setattr__
@@ -90,27 +105,29 @@ class Frame:
 _NEW_FRAME: Final = Frame.__new__
 _SET_FIELDS: Final = tuple(
     vars(Frame)[name].__set__
-    for name in ("sequence", "kind", "binding_sha256", "text", "reason", "done_digest")
+    for name in ("sequence", "kind", "binding_sha256", "text", "reason", "done_digest", "part")
 )
 
 
-def decoded_frame(
+def decoded_frame(  # noqa: PLR0913, PLR0917 (one argument per frame field)
     sequence: object,
     kind: FrameKind,
     binding_sha256: object,
     text: object = None,
     reason: object = None,
     done_digest: DoneDigest | None = None,
+    part: ChatPart | None = None,
 ) -> Frame:
     """``Frame(...)`` for the decoders' per-frame path: an equal frame, in a third of the time."""
     frame: Frame = _NEW_FRAME(Frame)
-    set_sequence, set_kind, set_binding, set_text, set_reason, set_digest = _SET_FIELDS
+    set_sequence, set_kind, set_binding, set_text, set_reason, set_digest, set_part = _SET_FIELDS
     set_sequence(frame, sequence)
     set_kind(frame, kind)
     set_binding(frame, binding_sha256)
     set_text(frame, text)
     set_reason(frame, reason)
     set_digest(frame, done_digest)
+    set_part(frame, part)
     return frame
 
 

@@ -19,6 +19,8 @@ class ReplyKind(StrEnum):
     GROUNDED = "grounded"
     #: Free text, the empty text included.
     TEXT = "text"
+    #: A model turn: text, tool calls, thoughts, signatures, usage, the finish reason.
+    CHAT = "chat"
 
 
 #: The binding's key that names a kind other than ``grounded``.
@@ -33,4 +35,6 @@ def kind_of(binding: Mapping[str, Any]) -> ReplyKind:
         return ReplyKind.GROUNDED
     if named == ReplyKind.TEXT.value:
         return ReplyKind.TEXT
+    if named == ReplyKind.CHAT.value:
+        return ReplyKind.CHAT
     raise ConfigurationError(f"the binding's kind is no reply kind: {named!r}")

@@ -279,6 +279,39 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.CONFLICTING_DUPLICATE: _info(
         _I, "DATA_LOSS", "an applied sequence number came again with different bytes"
     ),
+    Reason.PART_OUTSIDE_CHAT: _info(
+        _I,
+        "DATA_LOSS",
+        "a chat frame (tool call, thought, signature, usage, finish) in a reply not of kind chat",
+    ),
+    Reason.FRAME_AFTER_FINISH: _info(
+        _I,
+        "DATA_LOSS",
+        "a chat content frame other than usage after the turn's finish (a second finish included)",
+    ),
+    Reason.INVALID_TOOL_CALL: _info(
+        _I,
+        "DATA_LOSS",
+        "a tool call fragment breaks its rules (index not the next call's or a begun "
+        "one's, no name, an id or name that changed, empty arguments continuing a call, "
+        "not text)",
+    ),
+    Reason.TOOL_CALL_LIMIT: _info(
+        _I, "RESOURCE_EXHAUSTED", "the turn begins more tool calls than the tool call limit"
+    ),
+    Reason.INVALID_THOUGHT: _info(_I, "DATA_LOSS", "a thought is empty or not text"),
+    Reason.INVALID_SIGNATURE: _info(
+        _I,
+        "DATA_LOSS",
+        "a thought signature is empty, not text, of an unknown part, or of a call "
+        "not begun or already signed",
+    ),
+    Reason.INVALID_USAGE: _info(
+        _I, "DATA_LOSS", "a usage count is not an integer from 0 to 2^64 - 1"
+    ),
+    Reason.INVALID_FINISH: _info(
+        _I, "DATA_LOSS", "a finish reason is not a string of 1 to 64 code points"
+    ),
     Reason.UNREGISTERED_ERROR_TERMINAL: _info(
         _E,
         "INTERNAL",
@@ -298,6 +331,22 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.STATUS_CITATION_MISMATCH: _info(
         _I, "DATA_LOSS", "answered without citations, or not_in_docs with citations"
+    ),
+    Reason.CHAT_FINISH_MISSING: _info(
+        _I, "DATA_LOSS", "a chat reply ended done without a finish frame"
+    ),
+    Reason.TOOL_CALL_MALFORMED: _info(
+        _I,
+        "DATA_LOSS",
+        "a tool call's arguments are not a JSON object (kept raw in the turn; the call is in call)",
+    ),
+    Reason.TOOL_CALL_UNDECLARED: _info(
+        _I, "DATA_LOSS", "a tool call names no tool the request declared (the call is in call)"
+    ),
+    Reason.TOOL_CALL_ARGUMENTS_INVALID: _info(
+        _I,
+        "DATA_LOSS",
+        "a tool call's arguments are not valid against its tool's parameters (the call is in call)",
     ),
     Reason.MISSING_TERMINAL: _info(
         Status.INCOMPLETE, "UNAVAILABLE", "the input ended cleanly but no terminal arrived"

@@ -78,6 +78,15 @@ class Reason(StrEnum):
     MISSING_FRAME_KIND = "missing_frame_kind"
     CONTENT_DIGEST_MISMATCH = "content_digest_mismatch"
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
+    # --- chat frames (ours) ----------------- ----------------------------
+    PART_OUTSIDE_CHAT = "part_outside_chat"
+    FRAME_AFTER_FINISH = "frame_after_finish"
+    INVALID_TOOL_CALL = "invalid_tool_call"
+    TOOL_CALL_LIMIT = "tool_call_limit"
+    INVALID_THOUGHT = "invalid_thought"
+    INVALID_SIGNATURE = "invalid_signature"
+    INVALID_USAGE = "invalid_usage"
+    INVALID_FINISH = "invalid_finish"
     # --- a terminal whose reason is not a code (ours) ----------------------
     UNREGISTERED_ERROR_TERMINAL = "unregistered_error_terminal"
     UNREGISTERED_CANCEL_TERMINAL = "unregistered_cancel_terminal"
@@ -86,6 +95,11 @@ class Reason(StrEnum):
     INVALID_ANSWER_SCHEMA = "invalid_answer_schema"
     UNKNOWN_CONTEXT_CITATION = "unknown_context_citation"
     STATUS_CITATION_MISMATCH = "status_citation_mismatch"
+    # --- final chat reply (ours) -----------------------------------------
+    CHAT_FINISH_MISSING = "chat_finish_missing"
+    TOOL_CALL_MALFORMED = "tool_call_malformed"
+    TOOL_CALL_UNDECLARED = "tool_call_undeclared"
+    TOOL_CALL_ARGUMENTS_INVALID = "tool_call_arguments_invalid"
     # --- how a stream ended without a verdict (lab) -----------------------
     MISSING_TERMINAL = "missing_terminal"
     TRANSPORT_IO_ERROR = "transport_io_error"

@@ -49,6 +49,7 @@ _WIRES: Final = {
 _KINDS: Final = {
     pb.REPLY_KIND_GROUNDED: ReplyKind.GROUNDED,
     pb.REPLY_KIND_TEXT: ReplyKind.TEXT,
+    pb.REPLY_KIND_CHAT: ReplyKind.CHAT,
 }
 #: A kind as the request names it.
 KIND_CODES: Final = {kind: code for code, kind in _KINDS.items()}

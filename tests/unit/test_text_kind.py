@@ -92,11 +92,12 @@ def test_a_text_reply_keeps_every_frame_rule(wire: WireFormat) -> None:
 def test_the_kind_is_the_binding_s() -> None:
     assert kind_of(BINDING) is ReplyKind.TEXT
     assert kind_of({"case_id": "x"}) is ReplyKind.GROUNDED
-    for named in ("grounded", "chat", "TEXT", 1):
+    assert kind_of({"kind": "chat"}) is ReplyKind.CHAT
+    for named in ("grounded", "CHAT", "TEXT", 1):
         with pytest.raises(ConfigurationError):
             kind_of({"kind": named})
     with pytest.raises(ConfigurationError):
-        ReplyConsumer({"kind": "chat"})
+        ReplyConsumer({"kind": "grounded"})
 
 
 def test_a_grounded_result_names_no_kind() -> None:
