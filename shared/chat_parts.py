@@ -10,8 +10,11 @@ the right types.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Final, TypeAlias
+
+from shared.digest import canonical_json
 
 #: A field as the wire gave it (see ``shared.frames.AsSent``).
 AsSent: TypeAlias = object
@@ -105,3 +108,32 @@ USAGE_COMPONENTS: Final = (
 def part_values(kind: str, part: ChatPart) -> dict[str, object]:
     """The part's fields by name, in ``PART_FIELDS`` order."""
     return {name: getattr(part, name) for name in PART_FIELDS[kind]}
+
+
+def record(kind: str, fields: dict[str, object]) -> bytes:
+    """A content frame's record in a chat reply's content digest: the canonical JSON of its
+    kind and its own fields (the NDJSON object without ``sequence`` and ``binding_sha256``),
+    then a line feed (docs/protocol.md#chat-digest). ``fields`` are the checked values
+    (``{"text": …}`` for a ``content_delta``, ``part_values`` for a chat frame)."""
+    return canonical_json({"kind": kind, **fields}) + b"\n"
+
+
+class ChatDigest:
+    """A chat reply's running content digest and count, as a producer sends its frames (the
+    consumer core keeps its own, from what it applied): ``done`` carries ``claim()``."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.frames = 0
+
+    def add_text(self, text: str) -> None:
+        self._hash.update(record("content_delta", {"text": text}))
+        self.frames += 1
+
+    def add_part(self, kind: str, part: ChatPart) -> None:
+        self._hash.update(record(kind, part_values(kind, part)))
+        self.frames += 1
+
+    def claim(self) -> tuple[str, int]:
+        """``(content_sha256, content_frames)`` of every content frame added."""
+        return self._hash.hexdigest(), self.frames
