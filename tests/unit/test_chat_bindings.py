@@ -38,7 +38,7 @@ def a_binding(**request: Any) -> dict[str, Any]:
 
 
 def refused(binding: Any, case_id: str | None = None, **options: Any) -> str:
-    case_id = case_id or (binding.get("case_id") if isinstance(binding, dict) else "chat-x")
+    case_id = case_id or (binding["case_id"] if isinstance(binding, dict) else "chat-x")
     with pytest.raises(RequestRefused) as caught:
         check_chat_binding(binding, case_id, **options)
     return caught.value.code
