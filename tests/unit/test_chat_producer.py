@@ -14,6 +14,7 @@ from runtime.recording_file import DEFAULT_CHAT_RECORDING_PATH
 from shared.chat_frames import ChatItem, chat_frames, chat_item_json, chat_item_of
 from shared.chat_parts import ChatDigest, FinishPart, ToolCallPart, UsagePart
 from shared.chat_recording import ChatRecording
+from shared.chats import chat_binding_problem
 from shared.digest import canonical_json
 from shared.errors import RequestRefused
 from shared.faults import Fault, FaultKind, faulted_frames
@@ -172,6 +173,7 @@ def test_the_chat_recording_is_verified_and_bound_by_case(chats: ChatRecording) 
     for case_id in chats.case_ids:
         case = chats.case(case_id)
         assert case.binding["kind"] == "chat" and case.binding["case_id"] == case_id
+        assert chat_binding_problem(case.binding, case_id, recorded=True) is None  # the schema
         assert case.chat_items
     other = chats.case("chat-text-only").binding
     assert refused(lambda: chats.bind_request("chat-one-call", other)) == (
