@@ -267,6 +267,22 @@ def test_a_usage_count_no_frame_can_carry_ends_the_turn_in_error(count: Any) -> 
     assert adapter.cut_off is not None  # the call is not settled from it
 
 
+def test_a_part_with_no_canonical_form_ends_the_turn_in_error() -> None:
+    for body in (b'{"text": "a\\ud800"}', b'{"functionCall": {"name": "f", "args": {"n": 1e400}}}'):
+        raw = (
+            b'data: {"candidates": [{"content": {"parts": [{"text": "ok"}, '
+            + body
+            + b"]}}]}\r\n\r\n"
+        )
+        stream = ProviderStream("b" * 64, structlog.get_logger(), adapter_type=ChatFrames)
+        frames = stream.receive_data(raw) + stream.end_of_input()
+        assert [(frame.kind, frame.reason) for frame in frames] == [
+            (FrameKind.CONTENT_DELTA, None),
+            (FrameKind.ERROR, "provider_invalid_event"),
+        ]
+        assert stream.adapter.cut_off is not None
+
+
 def test_other_finishes_and_errors_stay_error_terminals() -> None:
     frames, _ = run([event([{"text": "Hi"}], "MAX_TOKENS", {"promptTokenCount": 2})])
     assert [frame.kind for frame in frames] == [

@@ -18,13 +18,15 @@ one whole ``tool_call`` (``index`` the calls so far, its ``id`` or ``""``, its `
 ``ChatDigest``), any other the error terminal it gives a grounded reply. A part it cannot
 carry (``inlineData``, ``executableCode``, ``functionResponse``, anything unknown) ends the
 reply ``provider_part_unsupported``, as for a grounded reply; a usage count that is not an
-integer from 0 to 2^64 - 1 ends it ``provider_invalid_event`` (a frame cannot carry it, and
-nothing of a turn is left out). The call is settled from the last usage frame sent
+integer from 0 to 2^64 - 1, or a part with a lone surrogate or a number beyond a double,
+ends it ``provider_invalid_event`` (a frame cannot carry it, and nothing of a turn is left
+out). The call is settled from the last usage frame sent
 (``usage``, in the ledger's keys), so the ledger and the consumer hold one report.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -188,6 +190,8 @@ class ChatFrames(ProviderFrames):
         """Each part's frames, in order, up to one a turn cannot carry (which ends it)."""
         frames: list[Frame] = []
         for at, part in enumerate(parts):
+            if not _encodable(part):
+                return [*frames, self._invalid("provider_part_not_unicode")]
             unsupported = self._unsupported(part)
             if unsupported is not None:
                 rest = [self._unsupported(other) or "text" for other in parts[at + 1 :]]
@@ -202,7 +206,7 @@ class ChatFrames(ProviderFrames):
             return []
         usage = usage_part(metadata)
         if usage is None:
-            return [self._usage_invalid()]
+            return [self._invalid("provider_usage_invalid")]
         if usage == self.last_usage:
             return []
         self.last_usage = usage
@@ -216,12 +220,13 @@ class ChatFrames(ProviderFrames):
         claim = DoneDigest(content_sha256=content_sha256, content_frames=content_frames)
         return self._frame(FrameKind.DONE, done_digest=claim)
 
-    def _usage_invalid(self) -> Frame:
-        """A usage count no frame can carry: the reply ends here in error, and the call is
-        not settled from a report it did not carry (its reservation is kept)."""
+    def _invalid(self, event: str) -> Frame:
+        """What no frame can carry (a usage count out of range, a lone surrogate or a number
+        beyond a double in a part): the reply ends here in error, nothing more is read, and
+        the call is not settled from a report it did not carry (its reservation is kept)."""
         self.finish_reason = "ERROR"
         self.cut_off = Reason.PROVIDER_INVALID_EVENT
-        self._log.warning("provider_usage_invalid", reason=self.cut_off.value)
+        self._log.warning(event, reason=self.cut_off.value)
         return self._frame(FrameKind.ERROR, reason=self.cut_off.value)
 
     @staticmethod
@@ -279,6 +284,16 @@ class ChatFrames(ProviderFrames):
     def _content(self, kind: FrameKind, part: ChatPart) -> Frame:
         self.digest.add_part(kind.value, part)
         return self._frame(kind, part=part)
+
+
+def _encodable(part: object) -> bool:
+    """Whether ``part`` has a canonical form (no lone surrogate from an escape, no number
+    beyond a double): what a frame carries must."""
+    try:
+        json.dumps(part, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError:  # UnicodeEncodeError is one
+        return False
+    return True
 
 
 def _is_call(call: object) -> bool:
