@@ -15,7 +15,8 @@ from harness.fake_gemini.checks import validate
 from harness.fake_gemini.protocol import HttpError, sse_event
 from harness.fake_gemini.scripts import CHAT_MODELS, Scripts
 from producer.sources.gemini.chat import ChatFrames, chat_request_body, ledger_usage
-from producer.sources.gemini.protocol import ProviderStream
+from producer.sources.gemini.protocol import ProviderStream, request_body
+from runtime.recording_file import load_recording
 from shared.chat_parts import (
     ChatDigest,
     FinishPart,
@@ -28,6 +29,7 @@ from shared.chats import chat_binding, chat_request
 from shared.digest import digest
 from shared.frames import Frame, FrameKind
 
+RECORDING = load_recording()
 WEATHER: dict[str, Any] = {
     "name": "get_weather",
     "description": "The weather in a city.",
@@ -149,6 +151,7 @@ def test_the_fake_refuses_a_chat_request_it_would_not_be_sent() -> None:
         {**body, "contents": [{"role": "user", "parts": [{"text": "a", "functionCall": {}}]}]},
         {**body, "tools": [{"functionDeclarations": [{"name": "x"}]}]},
         {**body, "extra": 1},
+        request_body(RECORDING.case("replace-file").binding, max_output_tokens=64),
     ):
         with pytest.raises(HttpError):
             validate("fake-chat-text", broken)
