@@ -129,7 +129,7 @@ class ChatTurn:
         begun = len(self.calls)
         # An integer as the wires carry it: on NDJSON a number token with no fraction and no
         # exponent (``true``, ``1.0`` are not).
-        if not isinstance(index, int) or type(index) is bool or not 0 <= index <= begun:
+        if type(index) is not int or not 0 <= index <= begun:
             raise ProtocolFailure(Reason.INVALID_TOOL_CALL, "index")
         if not (_is_text(call_id) and _is_text(name) and _is_text(arguments)):
             raise ProtocolFailure(Reason.INVALID_TOOL_CALL, "id, name or arguments")
@@ -162,7 +162,7 @@ class ChatTurn:
             raise ProtocolFailure(Reason.INVALID_SIGNATURE, "part")
         if not _is_text(value) or not value:
             raise ProtocolFailure(Reason.INVALID_SIGNATURE, "value")
-        if not isinstance(index, int) or type(index) is bool:
+        if type(index) is not int:
             raise ProtocolFailure(Reason.INVALID_SIGNATURE, "index")
         if signed == "tool_call":
             if not 0 <= index < len(self.calls) or self.calls[index].signed:
@@ -180,7 +180,7 @@ class ChatTurn:
         counts: dict[str, int] = {}
         for name in _USAGE_FIELDS:
             value = getattr(part, name)
-            if not isinstance(value, int) or type(value) is bool or not 0 <= value < _COUNT_END:
+            if type(value) is not int or not 0 <= value < _COUNT_END:
                 raise ProtocolFailure(Reason.INVALID_USAGE, name)
             counts[name] = value
         self.usage = counts
