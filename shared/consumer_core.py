@@ -39,6 +39,11 @@ The checks a frame passes before it is applied (the next sequence number, the bi
 the frame count) and a terminal's reason are ``shared.frame_checks``'s; what the core keeps
 of the stream, the content and the events, is ``shared.consumer_content``'s. This module runs
 them in the lab's order (``ReplyConsumer._apply``) and holds the machine that decides.
+
+A chat binding asks for a chat reply (docs/protocol.md#chat-rules): its frames include the
+five chat frames, whose checks and assembly are ``shared.chat_turn``'s (the turn, the calls
+by index, the chat content digest ``done`` is compared with), and once it is done and the
+input ended cleanly ``shared.chat_reply`` validates the turn instead of a grounded reply.
 """
 
 from __future__ import annotations

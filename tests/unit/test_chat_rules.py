@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from consumer import flags as consumer_flags
+from consumer.cli import limits_from
 from shared.chat_parts import ChatDigest, ToolCallPart
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
@@ -524,3 +526,23 @@ def test_receive_data_raises_the_chat_reason() -> None:
     with pytest.raises(ProtocolFailure) as info:
         consumer.receive_data(sent[1])
     assert info.value.reason is Reason.FRAME_AFTER_FINISH
+
+
+# --- the limit as the consumer's CLI configures it -----------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_max_tool_calls_below_one_is_a_usage_error(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        consumer_flags.build_parser().parse_args(["stream", "--max-tool-calls", value])
+    assert exit_info.value.code == 2
+    assert "--max-tool-calls" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_max_tool_calls_reaches_the_cores_limits() -> None:
+    args = consumer_flags.build_parser().parse_args(["stream", "--max-tool-calls", "3"])
+    assert limits_from(args).max_tool_calls == 3
+    default = consumer_flags.build_parser().parse_args(["stream"])
+    assert limits_from(default) == Limits()
