@@ -6,15 +6,14 @@ arguments valid against that tool's ``parameters`` by JSON Schema 2020-12 (the m
 arguments as the objects they parse to. Also the turn's notes (``usage_total_mismatch``).
 
 Pure Python, never compiled (``native``): it runs once per reply, and ``jsonschema`` is a
-library of its own.
+library of its own, imported when a call is first validated: importing the core loads no
+third-party package (tests/system/test_imports.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
-
-from jsonschema import Draft202012Validator
 
 from shared.chat_parts import USAGE_COMPONENTS
 from shared.digest import canonical_json, strict_json
@@ -80,12 +79,19 @@ def validate_turn(turn: Mapping[str, Any], binding: Mapping[str, Any]) -> dict[s
             raise CallRefused(Reason.TOOL_CALL_MALFORMED, call)
         if call["name"] not in declared:
             raise CallRefused(Reason.TOOL_CALL_UNDECLARED, call)
-        validator = Draft202012Validator(declared[call["name"]])
-        error = next(iter(validator.iter_errors(arguments)), None)
+        error = _first_error(declared[call["name"]], arguments)
         if error is not None:
-            raise CallRefused(Reason.TOOL_CALL_ARGUMENTS_INVALID, call, error.message[:200])
+            raise CallRefused(Reason.TOOL_CALL_ARGUMENTS_INVALID, call, error[:200])
         calls.append({**call, "arguments": arguments})
     return {**turn, "tool_calls": calls}
+
+
+def _first_error(parameters: Mapping[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` are not valid against ``parameters`` (JSON Schema 2020-12), or None."""
+    from jsonschema import Draft202012Validator  # noqa: PLC0415 (see the module's docstring)
+
+    error = next(iter(Draft202012Validator(parameters).iter_errors(arguments)), None)
+    return None if error is None else error.message
 
 
 def notes(usage: Mapping[str, int] | None) -> list[str]:
