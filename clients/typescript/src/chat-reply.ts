@@ -13,6 +13,7 @@ import type { ChatTurn, Signature, ToolCall } from "./chat";
 import { dumpJson, isObject, JsonError, parseJson, type JsonObject, type JsonValue } from "./json";
 import { ProtocolFailure } from "./reasons";
 import { BindingError } from "./reply";
+import { exactlyValid, inexact } from "./schema-numbers";
 
 /** The note on a usage whose reported total is not the sum of its parts. */
 export const USAGE_TOTAL_MISMATCH = "usage_total_mismatch";
@@ -30,9 +31,17 @@ export class CallFailure extends ProtocolFailure {
 }
 
 /** JSON Schema 2020-12, as the document asks: no strict mode (a schema the binding's own
- * schema allows is not this library's to refuse), lengths in code points (ajv's default). */
+ * schema allows is not this library's to refuse), lengths in code points (ajv's default),
+ * every error found (src/schema-numbers.ts sets the numeric ones aside where ajv's numbers
+ * are not the exact ones). */
 function newAjv(): Ajv2020 {
-  return new Ajv2020({ strict: false, allErrors: false, validateFormats: false });
+  return new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
+}
+
+/** A declared tool: its parameters and their compiled validator. */
+export interface Tool {
+  readonly parameters: JsonValue;
+  readonly validate: ValidateFunction;
 }
 
 let ajv = newAjv();
@@ -83,18 +92,18 @@ function validatorOf(parameters: JsonValue): ValidateFunction {
  * consumer is made; a `BindingError` for a binding the core cannot use (no `request.tools`,
  * a tool without a name, parameters no validator compiles).
  */
-export function declaredTools(binding: JsonObject): Map<string, ValidateFunction> {
+export function declaredTools(binding: JsonObject): Map<string, Tool> {
   const request = binding.get("request");
   const tools = isObject(request) ? request.get("tools") : undefined;
   if (!Array.isArray(tools)) throw new BindingError("the chat binding has no request.tools list");
-  const declared = new Map<string, ValidateFunction>();
+  const declared = new Map<string, Tool>();
   for (const tool of tools) {
     const name = isObject(tool) ? tool.get("name") : undefined;
     const parameters = isObject(tool) ? tool.get("parameters") : undefined;
     if (typeof name !== "string" || parameters === undefined) {
       throw new BindingError("a declared tool without a name or parameters");
     }
-    declared.set(name, validatorOf(parameters));
+    declared.set(name, { parameters, validate: validatorOf(parameters) });
   }
   return declared;
 }
@@ -114,7 +123,7 @@ function callObject(call: ToolCall): JsonObject {
  */
 export function validateTurn(
   turn: ChatTurn,
-  tools: ReadonlyMap<string, ValidateFunction>,
+  tools: ReadonlyMap<string, Tool>,
   maxDepth: number,
 ): JsonObject {
   if (turn.finishReason === null) throw new ProtocolFailure("chat_finish_missing");
@@ -128,9 +137,11 @@ export function validateTurn(
       throw new CallFailure("tool_call_malformed", callObject(call), error.message);
     }
     if (!isObject(value)) throw new CallFailure("tool_call_malformed", callObject(call), "not an object");
-    const validate = tools.get(call.name);
-    if (validate === undefined) throw new CallFailure("tool_call_undeclared", callObject(call));
-    if (!validate(plain(value))) {
+    const tool = tools.get(call.name);
+    if (tool === undefined) throw new CallFailure("tool_call_undeclared", callObject(call));
+    const { parameters, validate } = tool;
+    const valid = validate(plain(value));
+    if (inexact(value) || inexact(parameters) ? !exactlyValid(parameters, value, validate.errors) : !valid) {
       throw new CallFailure("tool_call_arguments_invalid", callObject(call), ajv.errorsText(validate.errors));
     }
     parsed.push(value);

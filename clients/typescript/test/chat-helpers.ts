@@ -17,8 +17,12 @@ export const WIRES: readonly Wire[] = ["lp", "ndjson"];
 /** A content frame: its kind and its own fields, in the protocol's order. */
 export type Item = readonly [kind: string, fields: ReadonlyArray<readonly [string, JsonValue]>];
 
+/** A JavaScript value as a JSON value of ours (a bigint stays an exact integer). */
 export function json(value: unknown): JsonValue {
-  return parseJson(JSON.stringify(value), LENIENT);
+  const text = JSON.stringify(value, (_key, item: unknown) =>
+    typeof item === "bigint" ? `\u0000${item.toString()}` : item,
+  );
+  return parseJson(text.replace(/"\\u0000(-?[0-9]+)"/g, "$1"), LENIENT);
 }
 
 export const TOOLS = [

@@ -12,7 +12,7 @@ import { record } from "../src/chat";
 import { ReplyConsumer } from "../src/core";
 import { canonicalJson, digest, sha256Hex } from "../src/digest";
 import type { Frame } from "../src/frames";
-import type { JsonObject, JsonValue } from "../src/json";
+import { dumpJson, type JsonObject, type JsonValue } from "../src/json";
 import { buildTextBinding } from "../src/kinds";
 import { BindingError } from "../src/reply";
 import { answer } from "../src/testee";
@@ -462,4 +462,51 @@ test("a chat binding the core cannot use: no request.tools, parameters that are 
   const none = chatBinding([]);
   const document = reply("ndjson", [call(0n, "c", "read_file", '{"path":"a"}'), finish("STOP")], { binding: none });
   assert.deepEqual(verdict(document), ["invalid", "tool_call_undeclared"]);
+});
+
+test("numbers in the arguments and the parameters are exact: past 2^53, and infinity", () => {
+  const big = {
+    name: "big",
+    description: "",
+    parameters: {
+      type: "object",
+      properties: {
+        id: { type: "integer", minimum: 0, maximum: 18446744073709551614n },
+        e: { enum: [9007199254740993n, "x"] },
+        f: { type: "number" },
+        i: { type: ["integer", "null"] },
+        list: { type: "array", items: { type: "integer", maximum: 9007199254740992n } },
+      },
+      additionalProperties: false,
+    },
+  };
+  const binding = chatBinding([big]);
+  assert.match(dumpJson(binding), /"maximum":18446744073709551614\}/);
+  const judged = (args: string): unknown =>
+    reply("lp", [call(0n, "c", "big", args), finish("STOP")], { binding }).get("reason");
+  for (const args of [
+    '{"id":18446744073709551614}',
+    '{"id":0}',
+    '{"e":9007199254740993}',
+    '{"e":"x"}',
+    '{"f":1e400}',
+    '{"i":1e300}',
+    '{"i":null}',
+    '{"list":[9007199254740992,-18446744073709551616]}',
+  ]) {
+    assert.equal(judged(args), null, args);
+  }
+  for (const args of [
+    '{"id":18446744073709551615}',
+    '{"id":-1}',
+    '{"e":9007199254740992}',
+    '{"e":9007199254740993.0}',
+    '{"e":"y"}',
+    '{"i":1e400}',
+    '{"i":-1e400}',
+    '{"list":[9007199254740993]}',
+    '{"id":1,"other":18446744073709551615}',
+  ]) {
+    assert.equal(judged(args), "tool_call_arguments_invalid", args);
+  }
 });
