@@ -327,8 +327,9 @@ function ndjsonLine(sequence: number, fields: string, kind: string): Buffer {
   return Buffer.from(`{"sequence":${sequence},"kind":"${kind}","binding_sha256":"${sha}",${fields}}\n`);
 }
 
-test("thought, signature, usage and finish: their own reasons", () => {
+test("content_delta, thought, signature, usage and finish: their own reasons", () => {
   for (const wire of WIRES) {
+    assert.deepEqual(verdict(reply(wire, [text("a"), text("")])), ["invalid", "invalid_content_delta"]);
     assert.deepEqual(verdict(reply(wire, [thought("")])), ["invalid", "invalid_thought"]);
     for (const [how, items] of [
       ["an unknown part", [text("a"), signature("image", 0n, "s")]],
@@ -355,6 +356,7 @@ test("thought, signature, usage and finish: their own reasons", () => {
   for (const item of signatures) {
     assert.deepEqual(verdict(reply("ndjson", [item])), ["invalid", "invalid_signature"]);
   }
+  // On lp every count is a uint64, in range: invalid_usage is NDJSON's.
   for (const count of [-1n, TWO_64, 1.0, "1", null, true]) {
     assert.deepEqual(verdict(reply("ndjson", [usage(0n, 0n, 0n, 0n, 0n, count)])), ["invalid", "invalid_usage"], String(count));
   }
