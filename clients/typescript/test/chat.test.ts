@@ -512,3 +512,80 @@ test("numbers in the arguments and the parameters are exact: past 2^53, and infi
     assert.equal(judged(args), "tool_call_arguments_invalid", args);
   }
 });
+
+test("any turn, its calls' fragments interleaved, cut anywhere, is accepted as exactly that turn", () => {
+  let state = 20261206;
+  const random = (below: number): number => {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    return state % below;
+  };
+  const pieces = ["a", "é", " ", "\u{1F600}", "\\", '"', "\n", "z"];
+  const word = (length: number): string => Array.from({ length }, () => pieces[random(pieces.length)]).join("");
+  for (let round = 0; round < 40; round++) {
+    const commands = Array.from({ length: random(4) }, () => word(random(6)));
+    // Each call's arguments in 1-3 fragments; calls begin in index order, fragments interleave.
+    const fragments = commands.map((command) => {
+      const args = dumpJson(new Map([["command", command]]));
+      const cut = random(args.length);
+      return cut === 0 ? [args] : [args.slice(0, cut), args.slice(cut)].filter((piece) => piece !== "");
+    });
+    const items: Item[] = [];
+    const texts: string[] = [];
+    const thoughts: string[] = [];
+    const next = fragments.map(() => 0);
+    let begun = 0;
+    for (;;) {
+      const open = next.flatMap((at, index) =>
+        at < (fragments[index]?.length ?? 0) && index <= begun ? [index] : [],
+      );
+      if (open.length === 0) break;
+      const index = open[random(open.length)] as number;
+      if (index === begun) begun += 1;
+      const first = next[index] === 0;
+      const piece = fragments[index]?.[next[index] as number] ?? "";
+      items.push(call(BigInt(index), first ? `c${index}` : "", first ? "shell" : "", piece));
+      next[index] = (next[index] as number) + 1;
+      const extra = random(4);
+      if (extra === 0) {
+        texts.push(word(1 + random(5)));
+        items.push(text(texts[texts.length - 1] as string));
+      } else if (extra === 1) {
+        thoughts.push(word(1 + random(5)));
+        items.push(thought(thoughts[thoughts.length - 1] as string));
+      }
+    }
+    items.push(usage(7n, 0n, 3n, 0n, 0n, 10n), finish("STOP"));
+    const expected = {
+      text: texts.join(""),
+      thoughts: thoughts.join(""),
+      tool_calls: commands.map((command, index) => ({
+        index,
+        id: `c${index}`,
+        name: "shell",
+        arguments: { command },
+      })),
+      signatures: [],
+      usage: {
+        prompt_tokens: 7,
+        cached_tokens: 0,
+        completion_tokens: 3,
+        thoughts_tokens: 0,
+        tool_use_prompt_tokens: 0,
+        total_tokens: 10,
+      },
+      finish_reason: "STOP",
+    };
+    for (const wire of WIRES) {
+      const whole = Buffer.concat(chunks(wire, chatBinding(), items));
+      const cuts: Buffer[] = [];
+      for (let at = 0; at < whole.length; ) {
+        const size = 1 + random(40);
+        cuts.push(whole.subarray(at, at + size));
+        at += size;
+      }
+      const document = judge(wire, cuts);
+      assert.deepEqual(verdict(document), ["complete", null], `round ${round} ${wire}`);
+      assert.deepEqual(plain(document.get("accepted_answer") ?? null), expected, `round ${round} ${wire}`);
+    }
+  }
+});
