@@ -1,8 +1,5 @@
 """Chat replies across processes: ``python -m producer`` (the recording source, and the Gemini
-source against the fake server's chat scripts) and ``python -m consumer stream --kind chat``.
-
-Marked ``chat_e2e``: it needs the chat wires and the core's chat judgement, and skips until
-they are in (``tests/chat_wires.py``)."""
+source against the fake server's chat scripts) and ``python -m consumer stream --kind chat``."""
 
 from __future__ import annotations
 
@@ -13,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.chat_wires import CHAT_E2E
 from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer, run_consumer
 
-pytestmark = [*CHAT_E2E, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 TOOLS: list[dict[str, Any]] = [
     {

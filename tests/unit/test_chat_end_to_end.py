@@ -1,9 +1,6 @@
 """A chat reply end to end in one process: the producer's frames (the chat recording through
 the fault pipeline; the fake Gemini's chat scripts through the source's adapter) encoded on
-both default wires, cut into chunks, judged by the consumer core (docs/protocol.md#chat-reply).
-
-Marked ``chat_e2e``: it needs the chat wires and the core's chat judgement, and skips until
-they are in (``tests/chat_wires.py``)."""
+both default wires, cut into chunks, judged by the consumer core (docs/protocol.md#chat-reply)."""
 
 from __future__ import annotations
 
@@ -29,9 +26,6 @@ from shared.frames import Frame
 from shared.replay import consume
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
-from tests.chat_wires import CHAT_E2E
-
-pytestmark = CHAT_E2E
 
 WIRES = (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
 PLANS = ("frame", "whole", "1", "1,2,7,3,11")
