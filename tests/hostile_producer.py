@@ -14,7 +14,12 @@ chosen by a word in the request's stream id:
   view draws them, then ``done``: refused ``invalid`` / ``invalid_answer_json``;
 * ``error``: a few such deltas, then an error terminal whose reason is hostile text
   (``error`` / ``unregistered_error_terminal``, the text under ``detail``);
-* ``abort``: no frame; the call ends ``INTERNAL`` with hostile status details.
+* ``abort``: no frame; the call ends ``INTERNAL`` with hostile status details;
+* ``chat-…`` (a chat binding for the fake model ``fake-chat-turn``): that model's turn as
+  the producer makes it (the fake's script through the source's chat adapter), altered on
+  the way and renumbered, its ``done`` the true turn's: ``chat-intact`` unaltered,
+  ``chat-drop-call`` without call 1's frame, ``chat-swap`` with its text and the usage
+  after it swapped, ``chat-swap-calls`` with call 1 before call 0 (and its signature).
 
 Prints ``listening on 127.0.0.1:PORT`` when it serves; stops on SIGTERM.
 """
@@ -26,14 +31,16 @@ import asyncio
 import json
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, Final
 
 import grpc
 
 from shared.digest import canonical_digest
-from shared.frames import FrameKind, frames_from_deltas
+from shared.frames import Frame, FrameKind, frames_from_deltas
 from shared.pb import replywire_pb2 as pb
 from shared.pb import replywire_pb2_grpc as pb_grpc
+from shared.wire import WireFormat, codec_for
 from shared.wire.lp import encode_frame
 
 #: Each kind of sequence a terminal would obey, and text that would be read as markup.
@@ -72,6 +79,49 @@ def _reply_deltas(binding: dict[str, Any]) -> list[str]:
     return [text[i : i + 40] for i in range(0, len(text), 40)]
 
 
+def _chat_turn(binding_json: bytes) -> list[Frame]:
+    """The fake model's chat turn for this binding, as the Gemini source frames it."""
+    import structlog  # noqa: PLC0415 - only the chat words need the producer's adapter
+
+    from harness.fake_gemini.checks import validate  # noqa: PLC0415
+    from harness.fake_gemini.scripts import Scripts  # noqa: PLC0415
+    from producer.sources.gemini.chat import ChatFrames, chat_request_body  # noqa: PLC0415
+    from producer.sources.gemini.protocol import ProviderStream  # noqa: PLC0415
+
+    binding = json.loads(binding_json)
+    model = binding["request"]["model"]
+    body = json.loads(json.dumps(chat_request_body(binding, max_output_tokens=1024)))
+    stream = ProviderStream(
+        canonical_digest(binding_json), structlog.get_logger(), adapter_type=ChatFrames
+    )
+    frames: list[Frame] = []
+    for step in Scripts().plan(validate(model, body), {"headers": {}}):
+        frames += stream.receive_data(step.data)
+    return frames + stream.end_of_input()
+
+
+def _index_of(frames: list[Frame], kind: FrameKind, call: int | None = None) -> int:
+    return next(
+        i
+        for i, frame in enumerate(frames)
+        if frame.kind is kind and (call is None or getattr(frame.part, "index", None) == call)
+    )
+
+
+def _altered(frames: list[Frame], word: str) -> list[Frame]:
+    """The turn's frames altered as ``word`` says, renumbered from 1 (its done unchanged)."""
+    frames = list(frames)
+    if word == "chat-drop-call":
+        del frames[_index_of(frames, FrameKind.TOOL_CALL, 1)]
+    elif word == "chat-swap":
+        text = _index_of(frames, FrameKind.CONTENT_DELTA)
+        frames[text], frames[text + 1] = frames[text + 1], frames[text]
+    elif word == "chat-swap-calls":
+        first, second = (_index_of(frames, FrameKind.TOOL_CALL, c) for c in (0, 1))
+        frames[first : second + 1] = [frames[second], *frames[first:second]]
+    return [replace(frame, sequence=n) for n, frame in enumerate(frames, start=1)]
+
+
 class Hostile(pb_grpc.ReplyStreamServicer):
     async def Open(  # noqa: N802 - the generated servicer's name
         self, request: pb.OpenRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -80,6 +130,12 @@ class Hostile(pb_grpc.ReplyStreamServicer):
         name = request.stream_id
         if "abort" in name:
             await context.abort(grpc.StatusCode.INTERNAL, ABORT_DETAILS)
+        if name.startswith("chat-"):
+            ndjson = request.wire_format == pb.NDJSON
+            codec = codec_for(WireFormat.NDJSON if ndjson else WireFormat.LENGTH_PREFIXED)
+            for frame in _altered(_chat_turn(request.binding_json), name):
+                yield pb.Chunk(data=codec.encode_frame(frame))
+            return
         if "answer" in name:
             deltas, pause, ending = _reply_deltas(json.loads(request.binding_json)), 0.0, None
         elif "provisional" in name:

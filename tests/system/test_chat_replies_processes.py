@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.children import read_listening_port, stop_process
 from shared.status import Status
 from tests.processes import Producer, producer, run_consumer
 
@@ -125,3 +128,68 @@ def test_the_002_lab_s_turn_is_the_lab_s(running: Producer) -> None:
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (18, 9)
     assert (usage["total_tokens"], usage["cached_tokens"]) == (27, 4)
     assert answer["finish_reason"] == "tool_calls"
+
+
+# --- a hostile producer alters the fake model's turn on the way --------------------------------
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "minLength": 1}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_target() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.hostile_producer", "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        port = read_listening_port(process, 20.0)
+        assert port is not None, "the hostile producer did not start"
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process(process)
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+@pytest.mark.parametrize("wire", ["lp", "ndjson"])
+@pytest.mark.parametrize(
+    ("word", "reason"),
+    [
+        ("chat-intact", None),
+        ("chat-drop-call", "content_digest_mismatch"),
+        ("chat-swap", "content_digest_mismatch"),
+        ("chat-swap-calls", "invalid_tool_call"),
+    ],
+)
+def test_a_turn_altered_on_the_way_is_refused(
+    hostile_target: str, tmp_path: Path, wire: str, word: str, reason: str | None
+) -> None:
+    """The issue's evidence turn (text, two parallel calls, a thought and its signature, usage
+    over three reports) delivered intact is accepted; one call's frame removed, or two frames
+    swapped, and renumbered so every sequence checks out, is refused: done's claim covers
+    every part (docs/protocol.md#chat-digest), and a call begun out of order is no call."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER]), encoding="utf-8")
+    run = run_consumer(
+        hostile_target,
+        *("--kind", "chat", "--prompt", "Is it warmer in Oslo or Lima?", "--tools", str(tools)),
+        *("--model", "fake-chat-turn", "--stream-id", word, "--wire", wire),
+    )
+    result = run.result
+    if reason is None:
+        assert (result["status"], result["reason"]) == ("complete", None)
+        assert [c["id"] for c in result["accepted_answer"]["tool_calls"]] == ["c1", "c2"]
+        assert result["accepted_answer"]["usage"]["total_tokens"] == 61  # the last, not a sum
+        return
+    assert (result["status"], result["reason"]) == ("invalid", reason)
+    assert result["accepted_answer"] is None and run.returncode == 6
