@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import tempfile
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,7 +28,8 @@ from consumer.client import ReplyClient
 from consumer.options import StreamOptions
 from harness.children import start_producer, stop_producer
 from runtime.logs import configure_logging
-from runtime.recording_file import load_recording_or_explain
+from runtime.recording_file import load_chat_recording_or_explain, load_recording_or_explain
+from shared.chat_recording import ChatRecording
 from shared.faults import Fault, FaultKind
 from shared.recording import Recording
 from shared.requests import ReplyRequest
@@ -39,6 +41,10 @@ from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 from traces.commands import timeline_page_name, write_timelines
 
 FAULT_CASE = "replace-file"
+#: The demo's chat turns: the 002 lab's (two calls whose argument fragments interleave, and
+#: usage), and one whose call's arguments are not JSON.
+CHAT_CASE = "chat-interleaved-calls"
+CHAT_MALFORMED = "chat-malformed-arguments"
 #: The demo's text reply: free text, streamed back in six-code-point deltas.
 DEMO_TEXT = "Free text, any length: naïve café, 日本語, 😀 and the empty text too."
 COLUMNS = ("run", "stream id", "wire", "status", "reason", "frames", "bytes", "accepted")
@@ -61,6 +67,8 @@ class DemoRun:
     binding_edit: dict[str, Any] = field(default_factory=dict)
     #: A text reply (``--kind text --text``): the development text source streams it back.
     text: str | None = None
+    #: A recorded chat turn (``--kind chat --case``) of ``fixtures/chat-recording.json``.
+    chat_case: str | None = None
 
 
 def demo_runs(recording: Recording) -> list[DemoRun]:
@@ -96,13 +104,29 @@ def demo_runs(recording: Recording) -> list[DemoRun]:
             fault=Fault(kind=FaultKind.OMIT, target_frame=3),
             text=DEMO_TEXT,
         ),
+        DemoRun("the 002 lab's chat turn (--kind chat)", CHAT_CASE, chat_case=CHAT_CASE),
+        DemoRun(
+            "a chat turn + omit frame 3 (a call's)",
+            CHAT_CASE,
+            fault=Fault(kind=FaultKind.OMIT, target_frame=3),
+            chat_case=CHAT_CASE,
+        ),
+        DemoRun("a chat turn, malformed arguments", CHAT_MALFORMED, chat_case=CHAT_MALFORMED),
     ]
     return runs
+
+
+@cache
+def chat_recording() -> ChatRecording:
+    """The chat recording the producer serves (``make run-producer``'s, the default)."""
+    return load_chat_recording_or_explain()
 
 
 def binding_for(run: DemoRun, recording: Recording) -> dict[str, Any]:
     if run.text is not None:
         return build_text_binding(run.text)
+    if run.chat_case is not None:
+        return dict(chat_recording().case(run.chat_case).binding)
     if run.case_id not in recording.case_ids:
         # Borrow a real binding under another case id: the producer's allowlist refuses it.
         return {**recording.case(FAULT_CASE).binding, "case_id": run.case_id}

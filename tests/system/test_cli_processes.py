@@ -172,9 +172,9 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
         line.startswith("replace-file + truncate-tail") and "truncated_frame" in line
         for line in lines
     )
-    assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 10
+    assert sum(1 for line in lines if " complete " in line and line.rstrip().endswith("yes")) == 11
     assert any(line.startswith("replace-file + stall") and "idle_timeout" in line for line in lines)
-    assert "10 accepted, 14 refused or not accepted." in run.stdout
+    assert "11 accepted, 16 refused or not accepted." in run.stdout
     # The README's sample is this output, with the pid, port and directory fixed.
     assert demo_block(run.stdout) in README, (
         "regenerate: python -m tools.docs --update README.md --run"
@@ -185,7 +185,7 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
     stream_ids += [
         line.split()[line.split().index("ndjson") - 1] for line in lines if " ndjson " in line
     ]
-    assert sorted(stream_ids) == [f"demo-{n:02d}" for n in range(1, 25)]
+    assert sorted(stream_ids) == [f"demo-{n:02d}" for n in range(1, 28)]
     for side in ("producer", "consumer"):
         records = [json.loads(line) for line in (traces / f"{side}.jsonl").read_text().splitlines()]
         assert {r["side"] for r in records} == {side}
