@@ -31,8 +31,11 @@ from shared.terminal_text import shown_line, shown_text
 #: The longest call name or id, and the longest arguments, drawn (the arguments fold).
 NAME_CHARS: Final = 80
 ARGUMENT_CHARS: Final = 600
-#: The thoughts shown: their last characters.
+#: The thoughts shown: their last characters, at most so many lines.
 THOUGHT_CHARS: Final = 400
+THOUGHT_LINES: Final = 4
+#: The calls the live view shows while a turn streams: the last ones (a turn may begin 128).
+LIVE_CALLS: Final = 6
 #: The usage counts as the usage line names them, in the usage part's field order.
 USAGE_LABELS: Final = {
     "prompt_tokens": "prompt",
@@ -84,7 +87,7 @@ def usage_line(usage: Mapping[str, Any]) -> Text:
 
 
 def _thoughts(thoughts: str, style: str) -> Text:
-    kept = thoughts[-THOUGHT_CHARS:]
+    kept = "\n".join(thoughts[-THOUGHT_CHARS:].split("\n")[-THOUGHT_LINES:])
     block = Text()
     if len(kept) < len(thoughts):
         block.append(f"… {len(thoughts) - len(kept)} characters before\n", style="dim")
@@ -99,13 +102,18 @@ def turn_rows(
     argument_style: str,
     notes: Sequence[str] = (),
     empty: bool = False,
+    last_calls: int | None = None,
 ) -> None:
     """Add a turn's parts to ``rows`` (a two-column grid: label, value): its thoughts, its
-    calls with their arguments, its usage (and notes), its finish reason, its signatures.
-    ``empty``: say so when there is no call (a verdict; a live turn just has none yet)."""
+    calls with their arguments (only the ``last_calls``, if given), its usage (and notes),
+    its finish reason, its signatures. ``empty``: say so when there is no call (a verdict;
+    a live turn just has none yet)."""
     if turn.get("thoughts"):
         rows.add_row("thoughts", _thoughts(str(turn["thoughts"]), "dim italic"))
     calls: Sequence[Mapping[str, Any]] = turn.get("tool_calls") or ()
+    if last_calls is not None and len(calls) > last_calls:
+        rows.add_row("calls", Text(f"… {len(calls) - last_calls} before", style="dim"))
+        calls = calls[-last_calls:]
     for call in calls:
         rows.add_row("call", call_title(call))
         rows.add_row("", Text(arguments_text(call.get("arguments", "")), style=argument_style))
@@ -138,7 +146,7 @@ def live_turn(text_block: Text, turn: Mapping[str, Any]) -> Table:
     """The provisional panel's body for a chat reply: its text so far, then its parts."""
     rows = grid()
     rows.add_row("text", text_block)
-    turn_rows(rows, turn, argument_style="italic yellow")
+    turn_rows(rows, turn, argument_style="italic yellow", last_calls=LIVE_CALLS)
     return rows
 
 

@@ -176,3 +176,13 @@ def test_a_hostile_turn_is_shown_escaped_never_obeyed(color_system: str | None) 
         assert isinstance(written, io.StringIO)
         bare = re.sub(r"\x1b\[[0-9;]*m", "", written.getvalue())
         assert not [char for char in bare if refused(char, multiline=True)]
+
+
+def test_while_a_long_turn_streams_the_last_calls_are_drawn() -> None:
+    """A turn may begin 128 calls: the live panel keeps its last few, counting the rest."""
+    items = [turns.text("Many.")]
+    items += [turns.call(n, "{}", name=f"tool_{n}", call_id=f"c{n}") for n in range(10)]
+    live = drawn_live(fed(items, turns.chat_binding(), frames=11), recorded_console())
+    rows = [line[2:-1].rstrip() for line in live[1:-2]]
+    assert rows[:3] == ["text   Many.", "calls  … 4 before", "call   #4 tool_4 · c4"]
+    assert rows[-2:] == ["call   #9 tool_9 · c9", "       {}"]
