@@ -288,6 +288,30 @@ def test_on_a_terminal_without_a_producer_the_hint_names_the_command() -> None:
     assert f"no producer at {target}: start one with `make run-producer PORT=" in said
 
 
+def test_on_a_terminal_a_refused_chat_turn_names_its_call(tmp_path: Path) -> None:
+    """`--kind chat --case chat-malformed-arguments` as a person runs it: not accepted,
+    the reason in words, the call refused named, and the partial turn kept."""
+    with producer(tmp_path) as served:
+        code, drawn = on_a_terminal(
+            ["stream", "--kind", "chat", "--case", "chat-malformed-arguments",
+             "--target", served.target, "--stream-id", "pty-chat"]
+        )  # fmt: skip
+    assert code == 6, drawn
+    rows = rejected_rows(drawn, "not accepted: invalid")
+    assert rows[0] == "status  invalid · tool_call_malformed"
+    assert rows[2:] == [
+        "call    #0 read_file · call-read",
+        "text    partial (17 chars kept, not validated)",
+        "        Reading notes.py.",
+        "turn    partial (kept as it came, not validated)",
+        "call    #0 read_file · call-read",
+        '        {"path":',
+        "usage   prompt 18 · cached 0 · completion 5 · thoughts 0 · tool-use 0 ·",
+        "        total 23",
+        "finish  tool_calls",
+    ]
+
+
 def test_a_slow_reader_on_a_terminal_prints_a_few_lines(tmp_path: Path) -> None:
     """`--chunks 1 --process-delay-ms 1`: hundreds of pauses, a few summary lines whose
     counts add up to the result's."""
