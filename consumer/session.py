@@ -185,6 +185,7 @@ class StreamSession:
             status=result.status.value,
             reason=result.reason,
             **result.stats.to_dict(),
+            **verdict_fields(result),
         )
         return result.with_stream(self.request.stream_id, flow)
 
@@ -426,6 +427,18 @@ def _transport_reason(end: StreamEnded) -> Reason:
     (``generator_lost``, ``reply_abandoned``), else ``transport_io_error``."""
     named = registered(end.details)
     return named if named is not None and named in REPLY_ENDINGS else Reason.TRANSPORT_IO_ERROR
+
+
+def verdict_fields(result: StreamResult) -> dict[str, Any]:
+    """What ``stream_finished`` adds for a reply of another kind than grounded: its
+    ``kind``, and the call a tool call reason refused (``call_index``, ``call_id``,
+    ``call_name``: the timeline names it with the verdict)."""
+    fields: dict[str, Any] = {}
+    if result.kind is not None:
+        fields["kind"] = result.kind
+    if result.call is not None:
+        fields.update((f"call_{key}", result.call.get(key)) for key in ("index", "id", "name"))
+    return fields
 
 
 def _resumed(request: pb.OpenRequest, resume_after: int) -> pb.OpenRequest:

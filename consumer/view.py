@@ -1,10 +1,12 @@
 """The consumer's live view on a terminal (``python -m consumer stream``, with ``rich``).
 
 While a reply streams: the provisional text as it arrives, marked provisional (it is
-not validated until the end), and a status line (state, frames, bytes, queue depth,
-reads flowing or paused, reconnects, elapsed). Then one verdict block: **accepted**,
-with the answer and its numbered citations, or **not accepted**, with the status, the
-reason in words, the partial text kept, and a hint where one helps.
+not validated until the end), a chat reply's calls, thoughts, usage and finish below it
+(``consumer/chat_view.py``), and a status line (state, frames, bytes, queue depth, reads
+flowing or paused, reconnects, elapsed). Then one verdict block: **accepted**, with the
+answer and its numbered citations (a chat reply: its turn), or **not accepted**, with the
+status, the reason in words, the refused call, the partial text (and turn) kept, and a
+hint where one helps.
 
 The view only reads: ``stream_reply`` hands it the session (``observer``), and a
 ticker in the same event loop draws what the session holds a few times a second. A
@@ -31,6 +33,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from consumer.chat_view import accepted_turn, live_turn, refused_call, turn_rows, turn_so_far
 from consumer.explain import HEADLINES, Facts, hint, sentence
 from consumer.reader_states import ReaderState
 from consumer.session import StreamSession
@@ -62,6 +65,8 @@ class Progress:
     reconnects: int
     elapsed_s: float
     text: str
+    #: A chat reply's turn so far (``ChatTurn.document``, its text aside); None otherwise.
+    turn: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, session: StreamSession | None, elapsed_s: float) -> Progress:
@@ -83,6 +88,7 @@ class Progress:
             reconnects=stats.reconnects,
             elapsed_s=elapsed_s,
             text=consumer.provisional_content,
+            turn=turn_so_far(consumer.turn),
         )
 
 
@@ -124,8 +130,9 @@ def status_line(progress: Progress) -> Text:
 
 def live_renderable(progress: Progress) -> RenderableType:
     text = progress.text or "(nothing yet)"
+    block = _text_block(text, "italic yellow")
     provisional = Panel(
-        _text_block(text, "italic yellow"),
+        block if progress.turn is None else live_turn(block, progress.turn),
         title="provisional: not validated yet",
         title_align="left",
         border_style="yellow",
@@ -163,6 +170,8 @@ def _citations(citations: Sequence[Mapping[str, Any]]) -> Text:
 
 def accepted_block(result: StreamResult) -> Panel:
     answer = result.accepted_answer or {}
+    if result.turn is not None:  # a chat reply: its turn
+        return _accepted(accepted_turn(answer, result.notes or ()))
     body = Text()
     if answer.get("status") == "not_in_docs":
         body.append("Not in the documents: ", style="bold")
@@ -172,8 +181,12 @@ def accepted_block(result: StreamResult) -> Panel:
         parts += [Text(""), _citations(result.citations)]
     if result.integrity == "none":
         parts.append(Text("integrity: none (ndjson-lab: the text was not checksummed)", "dim"))
+    return _accepted(Group(*parts))
+
+
+def _accepted(body: RenderableType) -> Panel:
     return Panel(
-        Group(*parts),
+        body,
         title=HEADLINES[Status.COMPLETE],
         title_align="left",
         border_style="green",
@@ -199,13 +212,19 @@ def rejected_block(result: StreamResult, facts: Facts) -> Panel:
     advice = hint(result, facts)
     if (detail := _detail(result)) and not (advice and detail in advice):
         rows.add_row("detail", field(detail, "dim"))
+    if result.call is not None:
+        rows.add_row("call", refused_call(result.call))
     if result.provisional_content:
         partial = _text_block(result.provisional_content, "italic yellow")
         label = f"partial ({len(result.provisional_content)} chars kept, not validated)"
         rows.add_row("text", Text(label, style="dim"))
         rows.add_row("", partial)
     else:
-        rows.add_row("text", Text("(nothing arrived)", style="dim"))
+        nothing = "(no text)" if result.first_output else "(nothing arrived)"
+        rows.add_row("text", Text(nothing, style="dim"))
+    if result.turn is not None and _has_parts(result.turn):  # a chat reply's partial turn
+        rows.add_row("turn", Text("partial (kept as it came, not validated)", style="dim"))
+        turn_rows(rows, result.turn, argument_style="italic yellow", notes=result.notes or ())
     if advice:
         rows.add_row("hint", field(advice, "bold", HINT_CHARS))
     return Panel(
@@ -214,6 +233,12 @@ def rejected_block(result: StreamResult, facts: Facts) -> Panel:
         title_align="left",
         border_style="red",
         box=box.ROUNDED,
+    )
+
+
+def _has_parts(turn: Mapping[str, Any]) -> bool:
+    return any(turn.get(key) for key in ("thoughts", "tool_calls", "usage", "signatures")) or (
+        turn.get("finish_reason") is not None
     )
 
 

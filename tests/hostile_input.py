@@ -66,13 +66,16 @@ def hostile_records(stream_id: str) -> list[dict[str, Any]]:
          "component": "core", "size": 10, "index": "i" + H},
         {**side, "side": "consumer", "timestamp": at(3), "event": "frame_applied",
          "component": "core", "sequence": 1, "kind": "content_delta"},
+        {**side, "side": "consumer", "timestamp": at(3), "event": "frame_applied",
+         "component": "core", "sequence": 2, "kind": "tool_call"},
         {**side, "side": "consumer", "timestamp": at(4), "event": "note" + H,
          "component": "reader" + H, "detail": "text " + H + "\nmore"},
         {**side, "side": "consumer", "timestamp": at(5), "event": "state_changed",
          "component": "core", "from_state": "streaming", "to_state": "error",
          "input": "transport_error", "reason": "r" + H},
         {**side, "side": "consumer", "timestamp": at(6), "event": "stream_finished",
-         "status": "error" + H, "reason": "transport_io_error" + H},
+         "status": "error" + H, "reason": "transport_io_error" + H, "kind": "chat" + H,
+         "call_index": 0, "call_id": "c" + H, "call_name": "read" + H},
     ]  # fmt: skip
 
 

@@ -386,19 +386,29 @@ def _axis(scale: TimeScale) -> str:
     return f'<g id="axis">{"".join(parts)}</g>'
 
 
+#: The longest refused call the verdict box shows.
+VERDICT_CALL_CHARS: Final = 28
+
+
 def _verdict_box(timeline: Timeline) -> str:
     verdict = timeline.verdict
+    call = None
     if verdict is None:
         status, reason, css = "no verdict", "in the traces", "rejected"
     else:
-        status, reason = verdict.status, verdict.reason or "accepted"
+        status, reason, call = verdict.status, verdict.reason or "accepted", verdict.call
         css = "accepted" if verdict.accepted else "rejected"
     x, y = PLOT_RIGHT + 30, LANES[CONSUMER].top + 20
+    # A chat verdict's refused call, on a third line (cut with …: the box is 180 wide).
+    said = "" if call is None else f"call {call}"
+    said = said if len(said) <= VERDICT_CALL_CHARS else said[: VERDICT_CALL_CHARS - 1] + "…"
+    called = said and f'<text class="call" x="{x + 10}" y="{y + 58}">{escape(said)}</text>'
+
     return (
         f'<g id="verdict"><rect class="{css}" x="{x}" y="{y}" width="180" '
-        f'height="54" rx="4"/><text x="{x + 10}" y="{y + 22}" style="font-weight:bold;'
-        f'font-size:14px">{escape(status)}</text><text x="{x + 10}" y="{y + 40}">'
-        f"{escape(reason)}</text></g>"
+        f'height="{54 if call is None else 72}" rx="4"/><text x="{x + 10}" y="{y + 22}" '
+        f'style="font-weight:bold;font-size:14px">{escape(status)}</text>'
+        f'<text x="{x + 10}" y="{y + 40}">{escape(reason)}</text>{called}</g>'
     )
 
 

@@ -23,7 +23,8 @@ Which record is which mark:
   bounded queue by the core), ``frame_applied`` (debug) a frame **applied**;
   the reader's ``paused`` state opens a **pause** span; ``stream_resuming`` is a
   **resume** (attempt, ``resume_after``); the core's ``terminal_frame`` is the
-  **terminal**; ``stream_finished`` is the **verdict**.
+  **terminal**; ``stream_finished`` is the **verdict** (with a reply's ``kind`` when it is
+  not grounded, and the call a chat reply's tool call reason refused).
 
 Per-chunk records are ``debug``: at ``info`` the timeline has every state
 change, pause, fault, resume, terminal and verdict, and no chunk marks.
@@ -171,12 +172,20 @@ class Span:
     label: str
 
 
+#: ``stream_finished``'s fields that say what the reply was, not what arrived.
+VERDICT_KEYS: Final = ("status", "reason", "kind", "call_index", "call_id", "call_name")
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     at_ms: float
     status: str
     reason: str | None
     stats: Mapping[str, Any]
+    #: The reply's kind when it is not grounded (``text``, ``chat``).
+    kind: str | None = None
+    #: A chat reply's call a tool call reason refused: ``#index name, id ID``.
+    call: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -184,7 +193,8 @@ class Verdict:
 
     @property
     def text(self) -> str:
-        return self.status if self.reason is None else f"{self.status} / {self.reason}"
+        said = self.status if self.reason is None else f"{self.status} / {self.reason}"
+        return said if self.call is None else f"{said} (call {self.call})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +273,15 @@ _CONSUMER_EVENTS: Final = {
 }
 
 
+def refused_call(record: Mapping[str, Any]) -> str | None:
+    """The call a chat reply's verdict refused, as ``stream_finished`` names it: ``#index
+    name, id ID`` (None: no call was refused)."""
+    if "call_index" not in record and "call_name" not in record:
+        return None
+    call = f"#{record.get('call_index')} {record.get('call_name', '')}"
+    return call + (f", id {record['call_id']}" if record.get("call_id") else "")
+
+
 def classify(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
     """What mark a record is on its side's lane, and its short label."""
     event = record.get("event")
@@ -280,6 +299,8 @@ def classify(record: Mapping[str, Any]) -> tuple[MarkKind, str]:
         elif kind is MarkKind.VERDICT:
             reason = record.get("reason")
             label = str(record.get("status")) + (f" / {reason}" if reason else "")
+            call = refused_call(record)
+            label += f" (call {call})" if call is not None else ""
         return kind, label
     return MarkKind.NOTE, str(event)
 
@@ -422,9 +443,10 @@ def _verdict(entries: list[Entry]) -> Verdict | None:
     if not found:
         return None
     last = found[-1]
-    stats = {k: v for k, v in last.fields.items() if k not in ("status", "reason")}
-    reason = last.fields.get("reason")
-    return Verdict(last.at_ms, str(last.fields.get("status")), reason, stats)
+    fields, kind = last.fields, last.fields.get("kind")
+    stats = {k: v for k, v in fields.items() if k not in VERDICT_KEYS}
+    status, reason, call = str(fields.get("status")), fields.get("reason"), refused_call(fields)
+    return Verdict(last.at_ms, status, reason, stats, kind and str(kind), call)
 
 
 def build_timeline(records: Iterable[Mapping[str, Any]], stream_id: str) -> Timeline:

@@ -1,8 +1,10 @@
 """The trace timeline (`python -m replywire trace`): its table and its picture, mark for mark.
 
 One real producer and real consumer processes write both traces at debug for
-four streams: a complete one, a slow reader that pauses, a transport abort the
-consumer resumes from, and a stall that ends in the idle timeout. The table and
+six streams: a complete one, a slow reader that pauses, a transport abort the
+consumer resumes from, a stall that ends in the idle timeout, and two chat turns of the
+recording (`--kind chat`): one accepted, its chat frames drawn as part events, and one
+whose call is malformed, the verdict naming the call. The table and
 the SVG are parsed back and their marks counted against the trace records;
 one page is opened in a headless Chromium (skipped with the reason where none
 is installed, never in CI).
@@ -58,7 +60,10 @@ STREAMS = {
         "--case", "replace-file", "--fault", "stall", "--stall-ms", "3000",
         "--idle-timeout-s", "0.3",
     ],
+    "t-chat": ["--kind", "chat", "--case", "chat-parallel-calls"],
+    "t-chat-refused": ["--kind", "chat", "--case", "chat-malformed-arguments"],
 }  # fmt: skip
+CASES = {"t-chat": "chat-parallel-calls", "t-chat-refused": "chat-malformed-arguments"}
 
 
 VERDICTS = {
@@ -66,6 +71,8 @@ VERDICTS = {
     "t-paused": "complete",
     "t-resumed": "complete",
     "t-stalled": "incomplete / idle_timeout",
+    "t-chat": "complete",
+    "t-chat-refused": "invalid / tool_call_malformed (call #0 read_file, id call-read)",
 }
 
 
@@ -89,7 +96,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                 timeout=60,
                 check=False,
             )
-            assert done.returncode in (0, 3), done.stderr
+            assert done.returncode in (0, 3, 6), done.stderr
     return served.trace_path, consumer_trace
 
 
@@ -109,7 +116,8 @@ def trace_command(*args: str) -> tuple[int, str]:
 def test_table_rows_account_for_every_record(traces: tuple[Path, Path], stream_id: str) -> None:
     code, text = trace_command(str(traces[0]), str(traces[1]), "--stream", stream_id)
     assert code == 0
-    assert text.startswith(f"stream {stream_id} (replace-file): {VERDICTS[stream_id]};")
+    case = CASES.get(stream_id, "replace-file")
+    assert text.startswith(f"stream {stream_id} ({case}): {VERDICTS[stream_id]};")
     rows = parse_table(text)
     records = records_of(traces, stream_id)
     shown: Counter[tuple[str, str, str]] = Counter()
@@ -180,7 +188,9 @@ def test_every_streams_page_is_written_to_a_directory(
     pages = tmp_path / "pages"
     code, text = trace_command(str(traces[0].parent), "--out", str(pages))
     assert code == 0
-    assert text.endswith(f"timelines: 4 pages in {pages}, linked from {pages}/timelines.html\n")
+    assert text.endswith(
+        f"timelines: {len(STREAMS)} pages in {pages}, linked from {pages}/timelines.html\n"
+    )
     index = (pages / "timelines.html").read_text(encoding="utf-8")
     for stream_id in STREAMS:
         assert f'href="timeline-{stream_id}.html"' in index
@@ -206,7 +216,8 @@ def test_an_unknown_stream_is_a_usage_error(
     assert code == 2
     code, _ = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-")
     assert code == 2
-    assert "'t-' starts several stream ids: t-complete, t-paused" in capsys.readouterr().err
+    said = "'t-' starts several stream ids: t-chat, t-chat-refused, t-complete, t-paused"
+    assert said in capsys.readouterr().err
 
 
 def test_a_short_stream_id_is_enough_when_only_one_starts_with_it(
@@ -413,6 +424,8 @@ def test_result_events_get_the_times_of_their_records(
     for event in result["events"]:
         if event["kind"] == "provisional_content":
             details.append(f"#{event['sequence']}")
+        elif event["kind"] == "part_received":
+            details.append(f"#{event['sequence']} {event['part']}")
         elif event["kind"] == "local_terminal":
             details.append(f"{event['status']} #{event['sequence']}")
         elif event["kind"] in ("transport_error", "consumer_abort"):
@@ -431,6 +444,43 @@ def test_result_events_get_the_times_of_their_records(
     html = page.read_text(encoding="utf-8")
     listed = html.split('<table id="result-events">', 1)[1].split("</table>", 1)[0]
     assert listed.count("<tr>") == 1 + len(result["events"])
+
+
+def test_a_chat_stream_shows_its_parts_and_a_refused_call_is_named(
+    traces: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A chat turn across processes: each chat frame applied is a ``part_received`` event
+    with its sequence and part, in the order the recording sent them; the accepted turn is
+    ``validated_turn``; a turn refused at a call names the call on every verdict shown."""
+    code, text = trace_command(str(traces[0]), str(traces[1]), "--stream", "t-chat")
+    assert code == 0
+    events = result_events(build_timeline(records_of(traces, "t-chat"), "t-chat"))
+    assert [(e.kind, e.detail) for e in events] == [
+        ("provisional_content", "#1"),
+        ("part_received", "#2 usage"),
+        ("part_received", "#3 tool_call"),
+        ("part_received", "#4 usage"),
+        ("part_received", "#5 tool_call"),
+        ("part_received", "#6 usage"),
+        ("part_received", "#7 finish"),
+        ("local_terminal", "done #8"),
+        ("validated_turn", ""),
+    ]
+    line = text.rstrip("\n").splitlines()[-1]
+    assert "part_received ×6 #2..#7 (usage ×3, tool_call ×2, finish) +" in line
+    assert re.search(r"local_terminal done #8 \+[\d.]+; validated_turn \+[\d.]+$", line)
+    page = tmp_path / "refused.html"
+    code, text = trace_command(
+        str(traces[0]), str(traces[1]), "--stream", "t-chat-refused", "--out", str(page)
+    )
+    assert code == 0
+    named = "invalid / tool_call_malformed (call #0 read_file, id call-read)"
+    assert text.startswith(f"stream t-chat-refused (chat-malformed-arguments): {named};")
+    assert "validated_turn" not in text
+    box = next(g for g in svg_of(page.read_text()).iter(f"{SVG}g") if g.get("id") == "verdict")
+    assert "".join(box.itertext()) == "invalidtool_call_malformedcall #0 read_file, id call-…"
+    code, listed = trace_command(str(traces[0].parent))
+    assert "t-chat-refused  chat-malformed-arguments" in listed and named in listed
 
 
 def test_resumes_and_faults_are_labelled_with_their_attempts(traces: tuple[Path, Path]) -> None:

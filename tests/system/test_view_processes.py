@@ -24,7 +24,7 @@ from consumer.client import stream_reply
 from consumer.explain import Facts
 from consumer.options import StreamOptions
 from consumer.view import LiveView
-from runtime.recording_file import load_recording
+from runtime.recording_file import load_chat_recording_or_explain, load_recording
 from shared.faults import Fault, FaultKind
 from shared.requests import ReplyRequest
 from shared.result import StreamResult
@@ -150,6 +150,44 @@ def test_a_refused_request_says_how_to_start_a_producer_that_serves_it(tmp_path:
     )
 
 
+def test_a_chat_turn_is_drawn_call_by_call_then_accepted(tmp_path: Path) -> None:
+    """The recording's two parallel calls, 20-byte chunks 25 ms apart: each call is
+    drawn under the text while it streams, provisional; then the accepted turn."""
+    case = "chat-parallel-calls"
+    request = ReplyRequest(
+        case_id=case,
+        binding=load_chat_recording_or_explain().case(case).binding,
+        plan=ChunkPlan.parse("20"),
+        chunk_interval_ms=25,
+        stream_id="view-chat",
+    )
+    with producer(tmp_path) as served:
+        result, drawn = viewed(request, StreamOptions(target=served.target), Facts())
+    assert result.status is Status.COMPLETE
+    lines = drawn.splitlines()
+    end = lines.index(next(ln for ln in lines if ln.startswith("╭─ accepted ")))
+    live = "\n".join(lines[:end])
+    # While it streamed: each call drawn with its arguments before the verdict, provisional.
+    assert "╭─ provisional: not validated yet ─" in live
+    assert re.search(r"^│ call +#0 get_weather · c1 ", live, re.MULTILINE)
+    assert re.search(r'^│ +\{"city":"Oslo"\} ', live, re.MULTILINE)
+    assert re.search(r"^│ call +#1 get_weather · c2 ", live, re.MULTILINE), live
+    assert re.fullmatch(
+        r"complete  frames 8  \d+ B  paused \d+×  reconnects 0  \d+\.\d s  stream view-cha",
+        lines[end - 1],
+    )
+    assert [ln[2:-1].rstrip() for ln in lines[end + 1 : end + 9]] == [
+        "text    Checking both.",
+        "call    #0 get_weather · c1",
+        '        {"city": "Oslo"}',
+        "call    #1 get_weather · c2",
+        '        {"city": "Lima"}',
+        "usage   prompt 31 · cached 0 · completion 18 · thoughts 0 · tool-use 0 ·",
+        "        total 49",
+        "finish  STOP",
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -248,6 +286,30 @@ def test_on_a_terminal_without_a_producer_the_hint_names_the_command() -> None:
     said = " ".join(drawn.replace("│", " ").split())
     assert "not accepted: error" in said
     assert f"no producer at {target}: start one with `make run-producer PORT=" in said
+
+
+def test_on_a_terminal_a_refused_chat_turn_names_its_call(tmp_path: Path) -> None:
+    """`--kind chat --case chat-malformed-arguments` as a person runs it: not accepted,
+    the reason in words, the call refused named, and the partial turn kept."""
+    with producer(tmp_path) as served:
+        code, drawn = on_a_terminal(
+            ["stream", "--kind", "chat", "--case", "chat-malformed-arguments",
+             "--target", served.target, "--stream-id", "pty-chat"]
+        )  # fmt: skip
+    assert code == 6, drawn
+    rows = rejected_rows(drawn, "not accepted: invalid")
+    assert rows[0] == "status  invalid · tool_call_malformed"
+    assert rows[2:] == [
+        "call    #0 read_file · call-read",
+        "text    partial (17 chars kept, not validated)",
+        "        Reading notes.py.",
+        "turn    partial (kept as it came, not validated)",
+        "call    #0 read_file · call-read",
+        '        {"path":',
+        "usage   prompt 18 · cached 0 · completion 5 · thoughts 0 · tool-use 0 ·",
+        "        total 23",
+        "finish  tool_calls",
+    ]
 
 
 def test_a_slow_reader_on_a_terminal_prints_a_few_lines(tmp_path: Path) -> None:

@@ -242,7 +242,9 @@ def test_the_trace_tables_show_every_field_from_a_trace_file() -> None:
     )
     assert_no_refused_bytes(drawn, multiline=True)
     for shown in ("note" + H_SHOWN, "consumer/reader" + H_SHOWN, "verified" + H_SHOWN,
-                  "error" + H_SHOWN, "<svg/onload=alert(1)>" + H_SHOWN):  # fmt: skip
+                  "error" + H_SHOWN, "<svg/onload=alert(1)>" + H_SHOWN,
+                  f"(call #0 read{H_SHOWN}, id c{H_SHOWN})",
+                  "part_received #2 tool_call"):  # fmt: skip
         assert shown in drawn, shown
     # The HTML page escapes the same text as HTML, as it always did: shown as text.
     page = render_html(timeline)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tests.timeline_reading import SVG, counted, svg_of
 from traces.page import render_html
+from traces.result_events import render_result_events, result_events
 from traces.svg import TimeScale
 from traces.table import render_table, table_rows
 from traces.timeline import MarkKind, SpanKind, build_timeline, microseconds
@@ -206,3 +207,69 @@ def test_every_record_is_in_exactly_one_row_in_time_order(
     assert all(s.end_ms is None or s.end_ms >= s.start_ms for s in timeline.spans)
     svg = svg_of(render_html(timeline, max_marks=5))
     assert {g.get("id") for g in svg.iter(f"{SVG}g")} >= {"lane-producer", "lane-consumer"}
+
+
+def applied(ms: int, sequence: int, kind: str) -> dict[str, Any]:
+    return record(ms, "consumer", "frame_applied", component="core", sequence=sequence, kind=kind)
+
+
+def core(ms: int, from_state: str, to_state: str, the_input: str, **fields: Any) -> dict[str, Any]:
+    return change(ms, "consumer", from_state, to_state, component="core", input=the_input, **fields)
+
+
+@pytest.mark.parametrize(
+    ("kind", "validated"),
+    [(None, "validated_answer"), ("text", "validated_text"), ("chat", "validated_turn")],
+)
+def test_the_accepted_replys_event_is_its_kinds(kind: str | None, validated: str) -> None:
+    """``stream_finished`` names a reply's kind (none: grounded); the event of the core's
+    ``validating -> complete`` is that kind's, as the result document's is."""
+    finished = {"kind": kind} if kind else {}
+    records = [
+        applied(1, 1, "content_delta"),
+        applied(2, 2, "done"),
+        core(3, "streaming", "terminal_received", "terminal_frame", sequence=2),
+        core(4, "validating", "complete", "reply_accepted", sequence=2),
+        record(5, "consumer", "stream_finished", status="complete", **finished),
+    ]
+    events = result_events(build_timeline(records, "s"))
+    assert [(e.kind, e.detail) for e in events] == [
+        ("provisional_content", "#1"),
+        ("local_terminal", "done #2"),
+        (validated, ""),
+    ]
+
+
+def test_a_chat_frame_the_chat_rules_refused_made_no_event() -> None:
+    """Each chat frame applied is ``part_received`` (its sequence, its part), but one the
+    core applied and then refused by a chat rule (here a second finish); the verdict names
+    a refused call where ``stream_finished`` has one."""
+    records = [
+        applied(1, 1, "tool_call"),
+        applied(2, 2, "thought"),
+        applied(3, 3, "finish"),
+        applied(4, 4, "finish"),
+        core(5, "streaming", "invalid", "protocol_failure", sequence=4,
+             reason="frame_after_finish"),
+        record(6, "consumer", "stream_finished", status="invalid", reason="frame_after_finish",
+               kind="chat"),
+    ]  # fmt: skip
+    timeline = build_timeline(records, "s")
+    events = result_events(timeline)
+    assert [(e.kind, e.detail) for e in events] == [
+        ("part_received", "#1 tool_call"),
+        ("part_received", "#2 thought"),
+        ("part_received", "#3 finish"),
+    ]
+    assert "part_received ×3 #1..#3 (tool_call, thought, finish) +0.000..+2.000" in (
+        render_result_events(events)
+    )
+    refused_at_a_call = [
+        *records[:3],
+        record(7, "consumer", "stream_finished", status="invalid", reason="tool_call_undeclared",
+               kind="chat", call_index=1, call_id="c2", call_name="shell"),
+    ]  # fmt: skip
+    verdict = build_timeline(refused_at_a_call, "s").verdict
+    assert verdict is not None and verdict.kind == "chat"
+    assert verdict.text == "invalid / tool_call_undeclared (call #1 shell, id c2)"
+    assert "call_name" not in verdict.stats
