@@ -23,7 +23,7 @@ from shared.wire import DEFAULT_WIRES
 
 def test_the_demo_streams_the_default_wires_only() -> None:
     runs = demo_runs(load_recording())
-    assert len(runs) == 24
+    assert len(runs) == 27
     assert {run.wire for run in runs} == set(DEFAULT_WIRES)
 
 
