@@ -16,7 +16,7 @@ from shared.digest import canonical_json
 from shared.faults import Ending, Transmission
 from shared.recording import BoundCase
 from shared.replay import consume
-from shared.vectors import End, Mode, Vector, load_vectors
+from shared.vectors import CHAT_EXPECTED_KEYS, End, Mode, Vector, load_vectors
 from shared.wire import WireFormat
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -35,7 +35,8 @@ def core_result(
     limits: Mapping[str, int] | None = None,
     ignore_duplicates: bool = False,
 ) -> dict[str, Any]:
-    """The Python core's verdict on one transmission, as a vector's ``expected``."""
+    """The Python core's verdict on one transmission, as a vector's ``expected`` (with a
+    chat reply's ``turn``, ``call`` and ``notes`` where its result has them)."""
     consumer = ReplyConsumer(
         binding,
         wire=WireFormat(wire),
@@ -54,7 +55,14 @@ def core_result(
         "provisional_content": result.provisional_content,
         "accepted_answer": result.accepted_answer,
         "citations": [dict(citation) for citation in result.citations],
+        **chat_keys(result.to_dict()),
     }
+
+
+def chat_keys(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat reply's keys of a result document (``turn``, ``call``, ``notes``): those it
+    has, none for a grounded or a text reply (docs/protocol.md#result-document)."""
+    return {key: document[key] for key in CHAT_EXPECTED_KEYS if key in document}
 
 
 def wire_modes(

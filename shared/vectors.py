@@ -41,6 +41,8 @@ EXPECTED_KEYS: Final = (
     "accepted_answer",
     "citations",
 )
+#: The keys of ``expected`` a chat reply's verdict adds, after those, where it has them.
+CHAT_EXPECTED_KEYS: Final = ("turn", "call", "notes")
 
 
 class End(StrEnum):
@@ -99,6 +101,9 @@ class Vector:
             obj["ignore_duplicates"] = True
         obj["modes"] = [mode.value for mode in self.modes]
         obj["expected"] = {key: self.expected[key] for key in EXPECTED_KEYS}
+        obj["expected"].update(
+            (key, self.expected[key]) for key in CHAT_EXPECTED_KEYS if key in self.expected
+        )
         return obj
 
 
