@@ -231,7 +231,6 @@ def _reply_checks() -> Rows:
         ("trailing", '{"path":"a"} {}'),
         ("bom", '\ufeff{"path":"a"}'),
         ("single-quotes", "{'path':'a'}"),
-        ("infinity", '{"path":"a","n":1e400}'),
         ("trailing-comma", '{"path":"a",}'),
     ):
         rows.append(
@@ -262,9 +261,19 @@ def _reply_checks() -> Rows:
         )
     rows += [
         (
-            "escaped-lone-surrogate",
-            "arguments holding an escaped lone surrogate: strict JSON",
-            [call(0, '{"path":"\\ud800"}', read), finish()],
+            "malformed-escaped-lone-surrogate",
+            "arguments whose string holds an escaped lone surrogate (strict JSON, no UTF-8)",
+            [call(0, '{"command":"\\ud800"}', shell), finish()],
+        ),
+        (
+            "malformed-escaped-lone-surrogate-name",
+            "arguments whose name is an escaped lone surrogate",
+            [call(0, '{"command":"pwd","\\udc00":1}', shell), finish()],
+        ),
+        (
+            "malformed-infinity",
+            "arguments holding 1e400 (strict JSON reads it as infinity, which JSON cannot write)",
+            [call(0, '{"command":"pwd","n":1e400}', shell), finish()],
         ),
         (
             "undeclared",
@@ -373,6 +382,25 @@ def _limits(group: Group, wire: str) -> None:
             wire,
             craft.encode(wire, frames(chat, items)),
             case=chat,
+        )
+    # A custom limit: the 002 turn's two calls (the second's fragments interleaved).
+    turn_002 = [
+        text("Reading "),
+        call(0, '{"path":"', "read_file", "call-read"),
+        call(1, '{"command":"', "shell", "call-shell"),
+        call(1, 'pwd"}'),
+        call(0, 'notes.py"}'),
+        finish("tool_calls"),
+    ]
+    for value, where in ((2, "at"), (1, "past")):
+        group.add(
+            f"limit-max_tool_calls.{where}-edge",
+            f"max_tool_calls = {value}: {where} the edge (two calls, fragments interleaved)",
+            "#limits",
+            wire,
+            craft.encode(wire, frames(chat, turn_002)),
+            case=chat,
+            limits={"max_tool_calls": value},
         )
     counted: dict[str, list[ChatItem]] = {
         "text": [thought("efgh"), CALL_0, signature("tool_call", 0, "sig"), text("abcd")],
