@@ -113,7 +113,7 @@ def answer(line: str) -> dict[str, Any]:
         "provisional_content": result.provisional_content,
         "accepted_answer": result.accepted_answer,
         "citations": [dict(citation) for citation in result.citations],
-        **chat_keys(result.to_dict()),
+        **chat_keys(result),
     }
 
 

@@ -4,6 +4,7 @@ core (``shared.consumer_core``), fed exactly as ``shared.replay.consume`` feeds 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from shared.digest import canonical_json
 from shared.faults import Ending, Transmission
 from shared.recording import BoundCase
 from shared.replay import consume
+from shared.result import StreamResult
 from shared.vectors import CHAT_EXPECTED_KEYS, End, Mode, Vector, load_vectors
 from shared.wire import WireFormat
 
@@ -55,14 +57,18 @@ def core_result(
         "provisional_content": result.provisional_content,
         "accepted_answer": result.accepted_answer,
         "citations": [dict(citation) for citation in result.citations],
-        **chat_keys(result.to_dict()),
+        **chat_keys(result),
     }
 
 
-def chat_keys(document: Mapping[str, Any]) -> dict[str, Any]:
-    """A chat reply's keys of a result document (``turn``, ``call``, ``notes``): those it
-    has, none for a grounded or a text reply (docs/protocol.md#result-document)."""
-    return {key: document[key] for key in CHAT_EXPECTED_KEYS if key in document}
+def chat_keys(result: StreamResult) -> dict[str, Any]:
+    """A chat reply's keys of a result (``turn``, ``call``, ``notes``), as its document
+    holds them: those it has, none for a grounded or a text reply
+    (docs/protocol.md#result-document)."""
+    values = {key: getattr(result, key, None) for key in CHAT_EXPECTED_KEYS}
+    return {
+        key: json.loads(json.dumps(value)) for key, value in values.items() if value is not None
+    }
 
 
 def wire_modes(
