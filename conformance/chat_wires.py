@@ -396,13 +396,14 @@ def _lab(group: Group, recording: Recording) -> None:
         ("usage", usage(1, 1, 2)),
         ("finish", finish()),
     ):
-        chunks = [item_bytes(craft.NDJSON, grounded, 1, item)]
+        line = item_bytes(craft.NDJSON, grounded, 1, item)
+        assert line is not None
         group.add(
             f"lab-{name}",
             f"a {name} frame on ndjson-lab: invalid_frame_schema",
             "#wire-ndjson-lab",
             craft.NDJSON_LAB,
-            chunks,
+            [line],
             case=grounded,
         )
 
