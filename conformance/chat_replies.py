@@ -57,6 +57,29 @@ TURN_002: Final = (
 #: Turns of every shape, each accepted (or, where named, refused after done).
 TURNS: Final[dict[str, tuple[str, tuple[ChatItem, ...]]]] = {
     "002-interleaved": ("the 002 lab's turn: two calls' fragments interleaved", TURN_002),
+    "three-calls-round-robin": (
+        "three calls begun one after the other, then each one's last fragment in turn",
+        (
+            call(0, '{"path":', "read_file", "a"),
+            call(1, '{"command":', "shell", "b"),
+            call(2, '{"city":', "get_weather", "c"),
+            call(0, '"a.txt"}'),
+            call(1, '"ls"}', "shell", "b"),
+            call(2, '"Oslo"}', "get_weather"),
+            finish("tool_calls"),
+        ),
+    ),
+    "one-character-fragments": (
+        "a call's arguments one character a fragment, text between them",
+        (
+            call(0, "{", "get_weather", "w"),
+            *(call(0, char) for char in '"city":"Lima"'),
+            text("Looking"),
+            call(0, "}"),
+            text(" it up."),
+            finish(),
+        ),
+    ),
     "text-only": (
         "text only, in three deltas, with usage and the finish",
         (text("Hello, "), text("here is "), text("the answer."), usage(10, 4, 14), finish()),
