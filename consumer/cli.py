@@ -16,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 import structlog
 
@@ -28,7 +28,11 @@ from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
 from runtime.logs import configure_logging
-from runtime.recording_file import load_recording_or_explain, load_text_recording_or_explain
+from runtime.recording_file import (
+    load_chat_recording_or_explain,
+    load_recording_or_explain,
+    load_text_recording_or_explain,
+)
 from runtime.tracing import (
     TRACEPARENT_ENV,
     TRACESTATE_ENV,
@@ -38,8 +42,9 @@ from runtime.tracing import (
     start_tracing,
     stop_tracing,
 )
+from shared.chats import DEFAULT_CHAT_MODEL, chat_binding, chat_binding_problem, chat_request
 from shared.consumer_limits import Limits
-from shared.digest import bounded_json
+from shared.digest import bounded_json, canonical_json, within_depth
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.kinds import ReplyKind, kind_of
@@ -101,7 +106,8 @@ def load_binding(args: argparse.Namespace) -> tuple[str, Any]:
     """The case id and binding to send: the recording's, a new question's, or (to test
     refusals) a file's."""
     recording = load_recording_or_explain(args.recording)
-    asked = text_binding(args)
+    chat, text = chat_binding_from(args), text_binding(args)  # each refuses the other's flags
+    asked = chat if chat is not None else text
     if asked is not None:
         return asked
     if (args.question is None) != (args.context is None):
@@ -173,6 +179,78 @@ def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
     except ValueError as error:  # a lone surrogate (bytes that are not UTF-8 in argv)
         raise ConfigurationError(f"--text is not text: {error}") from error
     return binding["case_id"], binding
+
+
+#: The flags that describe a chat request (``--kind chat --prompt``).
+CHAT_FLAGS: Final = ("prompt", "tools", "system", "model")
+
+
+def chat_binding_from(args: argparse.Namespace) -> tuple[str, Any] | None:
+    """``--kind chat --prompt P [--tools FILE] [--system S] [--model M]``: the chat binding
+    of that one-turn request, checked as a producer checks one (a usage error if it is not
+    one); ``--kind chat --case C``: the recorded chat turn C's binding. None when the flags
+    ask for no chat reply (a binding file of either kind is read by the caller)."""
+    given = [name for name in CHAT_FLAGS if getattr(args, name, None) is not None]
+    if getattr(args, "kind", None) != ReplyKind.CHAT.value:
+        if given:
+            raise ConfigurationError(f"--{given[0]} asks for a chat reply: add --kind chat")
+        return None
+    if args.question is not None:
+        raise ConfigurationError("--question asks for a grounded reply: drop --kind chat")
+    if args.prompt is None:
+        if given:
+            raise ConfigurationError(f"--{given[0]} goes with --prompt")
+        return recorded_chat(args)
+    if args.case is not None or args.binding is not None:
+        raise ConfigurationError("--prompt binds its own case: drop --case and --binding")
+    request = chat_request(
+        args.prompt,
+        [] if args.tools is None else tools_file(args.tools),
+        system=args.system or "",
+        model=DEFAULT_CHAT_MODEL if args.model is None else args.model,
+    )
+    try:
+        binding = chat_binding(request)
+        size = len(canonical_json(binding))
+    except ValueError as error:  # a lone surrogate (bytes that are not UTF-8 in argv)
+        raise ConfigurationError(f"--prompt / --system / --model: not text: {error}") from error
+    if size > MAX_BINDING_BYTES or not within_depth(binding, MAX_BINDING_DEPTH):
+        raise ConfigurationError(
+            f"the chat binding is over {MAX_BINDING_BYTES // 1024} KiB or "
+            f"{MAX_BINDING_DEPTH} levels deep"
+        )
+    problem = chat_binding_problem(binding, binding["case_id"])
+    if problem is not None:
+        raise ConfigurationError(f"--prompt / --tools: {problem}")
+    return binding["case_id"], binding
+
+
+def tools_file(path: Path) -> Any:
+    """``--tools FILE``: a JSON array of tools (``{name, description, parameters}``),
+    bounded as a binding file is (the chat binding's checks judge each tool)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        tools = bounded_json(text, max_bytes=MAX_BINDING_BYTES, max_depth=MAX_BINDING_DEPTH)
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"cannot read the tools {path}: {error}") from error
+    if not isinstance(tools, list):
+        raise ConfigurationError(f"--tools {path}: a JSON array of tools")
+    return tools
+
+
+def recorded_chat(args: argparse.Namespace) -> tuple[str, Any] | None:
+    """``--kind chat --case C``: the recorded chat turn C's binding (None with
+    ``--binding``, whose file the caller reads)."""
+    if args.case is None:
+        raise ConfigurationError("--kind chat needs --prompt or --case (a recorded chat turn)")
+    if args.binding is not None:
+        return None
+    try:
+        return args.case, load_chat_recording_or_explain().case(args.case).binding
+    except RequestRefused as error:
+        raise ConfigurationError(
+            f"--case {args.case}: no recorded chat turn ({error.code})"
+        ) from error
 
 
 def request_from(args: argparse.Namespace, case_id: str, binding: Any) -> ReplyRequest:

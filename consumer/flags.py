@@ -26,6 +26,7 @@ from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import DEFAULT_FLUSH_DELAY_S, LEVELS, flush_delay_ms
 from runtime.recording_file import DEFAULT_RECORDING_PATH
 from runtime.tracing import ENDPOINT_ENV, TRACEPARENT_ENV, TRACESTATE_ENV
+from shared.chats import DEFAULT_CHAT_MODEL
 from shared.consumer_limits import Limits
 from shared.errors import RequestRefused
 from shared.faults import DEFAULT_STALL_MS, DEFAULT_TARGET_FRAME, DEFAULT_TRUNCATE_BYTES, FaultKind
@@ -60,7 +61,7 @@ FLAGS: Final = FlagTable((
     FlagGroup(commands=ONE_STREAM, flags=(
         Flag("--case", "development case: " + ", ".join(f"`{case}`" for case in DEVELOPMENT_CASES)
              + " (`stream` may ask `--question` instead; with `--kind text`, the case's "
-             "recorded text reply)",
+             "recorded text reply; with `--kind chat`, a recorded chat turn `chat-…`)",
              required_in=("replay",), shown="— (`replay` needs it)"),
         Flag("--wire",
              "frame wire format: `lp` (length-prefixed) or `ndjson`, whose `done` carries "
@@ -172,14 +173,25 @@ FLAGS: Final = FlagTable((
              action="toggle", shown="on when stdout is a terminal"),
         Flag("--kind",
              "the kind of reply to ask for ([reply kinds](protocol.md#kinds)): `grounded` "
-             "(an answer citing the bound passages) or `text` (free text, with `--text`); a "
-             "`--binding` file names its own",
-             choices=("grounded", "text"), shown="`grounded`"),
+             "(an answer citing the bound passages), `text` (free text, with `--text`) or "
+             "`chat` (a model turn: text, tool calls, thoughts, usage; with `--prompt`, or "
+             "`--case` a recorded chat turn); a `--binding` file names its own",
+             choices=("grounded", "text", "chat"), shown="`grounded`"),
         Flag("--text",
              "with `--kind text`: the message to send (the empty text too; at most "
              f"{MAX_ECHO_CHARS:,} code points): the development source streams it back in "
              "deltas of six code points, a model (`--source gemini`) answers it; replaces "
              "`--case`"),
+        Flag("--prompt",
+             "with `--kind chat`: the user's turn of a chat request (its binding is built "
+             "and checked before any connection); replaces `--case`"),
+        Flag("--tools",
+             "with `--prompt`: the tools the model may call, a JSON array of "
+             "`{name, description, parameters}` (`parameters` a JSON Schema of an object)",
+             Path, shown="none"),
+        Flag("--system", "with `--prompt`: the system instruction", shown="none"),
+        Flag("--model", "with `--prompt`: the model the request names (the producer's "
+             "Gemini source calls only its own)", shown=f"`{DEFAULT_CHAT_MODEL}`"),
         Flag("--question",
              "ask your own question (gemini source), with `--context`; replaces `--case`"),
         Flag("--context",

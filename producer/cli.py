@@ -59,7 +59,11 @@ from runtime.logs import (
     flush_trace,
     register_secret,
 )
-from runtime.recording_file import load_recording_or_explain, load_text_recording_or_explain
+from runtime.recording_file import (
+    load_chat_recording_or_explain,
+    load_recording_or_explain,
+    load_text_recording_or_explain,
+)
 from runtime.tracing import (
     TracingConfig,
     endpoint_from,
@@ -178,7 +182,9 @@ def make_ledger(
 
 def make_source(args: argparse.Namespace, recording: Recording) -> Source:
     if args.source == "recording":
-        return RecordingSource(recording, load_text_recording_or_explain())
+        return RecordingSource(
+            recording, load_text_recording_or_explain(), load_chat_recording_or_explain()
+        )
     api_key = os.environ.get("GEMINI_API_KEY", "")
     if not api_key:
         raise ConfigurationError("the gemini source needs GEMINI_API_KEY in the environment")

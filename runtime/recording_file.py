@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+from shared.chat_recording import ChatRecording
 from shared.errors import ConfigurationError, ReplywireError
 from shared.recording import RECORDING_SHA256, Recording
 from shared.text_recording import TextRecording
 
 DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
 DEFAULT_TEXT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("text-recording.json")
+DEFAULT_CHAT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("chat-recording.json")
 
 
 def load_recording(path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
@@ -40,3 +42,16 @@ def load_text_recording_or_explain(path: Path = DEFAULT_TEXT_RECORDING_PATH) -> 
         ) from error
     except ReplywireError as error:
         raise ConfigurationError(f"text recording {path} refused: {error.code}") from error
+
+
+def load_chat_recording_or_explain(path: Path = DEFAULT_CHAT_RECORDING_PATH) -> ChatRecording:
+    """The chat recording in ``path``, verified (``ChatRecording.from_bytes``); a file that
+    cannot be used is a ConfigurationError (one line, exit 2)."""
+    try:
+        return ChatRecording.from_bytes(path.read_bytes())
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot read the chat recording {path}: {error.strerror}"
+        ) from error
+    except ReplywireError as error:
+        raise ConfigurationError(f"chat recording {path} refused: {error.code}") from error

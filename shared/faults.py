@@ -2,10 +2,13 @@
 
 ``transmit()`` turns a bound case into what a producer puts on the wire::
 
-    frames (derive_frames)  -> frame faults (omit, repeat, foreign-binding, ...)
+    frames (derive_frames, chat_frames) -> frame faults (omit, repeat, foreign-binding, ...)
     -> encoded frames       -> frame-bytes faults (corrupt)
     -> wire bytes           -> wire faults (truncate-tail)
     -> chunks (ChunkPlan)   -> how the stream ends (clean, or a transport error)
+
+A content frame is one of the six kinds a chat reply has (``CONTENT_KINDS``): a grounded
+or text reply's are its deltas, a chat reply's every part too (docs/protocol.md#faults).
 
 Nothing here does I/O: the same ``Transmission`` is fed to the consumer in
 one process (``consumer replay``) and sent over gRPC by the producer.
@@ -23,8 +26,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from shared.chat_frames import chat_frames
 from shared.errors import RequestRefused
-from shared.frames import Frame, FrameKind, derive_frames, frames_from_deltas
+from shared.frames import CONTENT_KINDS, Frame, FrameKind, derive_frames, frames_from_deltas
 from shared.reasons import Reason
 from shared.recording import BoundCase
 from shared.status import Status
@@ -209,7 +213,7 @@ class ParameterRanges:
 
 def parameter_ranges(frames: Sequence[Frame], codec: WireCodec) -> ParameterRanges:
     """The ranges for a reply's fault-free frames (content frames, then done)."""
-    content = sum(1 for frame in frames if frame.kind is FrameKind.CONTENT_DELTA)
+    content = sum(1 for frame in frames if frame.kind in CONTENT_KINDS)
     done_bytes = len(codec.encode_frame(frames[-1])) if frames else 0
     return ParameterRanges(content, done_bytes)
 
@@ -250,7 +254,7 @@ def check_fault_parameters(fault: Fault, ranges: ParameterRanges) -> None:
 def target_index(frames: Sequence[Frame], fault: Fault) -> int:
     """0-based index of frame K, or by default of frame 3 (the last content frame when there
     are fewer). An explicit K past the last content frame is refused, never moved."""
-    content = sum(1 for frame in frames if frame.kind is FrameKind.CONTENT_DELTA)
+    content = sum(1 for frame in frames if frame.kind in CONTENT_KINDS)
     if content == 0:
         raise RequestRefused(Reason.FAULT_PARAMETER_OUT_OF_RANGE, "the fault needs a content frame")
     if fault.target_frame is None:
@@ -278,6 +282,7 @@ def _frame_fault(frames: list[Frame], fault: Fault, foreign_binding_sha256: str)
         kind=target.kind,
         binding_sha256=foreign_binding_sha256,
         text=target.text,
+        part=target.part,
     )
     return [*frames[:index], foreign, *frames[index + 1 :]]
 
@@ -305,7 +310,22 @@ def _stall(frames: list[Frame], encoded: list[bytes], chunks: list[bytes], fault
     return Stall(len(chunks), fault.stall_ms or DEFAULT_STALL_MS)
 
 
-def _frames(
+def _chat_frames(case: BoundCase, terminal: FrameKind) -> list[Frame]:
+    """A chat case's frames: every content frame then done, or a cancel or error terminal
+    after the first half of them (at least one: docs/protocol.md#faults)."""
+    items = case.chat_items or ()
+    if terminal is FrameKind.DONE:
+        return chat_frames(case.binding_sha256, items)
+    reason = (
+        Reason.CONTROLLED_LOCAL_CANCEL
+        if terminal is FrameKind.CANCEL
+        else Reason.CONTROLLED_LOCAL_ERROR
+    )
+    half = items[: max(1, len(items) // 2)]
+    return chat_frames(case.binding_sha256, half, terminal, reason.value)
+
+
+def faulted_frames(
     case: BoundCase, codec: WireCodec, fault: Fault | None, foreign_binding_sha256: str | None
 ) -> list[Frame]:
     """The case's frames, ended by the fault's terminal, with any frame-level fault applied
@@ -315,7 +335,9 @@ def _frames(
         terminal = FrameKind.CANCEL
     elif fault is not None and fault.kind is FaultKind.ERROR:
         terminal = FrameKind.ERROR
-    if case.provider_events is not None and terminal is FrameKind.DONE:
+    if case.chat_items is not None:
+        frames = _chat_frames(case, terminal)
+    elif case.provider_events is not None and terminal is FrameKind.DONE:
         # A converted live capture: one delta per provider text event, as it streamed.
         frames = frames_from_deltas(case.binding_sha256, list(case.provider_events))
     else:
@@ -348,7 +370,7 @@ def transmit(
     foreign_binding_sha256: str | None = None,
 ) -> Transmission:
     codec: WireCodec = codec_for(wire)
-    frames = _frames(case, codec, fault, foreign_binding_sha256)
+    frames = faulted_frames(case, codec, fault, foreign_binding_sha256)
     encoded = _encode(codec, frames, fault)
     if fault is not None and fault.kind is FaultKind.TRANSPORT_ABORT:
         # The lab's controlled producer I/O error: frames 1-2 arrive as one read, then OSError.

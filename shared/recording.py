@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared.chat_frames import ChatItem
 from shared.digest import digest, strict_json
 from shared.errors import RequestRefused
 from shared.reasons import Reason
@@ -44,6 +45,8 @@ class BoundCase:
     content: str
     #: A converted live capture keeps the provider's text events: replay uses their boundaries.
     provider_events: tuple[str, ...] | None = None
+    #: A chat case's turn, its content frames in order (``content`` is then its text).
+    chat_items: tuple[ChatItem, ...] | None = None
 
 
 def _event(events: list[dict[str, Any]], kind: str) -> dict[str, Any]:

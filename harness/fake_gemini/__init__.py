@@ -15,9 +15,11 @@ Use in-process (``server``)::
 
 or as a process: ``python -m harness.fake_gemini --port 0`` (``__main__``).
 
-Scripts are chosen by the model name in the path (``scripts.SCRIPTS``):
-``gemini-3.1-flash-lite`` answers the four development cases of the published Gemini
-run; every ``fake-*`` model is a failure script. Any other model name gets 404 NOT_FOUND.
+Scripts are chosen by the model name in the path (``scripts.SCRIPTS``, and
+``scripts.CHAT_MODELS``): ``gemini-3.1-flash-lite`` answers the four development cases of
+the published Gemini run; every ``fake-*`` model is a failure script, and each
+``fake-chat-*`` one answers a chat request with a turn. Any other model name gets 404
+NOT_FOUND.
 
 One module per job:
 
@@ -26,6 +28,7 @@ One module per job:
 * ``checks``: a request routed, authenticated and validated, or refused as Google does;
 * ``scripts``: what each model answers (the published cases, the failure scripts) and
   the usage its reply reports;
+* ``chat_scripts``: what each ``fake-chat-*`` model answers a chat request;
 * ``http1``: HTTP/1.1 on one connection, by hand: a request read, an answer written;
 * ``server``: ``FakeGemini``, which plays a request's script on its connection and logs it;
 * ``__main__``: the command line.

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 from harness.fake_gemini.http1 import Request
 from harness.fake_gemini.protocol import HttpError, Turn
-from harness.fake_gemini.scripts import DEFAULT_MODEL, SCRIPTS
+from harness.fake_gemini.scripts import CHAT_MODELS, DEFAULT_MODEL, SCRIPTS
 
 _PATH_RE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")
 
@@ -52,7 +52,7 @@ def check(
         raise HttpError(
             400, "INVALID_ARGUMENT", "This fake serves streamGenerateContent only with alt=sse."
         )
-    if model not in SCRIPTS:
+    if model not in SCRIPTS and model not in CHAT_MODELS:
         raise HttpError(
             404,
             "NOT_FOUND",
@@ -116,6 +116,8 @@ def validate(model: str, body: Any) -> Turn:
     """The request shape the adapter must send; 400 INVALID_ARGUMENT otherwise."""
     if not isinstance(body, dict):
         raise _bad("Invalid JSON payload received: the body must be a JSON object.")
+    if model in CHAT_MODELS:
+        return chat_turn(model, body)
     config = body.get("generationConfig")
     if isinstance(config, dict) and "responseMimeType" not in config:
         return _text_turn(model, body, config)
@@ -186,3 +188,80 @@ def _first_text(content: dict[str, Any]) -> str | None:
         return None
     text = parts[0].get("text")
     return text if isinstance(text, str) else None
+
+
+#: What a chat request's part may hold: one of text, functionCall, functionResponse; a
+#: text may be a thought; any of them may carry the signature a reply gave with it.
+_CHAT_PART_KEYS = frozenset({"text", "thought", "functionCall", "functionResponse"})
+
+
+def chat_turn(model: str, body: dict[str, Any]) -> Turn:
+    """A chat request (the Gemini source's chat body): turns of user and model parts, the
+    last one the user's; an optional system instruction; tools as function declarations
+    with a JSON Schema each; a generationConfig of maxOutputTokens, an optional temperature
+    and thinkingConfig.includeThoughts, no response schema."""
+    if set(body) - {"contents", "systemInstruction", "tools", "generationConfig"}:
+        raise _bad("a chat request has contents, systemInstruction, tools, generationConfig.")
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise _bad("contents must be a non-empty list of turns.")
+    for turn in contents:
+        _chat_content(turn)
+    if contents[-1]["role"] != "user":
+        raise _bad("the last of contents must be the user's turn.")
+    system = body.get("systemInstruction")
+    system_text = _first_text(system) if isinstance(system, dict) else ""
+    if system is not None and system_text is None:
+        raise _bad("systemInstruction.parts[0].text must be a string.")
+    config = body.get("generationConfig")
+    if not isinstance(config, dict) or set(config) - {
+        "maxOutputTokens",
+        "temperature",
+        "thinkingConfig",
+    }:
+        raise _bad("a chat request's generationConfig: maxOutputTokens, temperature, thinking.")
+    max_tokens = config.get("maxOutputTokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
+        raise _bad("generationConfig.maxOutputTokens must be a positive integer.")
+    if config.get("thinkingConfig") != {"includeThoughts": True}:
+        raise _bad("generationConfig.thinkingConfig must ask for the thoughts (includeThoughts).")
+    temperature = config.get("temperature", 1)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise _bad("generationConfig.temperature must be a number.")
+    user = contents[-1]["parts"]
+    text = next((part["text"] for part in user if isinstance(part.get("text"), str)), "")
+    return Turn(model, system_text or "", text, None, max_tokens, tools=_tool_names(body))
+
+
+def _chat_content(turn: Any) -> None:
+    if not isinstance(turn, dict) or turn.get("role") not in ("user", "model"):
+        raise _bad("each of contents is a turn whose role is 'user' or 'model'.")
+    parts = turn.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise _bad("each turn has a non-empty list of parts.")
+    for part in parts:
+        if not isinstance(part, dict) or len(set(part) & _CHAT_PART_KEYS - {"thought"}) != 1:
+            raise _bad("a part holds one of text, functionCall, functionResponse.")
+        if set(part) - _CHAT_PART_KEYS - {"thoughtSignature"}:
+            raise _bad("a part of a chat request holds nothing else.")
+
+
+def _tool_names(body: dict[str, Any]) -> tuple[str, ...]:
+    """The declared functions' names (each with a description and a JSON Schema)."""
+    tools = body.get("tools", [])
+    if not isinstance(tools, list):
+        raise _bad("tools must be a list.")
+    names: list[str] = []
+    for tool in tools:
+        declarations = tool.get("functionDeclarations") if isinstance(tool, dict) else None
+        if not isinstance(declarations, list):
+            raise _bad("each tool holds functionDeclarations.")
+        for declaration in declarations:
+            if (
+                not isinstance(declaration, dict)
+                or not isinstance(declaration.get("name"), str)
+                or not isinstance(declaration.get("parametersJsonSchema"), dict)
+            ):
+                raise _bad("a function declaration has a name and its parametersJsonSchema.")
+            names.append(declaration["name"])
+    return tuple(names)

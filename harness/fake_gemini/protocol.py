@@ -106,6 +106,8 @@ class Turn:
     #: The response schema of a JSON-only request; None for a text request (free text).
     schema: dict[str, Any] | None
     max_output_tokens: int
+    #: A chat request's declared tools (their names); none for the others.
+    tools: tuple[str, ...] = ()
     response_id: str = field(default_factory=lambda: secrets.token_urlsafe(16)[:22])
 
 

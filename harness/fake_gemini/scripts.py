@@ -13,6 +13,9 @@ answers 400 with the received API key quoted in the error body;
 ``fake-slow-start`` holds the response for ``Pacing.start_delay`` seconds (2 s) after
 reading the request, then answers the good reply (``harness.fake_gemini.server``).
 
+The ``fake-chat-*`` models (:data:`CHAT_MODELS`, not in :data:`SCRIPTS`: they answer a chat
+request only) are ``harness.fake_gemini.chat_scripts``'.
+
 A script is data: the steps (an event, raw bytes, a reset) the server writes, with the
 usage a reply reports counted here (about four characters a token).
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from harness.fake_gemini.chat_scripts import CHAT_SCRIPTS
 from harness.fake_gemini.protocol import (
     EVENT_END,
     HttpError,
@@ -64,6 +68,9 @@ SCRIPTS: tuple[str, ...] = (
     "fake-slow-start",
     "fake-function-call",
 )
+
+#: The models that answer a chat request (``chat_scripts``).
+CHAT_MODELS: tuple[str, ...] = tuple(CHAT_SCRIPTS)
 
 #: The part ``fake-function-call`` puts beside its second text: the model calling a tool, as
 #: Gemini streams one (whole, in one part, with its id and a signature).
@@ -216,6 +223,7 @@ class Scripts:
             "fake-slow-start": self._script_ok,
             "fake-function-call": self._script_function_call,
             **{name: self._script_bad_usage for name in BAD_USAGE},
+            **{name: self._chat_script(name) for name in CHAT_SCRIPTS},
         }
 
     def plan(self, turn: Turn, entry: dict[str, Any]) -> list[Step]:
@@ -370,6 +378,12 @@ class Scripts:
             obj = self.response(turn, text, finish="STOP" if last else None, usage=usage)
             steps.append(Step("event", sse_event(obj)))
         return steps
+
+    @staticmethod
+    def _chat_script(model: str) -> Callable[[Turn], list[Step]]:
+        """A ``fake-chat-*`` model's events (``chat_scripts``), as the steps that send them."""
+        events = CHAT_SCRIPTS[model]
+        return lambda turn: [Step("event", sse_event(event)) for event in events(turn)]
 
     def _script_function_call(self, turn: Turn) -> list[Step]:
         """The reply's text, with a function call beside its second text event (then the

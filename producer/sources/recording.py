@@ -1,7 +1,8 @@
 """The hashed recording as a source: development cases only, faults when allowed; the
-recorded text replies (``shared.text_recording``); and the development text source
-(``shared.texts``): a text binding's own text, echoed in deltas of six code points. Every
-text is cut and faulted as a recorded reply is.
+recorded text replies (``shared.text_recording``); the development text source
+(``shared.texts``): a text binding's own text, echoed in deltas of six code points; and
+the recorded chat turns (``shared.chat_recording``), frame for frame. Every reply is cut
+and faulted as a recorded reply is.
 
 A fault-free stream of a case is the same every time: its transmission (frames, their
 wire bytes, the chunks) is kept per (binding, wire, chunking), a bounded number of them.
@@ -18,6 +19,7 @@ from typing import Any, Final
 
 from producer.replylog.interface import Entry, log_entries
 from producer.sources import Stall, check_kind
+from shared.chat_recording import ChatRecording
 from shared.digest import canonical_json, within_depth
 from shared.errors import RequestRefused
 from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
@@ -36,7 +38,7 @@ MAX_KEPT_TRANSMISSIONS: Final = 256
 
 
 #: The kinds of reply this source serves.
-SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT})
+SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT, ReplyKind.CHAT})
 
 
 class RecordingPlan:
@@ -91,10 +93,17 @@ class RecordingSource:
     name = "recording"
     regenerates = True
 
-    def __init__(self, recording: Recording, texts: TextRecording | None = None) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        texts: TextRecording | None = None,
+        chats: ChatRecording | None = None,
+    ) -> None:
         self.recording = recording
         #: The recorded text replies (``fixtures/text-recording.json``), if given.
         self.texts = texts
+        #: The recorded chat turns (``fixtures/chat-recording.json``), if given.
+        self.chats = chats
         #: Each case's binding as a consumer sends it, where parsing it would accept it.
         self._canonical: dict[str, bytes] = {}
         for case_id in recording.case_ids:
@@ -146,6 +155,10 @@ class RecordingSource:
         check_kind(checked, SERVED)
         if checked.kind is ReplyKind.GROUNDED:
             return self.bound_case(checked.case_id, checked.binding_json)
+        if checked.kind is ReplyKind.CHAT:  # a recorded turn only: nothing makes one up
+            if self.chats is None or checked.case_id not in self.chats:
+                raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
+            return self.chats.bind_request(checked.case_id, parse_binding(checked.binding_json))
         if self.texts is not None and checked.case_id in self.texts:
             return self.texts.bind_request(checked.case_id, parse_binding(checked.binding_json))
         if not is_text_case(checked.case_id):
@@ -167,7 +180,7 @@ class RecordingSource:
 
     def _foreign(self, case: BoundCase) -> str:
         """Another binding's hash, for the foreign-binding fault: another recorded case's,
-        or, for a text, the first recorded case's."""
-        if is_text_case(case.case_id):
+        or, for a text or a chat turn, the first recorded case's."""
+        if case.chat_items is not None or is_text_case(case.case_id):
             return self.recording.case(self.recording.case_ids[0]).binding_sha256
         return self.recording.foreign_binding_sha256(case.case_id)

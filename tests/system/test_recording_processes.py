@@ -11,7 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["rebuild_recording.py", "rebuild_text_recording.py"])
+@pytest.mark.parametrize(
+    "script", ["rebuild_recording.py", "rebuild_text_recording.py", "rebuild_chat_recording.py"]
+)
 def test_a_recording_rebuilds_byte_for_byte_from_the_published_record(script: str) -> None:
     check = subprocess.run(
         [sys.executable, str(ROOT / "fixtures" / script), "--check"],

@@ -95,3 +95,84 @@ def test_a_binding_file_names_its_own_kind(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigurationError):
         consumer_cli.load_binding(build_parser().parse_args([*flags, "--kind", "grounded"]))
+
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+def test_kind_chat_binds_its_own_case_from_the_prompt_and_tools(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS))
+    flags = ["stream", "--kind", "chat", "--prompt", "Oslo?", "--tools", str(tools)]
+    case_id, binding = consumer_cli.load_binding(build_parser().parse_args(flags))
+    assert case_id == binding["case_id"] == "chat-" + binding["request_sha256"][:16]
+    assert binding["request"] == {
+        "model": "gemini-3.1-flash-lite",
+        "system": "",
+        "turns": [{"role": "user", "parts": [{"text": "Oslo?"}]}],
+        "tools": TOOLS,
+        "settings": {},
+    }
+    more = [*flags, "--system", "Be brief.", "--model", "fake-chat-turn"]
+    _, other = consumer_cli.load_binding(build_parser().parse_args(more))
+    assert (other["request"]["system"], other["request"]["model"]) == (
+        "Be brief.",
+        "fake-chat-turn",
+    )
+    bare = ["stream", "--kind", "chat", "--prompt", ""]
+    assert consumer_cli.load_binding(build_parser().parse_args(bare))[1]["request"]["tools"] == []
+
+
+def test_kind_chat_case_asks_for_a_recorded_chat_turn() -> None:
+    flags = ["stream", "--kind", "chat", "--case", "chat-interleaved-calls"]
+    case_id, binding = consumer_cli.load_binding(build_parser().parse_args(flags))
+    assert case_id == binding["case_id"] == "chat-interleaved-calls"
+    assert binding["kind"] == "chat"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--prompt", "hi"],  # a prompt without --kind chat
+        ["--kind", "text", "--text", "hi", "--tools", "TOOLS"],
+        ["--kind", "chat"],  # neither a prompt nor a case
+        ["--kind", "chat", "--tools", "TOOLS", "--case", "chat-one-call"],
+        ["--kind", "chat", "--prompt", "hi", "--case", "chat-one-call"],
+        ["--kind", "chat", "--case", "chat-nope"],
+        ["--kind", "chat", "--case", "replace-file"],
+        ["--kind", "chat", "--prompt", "hi", "--tools", "BAD_TOOLS"],
+        ["--kind", "chat", "--prompt", "hi", "--tools", "TWICE"],
+        ["--kind", "chat", "--prompt", "hi", "--tools", "NOT_A_LIST"],
+        ["--kind", "chat", "--prompt", "hi", "--tools", "MISSING"],
+        ["--kind", "chat", "--prompt", "hi", "--model", ""],
+        ["--kind", "chat", "--prompt", "x" * 70_000],
+        ["--kind", "chat", "--prompt", "hi", "--wire", "ndjson-lab"],
+        ["--kind", "chat", "--prompt", "hi", "--question", "why?"],
+    ],
+)
+def test_a_chat_request_is_checked_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str]
+) -> None:
+    def no_stream(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing runs when the flags are wrong")
+
+    files = {
+        "TOOLS": TOOLS,
+        "BAD_TOOLS": [{"name": "x", "description": "", "parameters": {"type": "string"}}],
+        "TWICE": TOOLS * 2,
+        "NOT_A_LIST": TOOLS[0],
+    }
+    for name, value in files.items():
+        (tmp_path / name).write_text(json.dumps(value))
+    argv = [str(tmp_path / flag) if flag in {*files, "MISSING"} else flag for flag in flags]
+    monkeypatch.setattr(consumer_cli, "stream_once", no_stream)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert consumer_cli.main(["stream", *argv, "--log-level", "critical"], io.StringIO()) == 2
+    assert len(err.getvalue().strip().splitlines()) == 1  # one line says why

@@ -53,6 +53,7 @@ IO_MODULES: Final = frozenset(
     }
 )  # fmt: skip
 PURE_PROVIDER_MODULES: Final = (
+    "producer/sources/gemini/chat.py",
     "producer/sources/gemini/codes.py",
     "producer/sources/gemini/protocol.py",
     "producer/sources/gemini/settings.py",

@@ -22,9 +22,11 @@ import httpx
 from producer.replylog.interface import Entry, LogEnded
 from producer.sources import Stall
 from producer.sources.gemini.call_ledger import Call, CallLedger
-from producer.sources.gemini.protocol import ProviderStream
+from producer.sources.gemini.chat import ChatFrames
+from producer.sources.gemini.protocol import ProviderFrames, ProviderStream
 from shared.digest import digest
 from shared.frames import Frame
+from shared.kinds import ReplyKind
 from shared.reasons import Reason, registered
 from shared.requests import CheckedRequest
 from shared.wire import codec_for
@@ -54,7 +56,8 @@ class GeminiPlan:
         self.call = call
         self.capture = call.capture
         # The one events -> frames loop, shared with producer.sources.gemini.convert.
-        self.provider = ProviderStream(digest(binding), call.log)
+        adapter = ChatFrames if checked.kind is ReplyKind.CHAT else ProviderFrames
+        self.provider = ProviderStream(digest(binding), call.log, adapter_type=adapter)
         self.adapter = self.provider.adapter
         self.abort_details: Reason | None = None
         #: Not known in advance: the reply is logged as it is made (live_frames).

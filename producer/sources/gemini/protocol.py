@@ -361,13 +361,15 @@ class ProviderStream:
 
     binding_sha256: str
     logger: structlog.typing.FilteringBoundLogger | None = None
+    #: The adapter: the lab's (a grounded or text reply), or its chat mode (``chat.ChatFrames``).
+    adapter_type: type[ProviderFrames] = field(default=ProviderFrames, kw_only=True)
     abort: str | None = field(default=None, init=False)
     closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._log = self.logger or structlog.get_logger()
         self.parser = SseParser()
-        self.adapter = ProviderFrames(self.binding_sha256, self._log)
+        self.adapter = self.adapter_type(self.binding_sha256, self._log)
 
     def receive_data(self, data: bytes) -> list[Frame]:
         if self.closed:
@@ -425,9 +427,10 @@ def frames_from_sse(
     binding_sha256: str,
     *,
     logger: structlog.typing.FilteringBoundLogger | None = None,
+    adapter_type: type[ProviderFrames] = ProviderFrames,
 ) -> tuple[list[Frame], ProviderStream]:
     """A whole captured body (in any cuts) to its frames, and the stream's final state."""
-    stream = ProviderStream(binding_sha256, logger)
+    stream = ProviderStream(binding_sha256, logger, adapter_type=adapter_type)
     frames: list[Frame] = []
     for data in body:
         frames += stream.receive_data(data)

@@ -1,7 +1,8 @@
 """Live Gemini as a source: ``streamGenerateContent?alt=sse`` through the validated pipeline.
 
-Per request: verify the binding (a development case's, equal to the recording's; or a
-question binding that hashes to itself), reserve the call's worst-case cost in the
+Per request: verify the binding (a development case's, equal to the recording's; a
+question binding that hashes to itself; a text binding; or a chat binding, checked in full,
+that names this source's model), reserve the call's worst-case cost in the
 budget ledger (charged to the caller's identity and to the total), mark the entry
 sending (both ``call_ledger``), POST the documented body with the API key in the
 ``x-goog-api-key`` header, and hand the open response to a ``plan.GeminiPlan``, which
@@ -32,10 +33,12 @@ from producer.sources import check_kind
 from producer.sources.gemini.call_ledger import Call, CallLedger
 from producer.sources.gemini.call_span import start_call_span
 from producer.sources.gemini.capture import RunCapture
+from producer.sources.gemini.chat import chat_request_body
 from producer.sources.gemini.plan import GeminiPlan
 from producer.sources.gemini.protocol import provider_error, request_body, text_request_body
 from producer.sources.gemini.settings import GeminiSettings
 from runtime.tracing import active
+from shared.chats import check_chat_binding, is_chat_case
 from shared.errors import RequestRefused
 from shared.kinds import ReplyKind
 from shared.questions import check_question_binding, is_question
@@ -48,7 +51,7 @@ MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 
 
 #: The kinds of reply this source serves.
-SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT})
+SERVED: Final = frozenset({ReplyKind.GROUNDED, ReplyKind.TEXT, ReplyKind.CHAT})
 
 
 class GeminiSource:
@@ -109,6 +112,8 @@ class GeminiSource:
                 raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
             binding, _ = check_text_binding(parse_binding(checked.binding_json), checked.case_id)
             return binding
+        if checked.kind is ReplyKind.CHAT:  # the model request itself, sent as it is
+            return self._chat_binding(checked)
         if not is_question(checked.case_id):
             self.recording.case(checked.case_id)  # the allowlist, before the binding
         supplied = parse_binding(checked.binding_json)
@@ -119,13 +124,35 @@ class GeminiSource:
             return binding
         return self.recording.bind_request(checked.case_id, supplied).binding
 
+    def _chat_binding(self, checked: CheckedRequest) -> Mapping[str, Any]:
+        """A chat binding of a ``chat-`` case, checked in full; the model it names must be
+        the one this source calls (it is what the reservation is priced for)."""
+        if not is_chat_case(checked.case_id):
+            raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, checked.case_id)
+        supplied = parse_binding(checked.binding_json)
+        if not isinstance(supplied, dict):
+            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "not a chat binding")
+        binding = check_chat_binding(supplied, checked.case_id)
+        model = binding["request"]["model"]
+        if model != self.settings.model:
+            raise RequestRefused(
+                Reason.REQUEST_BINDING_MISMATCH,
+                f"the binding asks for model {model[:128]!r}; this source calls "
+                f"{self.settings.model!r}",
+            )
+        return binding
+
     async def prepare(self, checked: CheckedRequest, *, identity: str = ANONYMOUS) -> GeminiPlan:
         """Reserve, mark sending, send, and return the open stream; ``identity`` is the caller
         charged. Whatever fails after the reservation, the call is recorded (settled, kept
         or released) before this returns or raises."""
         self.start()
         binding = self.bind(checked)
-        make_body = text_request_body if checked.kind is ReplyKind.TEXT else request_body
+        make_body = {
+            ReplyKind.GROUNDED: request_body,
+            ReplyKind.TEXT: text_request_body,
+            ReplyKind.CHAT: chat_request_body,
+        }[checked.kind]
         body = make_body(binding, max_output_tokens=self.settings.max_output_tokens)
         call_id = uuid.uuid4().hex
         log = self._log.bind(call_id=call_id, model=self.settings.model, identity=identity)
