@@ -110,7 +110,7 @@ def case(binding: Mapping[str, Any], items: Sequence[ChatItem] = ()) -> BoundCas
         binding=binding,
         binding_sha256=digest(binding),
         request_sha256=str(binding["request_sha256"]),
-        content="",
+        content="".join(value for _, value in items if isinstance(value, str)),
         chat_items=tuple(items),
     )
 

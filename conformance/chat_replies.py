@@ -22,8 +22,9 @@ from conformance.chat_craft import (
     thought,
     usage,
 )
-from conformance.vectors import Group
+from conformance.vectors import ROOT, Group
 from shared.chat_frames import ChatItem
+from shared.chat_recording import ChatRecording
 from shared.digest import digest
 from shared.errors import RequestRefused
 from shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
@@ -42,6 +43,7 @@ PLANS: Final = {
     "64": ChunkPlan(ChunkMode.SIZES, (64,)),
     "1": ChunkPlan(ChunkMode.SIZES, (1,)),
 }
+CHAT_RECORDING_PATH: Final = ROOT / "fixtures" / "chat-recording.json"
 #: The 002 lab's turn: text, then two calls whose fragments interleave (call 1's last
 #: before call 0's last), text again, the usage and the finish.
 TURN_002: Final = (
@@ -200,6 +202,7 @@ def chat_group(recording: Recording) -> Group:
     group = Group("chat")
     for wire in CHAT_WIRES:
         _turns(group, wire)
+        _recorded(group, wire)
         _digests(group, wire)
         _faults(group, wire)
         _duplicates(group, wire)
@@ -232,6 +235,23 @@ def _turns(group: Group, wire: str) -> None:
         craft.encode(wire, frames(no_tools, TURN_002)),
         case=no_tools,
     )
+
+
+def _recorded(group: Group, wire: str) -> None:
+    """Every case of the chat recording, as the recording source serves it."""
+    recording = ChatRecording.from_bytes(CHAT_RECORDING_PATH.read_bytes())
+    for case_id in recording.case_ids:
+        chat = recording.case(case_id)
+        for plan_name in ("frame", "lab"):
+            sent = transmit(chat, wire=WireFormat(wire), plan=PLANS[plan_name])
+            group.add(
+                f"recorded-{case_id}.{plan_name}",
+                f"the recorded turn of {case_id}, chunks: {PLANS[plan_name].describe()}",
+                "#chat-reply",
+                wire,
+                sent.chunks,
+                case=chat,
+            )
 
 
 #: The 002 turn, each way a claim can differ from what arrived.
