@@ -72,6 +72,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
         max_frame_bytes=args.max_frame_bytes,
         max_content_chars=args.max_content_chars,
         max_frames=args.max_frames,
+        max_tool_calls=args.max_tool_calls,
     )
 
 

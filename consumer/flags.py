@@ -110,6 +110,8 @@ FLAGS: Final = FlagTable((
              LIMITS.max_content_chars),
         Flag("--max-frames", "the core's bound on the frames in one stream (the lab's)",
              Count("frames"), LIMITS.max_frames),
+        Flag("--max-tool-calls", "the core's bound on the tool calls one chat turn begins",
+             Count("calls"), LIMITS.max_tool_calls),
         Flag("--log-format",
              "`json`, `console`, or `auto` (console on a TTY), as the producer",
              choices=("auto", "json", "console"), default="auto"),

@@ -47,6 +47,8 @@ HOT_MODULES: Final = (
     "shared.fsm",
     "shared.consumer_content",
     "shared.frame_checks",
+    "shared.chat_turn",
+    "shared.consumer_machine",
     "shared.consumer_core",
     "shared.wire.base",
     "shared.wire.buffer",

@@ -30,32 +30,47 @@ as it is (the lab's ``controlled_local_cancel``); any other text still ends the 
 cancelled or error, with ``unregistered_cancel_terminal`` / ``unregistered_error_terminal``
 as the reason and the text, scrubbed and bounded, as the result's ``detail``.
 
-All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``); its
-``Machine.fire()`` is the only code that changes state, and it logs every change
-as ``state_changed`` (with the frame count as ``sequence`` and the ``reason``).
+All states and transitions are in ``SPEC`` (a ``shared.fsm.MachineSpec``,
+``shared.consumer_machine``); its ``Machine.fire()`` is the only code that changes state,
+and it logs every change as ``state_changed`` (with the frame count as ``sequence`` and the
+``reason``).
 
 The checks a frame passes before it is applied (the next sequence number, the binding hash,
 the frame count) and a terminal's reason are ``shared.frame_checks``'s; what the core keeps
 of the stream, the content and the events, is ``shared.consumer_content``'s. This module runs
 them in the lab's order (``ReplyConsumer._apply``) and holds the machine that decides.
+
+A chat binding asks for a chat reply (docs/protocol.md#chat-rules): its frames include the
+five chat frames, whose checks and assembly are ``shared.chat_turn``'s (the turn, the calls
+by index, the chat content digest ``done`` is compared with), and once it is done and the
+input ended cleanly ``shared.chat_reply`` validates the turn instead of a grounded reply.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any, Final
 
+from shared.chat_reply import CallRefused, notes, validate_turn
+from shared.chat_turn import ChatTurn
 from shared.consumer_content import Content, EventLog
 
 # Limits lives in a module mypyc leaves pure: a compiled dataclass would refuse a field of
 # the wrong type with its own TypeError before __post_init__ says which limit is wrong.
 from shared.consumer_limits import Limits
+from shared.consumer_machine import (
+    FINAL_STATES,
+    SPEC,
+    STATUS_OF,
+    TRANSITIONS,
+    ConsumerState,
+    Input,
+    Verdict,
+)
 from shared.digest import digest
 from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.frame_checks import FrameChecks, check_terminal_reason
-from shared.frames import Frame, FrameKind
-from shared.fsm import Machine, MachineSpec
+from shared.frames import TERMINAL_KINDS, Frame, FrameKind
 from shared.kinds import ReplyKind, kind_of
 from shared.reasons import Reason, registered
 from shared.reply import validate_reply
@@ -63,77 +78,29 @@ from shared.result import (
     AnswerValidated,
     ConsumerAborted,
     DuplicateDropped,
+    PartReceived,
     Stats,
     StreamResult,
     TerminalReceived,
     TextValidated,
     TransportFailed,
+    TurnValidated,
 )
-from shared.status import Status
 from shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
 from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
-
-class ConsumerState(StrEnum):
-    STREAMING = "streaming"
-    TERMINAL_RECEIVED = "terminal_received"
-    VALIDATING = "validating"
-    COMPLETE = "complete"
-    INCOMPLETE = "incomplete"
-    CANCELLED = "cancelled"
-    ERROR = "error"
-    INVALID = "invalid"
-
-
-class Input(StrEnum):
-    TERMINAL_FRAME = "terminal_frame"
-    PROTOCOL_FAILURE = "protocol_failure"
-    END_WITHOUT_TERMINAL = "end_without_terminal"
-    END_AFTER_DONE = "end_after_done"
-    END_AFTER_CANCEL = "end_after_cancel"
-    END_AFTER_ERROR = "end_after_error"
-    TRANSPORT_ERROR = "transport_error"
-    LOCAL_ABORT = "local_abort"
-    REPLY_ACCEPTED = "reply_accepted"
-    REPLY_REJECTED = "reply_rejected"
-
-
-S, In = ConsumerState, Input
-
-#: Every legal (state, input) pair. A pair that is missing is a bug, not a verdict.
-TRANSITIONS: Final[dict[tuple[ConsumerState, Input], ConsumerState]] = {
-    (S.STREAMING, In.TERMINAL_FRAME): S.TERMINAL_RECEIVED,
-    (S.STREAMING, In.PROTOCOL_FAILURE): S.INVALID,
-    (S.STREAMING, In.END_WITHOUT_TERMINAL): S.INCOMPLETE,
-    (S.STREAMING, In.TRANSPORT_ERROR): S.ERROR,
-    (S.STREAMING, In.LOCAL_ABORT): S.INCOMPLETE,
-    (S.TERMINAL_RECEIVED, In.PROTOCOL_FAILURE): S.INVALID,
-    (S.TERMINAL_RECEIVED, In.END_AFTER_DONE): S.VALIDATING,
-    (S.TERMINAL_RECEIVED, In.END_AFTER_CANCEL): S.CANCELLED,
-    (S.TERMINAL_RECEIVED, In.END_AFTER_ERROR): S.ERROR,
-    (S.TERMINAL_RECEIVED, In.TRANSPORT_ERROR): S.ERROR,
-    (S.TERMINAL_RECEIVED, In.LOCAL_ABORT): S.INCOMPLETE,
-    (S.VALIDATING, In.REPLY_ACCEPTED): S.COMPLETE,
-    (S.VALIDATING, In.REPLY_REJECTED): S.INVALID,
-}
-
-FINAL_STATES: Final = frozenset({S.COMPLETE, S.INCOMPLETE, S.CANCELLED, S.ERROR, S.INVALID})
-
-SPEC: Final = MachineSpec(
-    name="consumer core",
-    states=ConsumerState,
-    inputs=Input,
-    initial=S.STREAMING,
-    final=FINAL_STATES,
-    table=TRANSITIONS,
-)
-STATUS_OF: Final = {
-    S.COMPLETE: Status.COMPLETE,
-    S.INCOMPLETE: Status.INCOMPLETE,
-    S.CANCELLED: Status.CANCELLED,
-    S.ERROR: Status.ERROR,
-    S.INVALID: Status.INVALID,
-}
+#: The machine's names are the core's too (``shared.consumer_core.SPEC``, ``Input``, ...).
+__all__ = [
+    "FINAL_STATES",
+    "SPEC",
+    "STATUS_OF",
+    "TRANSITIONS",
+    "ConsumerState",
+    "Input",
+    "ReplyConsumer",
+    "Verdict",
+]
+In = Input
 _CONTENT_DELTA: Final = FrameKind.CONTENT_DELTA
 _END_AFTER: Final = {
     FrameKind.DONE: In.END_AFTER_DONE,
@@ -145,52 +112,6 @@ _UNREGISTERED: Final = {
     FrameKind.CANCEL: Reason.UNREGISTERED_CANCEL_TERMINAL,
     FrameKind.ERROR: Reason.UNREGISTERED_ERROR_TERMINAL,
 }
-
-
-class Verdict:
-    """The core's machine and its reason, changed together by one call: the one source of
-    truth for the state, the status, the reason (a registered code, or None on the way to
-    complete) and its detail (a failure is the INVALID state)."""
-
-    def __init__(self, logger: TraceLogger) -> None:
-        self._machine = Machine(SPEC, logger)
-        self.reason: str | None = None
-        #: Free text from the peer behind the reason (scrubbed and bounded), or None.
-        self.detail: str | None = None
-
-    @property
-    def state(self) -> ConsumerState:
-        return self._machine.state
-
-    @property
-    def finished(self) -> bool:
-        return self._machine.finished
-
-    @property
-    def status(self) -> Status:
-        if not self.finished:
-            raise RuntimeError(f"no verdict yet in state {self.state}")
-        return STATUS_OF[self.state]
-
-    def fire(
-        self,
-        event: Input,
-        *,
-        sequence: int,
-        reason: str | None = None,
-        detail: str | None = None,
-        why: str | None = None,
-    ) -> None:
-        """Move on ``event`` with ``reason`` (None on the way to complete) and its
-        ``detail``, if any; log it once. ``why`` is for the trace alone: what the core
-        found (a refusal's result carries no detail: its reason says it)."""
-        self.reason, self.detail = reason, detail
-        if detail is not None:
-            self._machine.fire(event, sequence=sequence, reason=reason, detail=detail)
-        elif why:
-            self._machine.fire(event, sequence=sequence, reason=reason, why=why)
-        else:
-            self._machine.fire(event, sequence=sequence, reason=reason)
 
 
 class ReplyConsumer:
@@ -218,12 +139,18 @@ class ReplyConsumer:
         #: The per-chunk and per-frame debug records are built only when they are written.
         self._debug = self._log.is_enabled_for(DEBUG)
         self._codec = codec_for(wire)
+        #: A chat reply's frames include the five chat frames (lp's fields 7-11).
+        chat = self._chat = self.kind is ReplyKind.CHAT
         self._decoder = self._codec.decoder(self.limits.max_frame_bytes)
         self.verdict = Verdict(self._log)
         self.checks = FrameChecks(
             self.binding_sha256, self.limits, ignore_duplicates=ignore_duplicates
         )
         self.content = Content()
+        #: A chat reply's turn as applied (``shared.chat_turn``); None for another kind.
+        self.turn: ChatTurn | None = ChatTurn(self.limits.max_tool_calls) if chat else None
+        #: The call a tool call reason refused (a chat reply's validation).
+        self._call: dict[str, Any] | None = None
         # Looked up once, used per frame.
         self._admit = self.checks.admit
         self._max_content_chars = self.limits.max_content_chars
@@ -310,7 +237,8 @@ class ReplyConsumer:
         parse and the frame checks."""
         if self._terminal is not None:
             raise ProtocolFailure(Reason.FRAME_AFTER_TERMINAL)
-        frame = self._codec.parse_frame(payload)
+        codec = self._codec
+        frame = codec.parse_chat_frame(payload) if self._chat else codec.parse_frame(payload)
         if not self._admit(frame, payload):
             self._dropped(frame)
             return
@@ -319,8 +247,15 @@ class ReplyConsumer:
         if self._debug:
             self._log.debug("frame_applied", sequence=sequence, kind=frame.kind.value)
         if frame.kind is not _CONTENT_DELTA:
-            self._apply_terminal(frame, sequence)
+            if frame.kind in TERMINAL_KINDS:
+                self._apply_terminal(frame, sequence)
+            else:
+                self._apply_part(frame, sequence)
             return
+        # A chat reply: after its finish no delta (frame_after_finish), before the text.
+        turn = self.turn
+        if turn is not None:
+            turn.check_open()
         text = frame.text
         if not isinstance(text, str) or not text:
             raise ProtocolFailure(Reason.INVALID_CONTENT_DELTA, "empty or not text")
@@ -331,9 +266,24 @@ class ReplyConsumer:
         content = self.content
         content.append(text, encoded)
         characters = content.characters
-        if characters > self._max_content_chars:
-            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{characters} characters")
+        counted = characters if turn is None else characters + turn.add_text(text)
+        if counted > self._max_content_chars:
+            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{counted} characters")
         self._events.content(sequence, characters)
+
+    def _apply_part(self, frame: Frame, sequence: int) -> None:
+        """A chat frame: ``part_outside_chat`` in a reply of another kind; else the turn's
+        checks (docs/protocol.md#chat-rules), then the content limit over the text and
+        every other part's code points."""
+        turn = self.turn
+        if turn is None:
+            raise ProtocolFailure(Reason.PART_OUTSIDE_CHAT, frame.kind.value)
+        text_chars = self.content.characters
+        turn.apply(frame.kind.value, frame.part, text_chars)
+        counted = text_chars + turn.characters
+        if counted > self._max_content_chars:
+            raise ProtocolFailure(Reason.CONTENT_LIMIT, f"{counted} characters")
+        self._events.append(PartReceived(sequence, frame.kind.value))
 
     def _dropped(self, frame: Frame) -> None:
         """Under the duplicate policy, an exact replay of an applied frame."""
@@ -351,10 +301,11 @@ class ReplyConsumer:
             if claimed is None:
                 missing = "done without its content digest"
                 raise ProtocolFailure(Reason.INVALID_FRAME_SCHEMA, missing)
-            if not self.content.matches(claimed):
+            applied = self.content if self.turn is None else self.turn
+            if not applied.matches(claimed):
                 raise ProtocolFailure(
                     Reason.CONTENT_DIGEST_MISMATCH,
-                    f"done claims {claimed.content_frames} frames, {self.content.frames} applied",
+                    f"done claims {claimed.content_frames} frames, {applied.frames} applied",
                 )
         self._terminal = frame.kind
         self._terminal_reason = frame.reason if isinstance(frame.reason, str) else None
@@ -423,6 +374,9 @@ class ReplyConsumer:
             self._transition(_END_AFTER[kind], _UNREGISTERED[kind].value, scrubbed_detail(text))
 
     def _validate(self) -> None:
+        if self.turn is not None:
+            self._validate_turn(self.turn)
+            return
         if self.kind is ReplyKind.TEXT:
             # Each delta was checked as it came (non-empty, no lone surrogate): the text,
             # the empty text included, is the reply.
@@ -438,6 +392,21 @@ class ReplyConsumer:
             return
         self._accepted, self._citations = accepted, citations
         self._events.append(AnswerValidated(accepted, citations))
+        self._transition(In.REPLY_ACCEPTED)
+
+    def _validate_turn(self, turn: ChatTurn) -> None:
+        """A chat reply (docs/protocol.md#chat-reply): its finish, then each call."""
+        document = turn.document(self.content.text)
+        try:
+            accepted = validate_turn(document, self.binding)
+        except ProtocolFailure as failure:
+            if isinstance(failure, CallRefused):
+                self._call = failure.call
+            self._transition(In.REPLY_REJECTED, failure.reason.value)
+            return
+        self._accepted = accepted
+        finish_reason = turn.finish_reason or ""  # validated: the finish came
+        self._events.append(TurnValidated(self.content.characters, len(turn.calls), finish_reason))
         self._transition(In.REPLY_ACCEPTED)
 
     def transport_error(
@@ -488,5 +457,12 @@ class ReplyConsumer:
             detail=self.verdict.detail,
             transport=self.transport,
             kind=None if self.kind is ReplyKind.GROUNDED else self.kind.value,
-            first_output=None if self.kind is ReplyKind.GROUNDED else self.content.frames > 0,
+            first_output=None if self.kind is ReplyKind.GROUNDED else self._first_output(),
+            turn=self.turn.document(self.content.text) if self.turn is not None else None,
+            call=self._call,
+            notes=notes(self.turn.usage) if self.turn is not None else None,
         )
+
+    def _first_output(self) -> bool:
+        """Whether any content frame was applied: a delta, or a chat reply's any part."""
+        return (self.turn.frames if self.turn is not None else self.content.frames) > 0

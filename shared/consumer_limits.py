@@ -17,6 +17,8 @@ MAX_FRAMES: Final = 1000
 #: The longest reason a cancel or error terminal may carry: the one definition, which
 #: whoever writes a terminal's reason (the Gemini source) imports.
 MAX_REASON_CHARS: Final = 256
+#: The most tool calls one chat turn may begin (docs/protocol.md#limits).
+MAX_TOOL_CALLS: Final = 128
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +30,7 @@ class Limits:
     max_content_chars: int = MAX_CONTENT_CHARS
     max_frames: int = MAX_FRAMES
     max_reason_chars: int = MAX_REASON_CHARS
+    max_tool_calls: int = MAX_TOOL_CALLS
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:

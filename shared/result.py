@@ -12,7 +12,10 @@ elsewhere, exactly as before the result was typed:
   Always scrubbed and bounded (``shared.errors.scrubbed_detail``: control characters
   escaped, at most 256 characters, cut with ``…``);
 * ``transport`` - when the call failed or a refusal came from the producer;
-* ``stream_id`` and ``flow`` - when the result came over gRPC.
+* ``stream_id`` and ``flow`` - when the result came over gRPC;
+* ``kind`` and ``first_output`` - a reply of a kind other than grounded, judged by a core;
+* ``turn`` and ``notes`` - a chat reply judged by a core; ``call`` - the call a tool call
+  reason refused.
 
 ``reason`` is a registered code (``shared.reason_registry.REASONS``) or, for ``complete``, null.
 ``tests/unit/test_result.py`` pins the exact JSON text of each path.
@@ -128,6 +131,38 @@ class TextValidated:
 
 
 @dataclass(frozen=True, slots=True)
+class PartReceived:
+    """A chat frame was applied (``part`` its kind: ``tool_call``, ``thought``, ``signature``,
+    ``usage``, ``finish``); a chat reply's text has its ``provisional_content`` events."""
+
+    KIND: ClassVar[str] = "part_received"
+    sequence: int
+    part: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "sequence": self.sequence, "part": self.part}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnValidated:
+    """A chat reply was accepted: its text's length in code points, its calls' count and
+    its finish reason."""
+
+    KIND: ClassVar[str] = "validated_turn"
+    characters: int
+    tool_calls: int
+    finish_reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "characters": self.characters,
+            "tool_calls": self.tool_calls,
+            "finish_reason": self.finish_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class DuplicateDropped:
     """Under the duplicate policy, an exact replay of an applied frame was dropped."""
 
@@ -165,6 +200,8 @@ Event = (
     | TerminalReceived
     | AnswerValidated
     | TextValidated
+    | PartReceived
+    | TurnValidated
     | DuplicateDropped
     | TransportFailed
     | ConsumerAborted
@@ -240,6 +277,11 @@ class StreamResult:
     #: A reply of a kind other than grounded: the kind, and whether any content came.
     kind: str | None = None
     first_output: bool | None = None
+    #: A chat reply judged by a core: the turn as assembled (raw arguments), whatever the
+    #: status; the call a tool call reason names; the notes on the turn (``[]`` for none).
+    turn: Mapping[str, Any] | None = None
+    call: Mapping[str, Any] | None = None
+    notes: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         # Whoever made it, the detail is fit to show (idempotent: scrubbed text stays).
@@ -296,6 +338,9 @@ class StreamResult:
             "flow": self.flow.to_dict() if self.flow is not None else None,
             "kind": self.kind,
             "first_output": self.first_output,
+            "turn": self.turn,
+            "call": self.call,
+            "notes": list(self.notes) if self.notes is not None else None,
         }
         document.update((key, value) for key, value in optional.items() if value is not None)
         return document

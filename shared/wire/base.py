@@ -72,7 +72,13 @@ class WireCodec(Protocol):
 
     def decoder(self, max_frame_bytes: int) -> FrameDecoder: ...
 
-    def parse_frame(self, payload: bytes) -> Frame: ...
+    def parse_frame(self, payload: bytes) -> Frame:
+        """A frame of a grounded or text reply."""
+        ...
+
+    def parse_chat_frame(self, payload: bytes) -> Frame:
+        """A frame of a chat reply: the five chat frames too (docs/protocol.md#chat-frames)."""
+        ...
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         """A complete frame of the same length whose payload no longer parses."""

@@ -19,6 +19,11 @@ is walked by a small scanner of the protobuf wire format that knows the
 (``invalid_frame_schema``); after a clean scan (a payload in a valid but not
 canonical encoding), no kind set is ``missing_frame_kind``. The scanner is the
 reference: tests/unit/test_wire_lp.py checks that both paths agree.
+
+The frame's fields depend on the reply's kind (docs/protocol.md#lp-fields-by-kind):
+``parse_frame`` reads a grounded or text reply's frame, replywire/1's (fields 1-6: a field
+7-11 is ``unknown_frame_field``), ``parse_chat_frame`` a chat reply's, whose five chat
+frames (fields 7-11) carry a ``shared.chat_parts`` part.
 """
 
 from __future__ import annotations
@@ -29,8 +34,16 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
+from shared.chat_parts import INTEGER_FIELDS, PART_CLASSES, PART_FIELDS, ChatPart, part_values
 from shared.errors import ProtocolFailure
-from shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest, decoded_frame
+from shared.frames import (
+    CHAT_KINDS,
+    DoneDigest,
+    Frame,
+    FrameKind,
+    checked_done_digest,
+    decoded_frame,
+)
 from shared.pb import replywire_pb2 as pb
 from shared.reasons import Reason
 from shared.wire.base import NEED_DATA, NeedData, WireFormat
@@ -55,12 +68,27 @@ def to_message(frame: Frame) -> pb.Frame:
         digest = frame.done_digest or DoneDigest(content_sha256="", content_frames=0)
         message.done.content_sha256 = digest.content_sha256
         message.done.content_frames = digest.content_frames
+    elif frame.kind in CHAT_KINDS:
+        _set_part(message, frame.kind.value, frame.part)
     else:
         if not isinstance(frame.reason, str):
             raise TypeError("terminal reason must be str")
         stop = message.error if frame.kind is FrameKind.ERROR else message.cancel
         stop.reason = frame.reason
     return message
+
+
+def _set_part(message: pb.Frame, kind: str, part: ChatPart | None) -> None:
+    """A chat frame's message (fields 7-11), its fields numbered in ``PART_FIELDS`` order;
+    set even when every field is its default (a usage of zeros is still a usage)."""
+    if not isinstance(part, PART_CLASSES[kind]):
+        raise TypeError(f"a {kind} frame carries a {PART_CLASSES[kind].__name__}")
+    submessage = getattr(message, kind)
+    submessage.SetInParent()
+    for name, value in part_values(kind, part).items():
+        if type(value) is not (int if name in INTEGER_FIELDS else str):
+            raise TypeError(f"a produced {kind}'s {name} is not of its type")
+        setattr(submessage, name, value)
 
 
 def frame_with_header(payload: bytes) -> bytes:
@@ -91,6 +119,22 @@ _Schema = dict[int, tuple[_Field, "_Schema | None"]]
 _STOP: _Schema = {1: (_Field.STRING, None)}
 _CONTENT_DELTA: _Schema = {1: (_Field.STRING, None)}
 _DONE: _Schema = {1: (_Field.STRING, None), 2: (_Field.VARINT, None)}
+_TOOL_CALL: _Schema = {
+    1: (_Field.VARINT, None),
+    2: (_Field.STRING, None),
+    3: (_Field.STRING, None),
+    4: (_Field.STRING, None),
+}
+_THOUGHT: _Schema = {1: (_Field.STRING, None)}
+_SIGNATURE: _Schema = {
+    1: (_Field.STRING, None),
+    2: (_Field.VARINT, None),
+    3: (_Field.STRING, None),
+}
+_USAGE: _Schema = {number: (_Field.VARINT, None) for number in range(1, 7)}
+_FINISH: _Schema = {1: (_Field.STRING, None)}
+#: The frame of a grounded or text reply: replywire/1's, whose fields 7-11 are fields it
+#: does not have (``unknown_frame_field``), exactly as before the chat kind.
 _FRAME: _Schema = {
     1: (_Field.VARINT, None),
     2: (_Field.STRING, None),
@@ -99,7 +143,16 @@ _FRAME: _Schema = {
     5: (_Field.MESSAGE, _STOP),
     6: (_Field.MESSAGE, _STOP),
 }
-_KIND_FIELDS = frozenset({3, 4, 5, 6})
+#: The frame of a chat reply: the five chat frames too (fields 7-11).
+_CHAT_FRAME: _Schema = {
+    **_FRAME,
+    7: (_Field.MESSAGE, _TOOL_CALL),
+    8: (_Field.MESSAGE, _THOUGHT),
+    9: (_Field.MESSAGE, _SIGNATURE),
+    10: (_Field.MESSAGE, _USAGE),
+    11: (_Field.MESSAGE, _FINISH),
+}
+_KIND_FIELDS = frozenset(range(3, 12))
 
 
 def _varint(data: bytes, offset: int, end: int) -> tuple[int, int]:
@@ -167,9 +220,9 @@ _TEN_BYTE_VARINT: Final = 1 << 63
 _FROM_STRING: Final = pb.Frame.FromString
 
 
-def _parse_precisely(payload: bytes) -> pb.Frame:
+def _parse_precisely(payload: bytes, schema: _Schema) -> pb.Frame:
     """The slow path: the scanner names the reason, or the payload is valid after all."""
-    _scan(payload, 0, len(payload), _FRAME, top=True)
+    _scan(payload, 0, len(payload), schema, top=True)
     try:
         return pb.Frame.FromString(payload)
     except DecodeError as error:  # the scanner should have caught it; stay precise anyway
@@ -177,15 +230,26 @@ def _parse_precisely(payload: bytes) -> pb.Frame:
 
 
 def parse_frame(payload: bytes) -> Frame:
-    """One protobuf parse; the scanner only when the parse is not exactly the payload."""
+    """A frame of a grounded or text reply: replywire/1's (no field 7-11)."""
+    return _parse(payload, _FRAME)
+
+
+def parse_chat_frame(payload: bytes) -> Frame:
+    """A frame of a chat reply: replywire/1's and the five chat frames."""
+    return _parse(payload, _CHAT_FRAME)
+
+
+def _parse(payload: bytes, schema: _Schema) -> Frame:
+    """One protobuf parse; the scanner only when the parse is not exactly the payload (or
+    holds a field the schema does not have: a chat frame outside a chat reply)."""
     try:
         message = _FROM_STRING(payload)
     except DecodeError:
-        message = _parse_precisely(payload)
+        message = _parse_precisely(payload, schema)
     else:
         message.DiscardUnknownFields()
         if message.ByteSize() != len(payload) or message.sequence >= _TEN_BYTE_VARINT:
-            message = _parse_precisely(payload)
+            message = _parse_precisely(payload, schema)
     which = message.WhichOneof("kind")
     if which is None:
         raise ProtocolFailure(Reason.MISSING_FRAME_KIND, f"sequence {message.sequence}")
@@ -196,12 +260,29 @@ def parse_frame(payload: bytes) -> Frame:
     if kind is FrameKind.DONE:
         done = message.done
         if done.content_frames >= _TEN_BYTE_VARINT:
-            done = _parse_precisely(payload).done
+            done = _parse_precisely(payload, schema).done
         # proto3 cannot tell an absent digest from an empty one: both are refused.
         digest = checked_done_digest(done.content_sha256, done.content_frames)
         return decoded_frame(message.sequence, kind, message.binding_sha256, done_digest=digest)
+    if kind in CHAT_KINDS:
+        if schema is not _CHAT_FRAME:  # the scanner names the field this frame does not have
+            message = _parse_precisely(payload, schema)
+        part = _part(which, getattr(message, which), payload)
+        return decoded_frame(message.sequence, kind, message.binding_sha256, part=part)
     stop = message.error if kind is FrameKind.ERROR else message.cancel
     return decoded_frame(message.sequence, kind, message.binding_sha256, reason=stop.reason)
+
+
+def _part(kind: str, submessage: object, payload: bytes) -> ChatPart:
+    """A chat frame's part from its message: an absent field is its default (0 or ``""``),
+    judged by the core. A count of 2**63 or more may hide bits past 64: the scanner
+    decides, as for the top-level sequence."""
+    fields = PART_FIELDS[kind]
+    values = {name: getattr(submessage, name) for name in fields}
+    if any(name in INTEGER_FIELDS and values[name] >= _TEN_BYTE_VARINT for name in fields):
+        precise = getattr(_parse_precisely(payload, _CHAT_FRAME), kind)
+        values = {name: getattr(precise, name) for name in fields}
+    return PART_CLASSES[kind](**values)
 
 
 # --- decoding -------------------------------------------------------------------
@@ -270,8 +351,9 @@ class LengthPrefixedCodec:
     def decoder(self, max_frame_bytes: int) -> LengthPrefixedDecoder:
         return LengthPrefixedDecoder(max_frame_bytes)
 
-    #: The module's function itself: no method call in front of it, per frame.
+    #: The module's functions themselves: no method call in front of them, per frame.
     parse_frame = staticmethod(parse_frame)
+    parse_chat_frame = staticmethod(parse_chat_frame)
 
     def corrupt_frame(self, encoded: bytes) -> bytes:
         return corrupt_frame(encoded)

@@ -33,9 +33,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
+from shared.chat_parts import PART_CLASSES, PART_FIELDS, part_values
 from shared.digest import strict_json
 from shared.errors import ProtocolFailure
-from shared.frames import Frame, FrameKind, checked_done_digest, decoded_frame
+from shared.frames import CHAT_KINDS, Frame, FrameKind, checked_done_digest, decoded_frame
 from shared.reasons import Reason
 from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
 from shared.wire.buffer import ReceiveBuffer
@@ -52,7 +53,13 @@ _LAB_EXPECTED: Final[dict[str, frozenset[str]]] = {
     "error": _STOP_KEYS,
     "cancel": _STOP_KEYS,
 }
-_DIGEST_EXPECTED: Final = {**_LAB_EXPECTED, "done": _DONE_KEYS}
+#: ``ndjson`` has the nine kinds: the lab's four (done with its claim) and the five chat
+#: frames (docs/protocol.md#wire-ndjson), each with its own fields after the lab's three.
+_DIGEST_EXPECTED: Final = {
+    **_LAB_EXPECTED,
+    "done": _DONE_KEYS,
+    **{kind: _LAB_DONE_KEYS | set(fields) for kind, fields in PART_FIELDS.items()},
+}
 _KIND_OF: Final = {kind.value: kind for kind in FrameKind}
 
 
@@ -69,6 +76,11 @@ def frame_object(frame: Frame, *, digest: bool = False) -> dict[str, Any]:
     }
     if frame.kind is FrameKind.CONTENT_DELTA:
         obj["text"] = frame.text
+    elif frame.kind in CHAT_KINDS:
+        # Only ndjson carries them: the lab's wire has its four kinds.
+        if not digest or frame.part is None:
+            raise ValueError(f"a {frame.kind.value} frame on ndjson-lab, or without its part")
+        obj.update(part_values(frame.kind.value, frame.part))
     elif frame.kind is not FrameKind.DONE:
         obj["reason"] = frame.reason
     elif digest and frame.done_digest is not None:
@@ -110,6 +122,9 @@ def parse_frame(payload: bytes, *, digest: bool = False) -> Frame:
     frame_kind = _KIND_OF[kind]
     if frame_kind is FrameKind.CONTENT_DELTA:
         return decoded_frame(obj["sequence"], frame_kind, obj["binding_sha256"], text=obj["text"])
+    if frame_kind in CHAT_KINDS:
+        part = PART_CLASSES[kind](**{name: obj[name] for name in PART_FIELDS[kind]})
+        return decoded_frame(obj["sequence"], frame_kind, obj["binding_sha256"], part=part)
     if frame_kind is not FrameKind.DONE:
         return decoded_frame(
             obj["sequence"], frame_kind, obj["binding_sha256"], reason=obj["reason"]
@@ -189,6 +204,8 @@ class NdjsonCodec:
         self._digest = wire.integrity is Integrity.SHA256
         #: ``parse_frame`` with this wire's ``digest``, bound once: no method call per frame.
         self.parse_frame: Callable[[bytes], Frame] = partial(parse_frame, digest=self._digest)
+        #: A chat reply's frames: the same kinds (``ndjson`` has all nine whatever the reply).
+        self.parse_chat_frame = self.parse_frame
 
     def encode_frame(self, frame: Frame) -> bytes:
         return encode_frame(frame, digest=self._digest)

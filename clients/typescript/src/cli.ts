@@ -11,6 +11,7 @@ import { parseArgs } from "node:util";
 import { DEFAULT_LIMITS, type Limits, ReplyConsumer } from "./core";
 import { sha256Hex } from "./digest";
 import { EXIT_USAGE } from "./generated";
+import { declaredTools } from "./chat-reply";
 import { buildTextBinding, kindOf, MAX_ECHO_CHARS } from "./kinds";
 import type { JsonObject } from "./json";
 import { exitCode } from "./reasons";
@@ -67,6 +68,7 @@ reply against the binding, print the result document. Exit codes: 0 complete,
   --keepalive-s S --keepalive-timeout-s S   gRPC keepalive (default 10 and 5)
   --max-stream-bytes N --max-frame-bytes N --max-content-chars N --max-frames N
                               the core's limits (defaults: the lab's)
+  --max-tool-calls N          tool calls begun in one chat turn (default 128)
   --ignore-duplicates         drop an exact replay of an applied frame instead of refusing it
   --proto FILE                the .proto (default: the repository's)
 `;
@@ -104,6 +106,7 @@ const OPTIONS = {
   "max-frame-bytes": { type: "string", default: String(DEFAULT_LIMITS.max_frame_bytes) },
   "max-content-chars": { type: "string", default: String(DEFAULT_LIMITS.max_content_chars) },
   "max-frames": { type: "string", default: String(DEFAULT_LIMITS.max_frames) },
+  "max-tool-calls": { type: "string", default: String(DEFAULT_LIMITS.max_tool_calls) },
   "ignore-duplicates": { type: "boolean", default: false },
   proto: { type: "string" },
   help: { type: "boolean", short: "h", default: false },
@@ -204,6 +207,7 @@ export function parseCommand(argv: readonly string[]): Command | "help" {
     max_content_chars: count("max-content-chars", values["max-content-chars"]),
     max_frames: count("max-frames", values["max-frames"]),
     max_reason_chars: DEFAULT_LIMITS.max_reason_chars,
+    max_tool_calls: count("max-tool-calls", values["max-tool-calls"]),
   };
   const security = loadSecurity({
     tls: values.tls,
@@ -242,7 +246,9 @@ export function parseCommand(argv: readonly string[]): Command | "help" {
     chunkIntervalMs: count("chunk-interval-ms", values["chunk-interval-ms"], 0),
   };
   try {
-    kindOf(request.binding); // a kind that is no kind: a usage error, as in Python
+    // A kind that is no kind, or a chat binding whose tools no validator compiles: a usage
+    // error, as in Python.
+    if (kindOf(request.binding) === "chat") declaredTools(request.binding);
   } catch (error) {
     if (error instanceof BindingError) throw new ConfigurationError(error.message);
     throw error;

@@ -15,14 +15,18 @@
  * An answer is accepted only on the path streaming -> terminal_received (done) ->
  * validating -> complete: a done terminal, a clean end of input with no partial frame or
  * character, and the reply's validation by the binding's kind (src/kinds.ts): a grounded
- * reply against the bound context, a text reply as it came (the empty text included).
+ * reply against the bound context, a text reply as it came (the empty text included), a
+ * chat reply's turn (src/chat.ts, src/chat-reply.ts) by its finish and its calls.
  */
 
+import { ChatTurn, DEFAULT_MAX_TOOL_CALLS } from "./chat";
+import { CallFailure, declaredTools, notesOf, turnDocument, validateTurn } from "./chat-reply";
 import { digest } from "./digest";
-import type { FrameKind, Frame } from "./frames";
-import { DEFAULT_LIMITS } from "./generated";
+import { isChatKind, type FrameKind, type Frame } from "./frames";
+import { DEFAULT_LIMITS as LAB_LIMITS } from "./generated";
 import { isInt, type JsonObject, type JsonValue } from "./json";
 import { kindOf, type ReplyKind } from "./kinds";
+import { FINAL_STATES, TRANSITIONS, type ConsumerState, type Input } from "./core-states";
 import { ProtocolFailure, registered, scrubbedDetail } from "./reasons";
 import { validateReply } from "./reply";
 import type { Event, StreamResult, Stats } from "./result";
@@ -30,7 +34,7 @@ import type { Status } from "./status";
 import { codePoints, encodeUtf8, isWellFormed } from "./utf8";
 import { createHash, type Hash } from "node:crypto";
 import { integrityOf, type FrameDecoder, type WireCodec, type WireFormat } from "./wire/base";
-import { LENGTH_PREFIXED } from "./wire/lp";
+import { LENGTH_PREFIXED, LENGTH_PREFIXED_CHAT } from "./wire/lp";
 import { ndjsonCodec } from "./wire/ndjson";
 
 /**
@@ -50,6 +54,8 @@ export interface Limits {
   readonly max_content_chars: number;
   readonly max_frames: number;
   readonly max_reason_chars: number;
+  /** Tool calls begun in one chat turn (docs/protocol.md#limits). */
+  readonly max_tool_calls: number;
 }
 
 export const LIMIT_NAMES: ReadonlyArray<keyof Limits> = [
@@ -58,56 +64,13 @@ export const LIMIT_NAMES: ReadonlyArray<keyof Limits> = [
   "max_content_chars",
   "max_frames",
   "max_reason_chars",
+  "max_tool_calls",
 ];
 
-export { DEFAULT_LIMITS };
+/** The lab's limits (src/generated.ts) and the chat kind's tool-call limit. */
+export const DEFAULT_LIMITS: Limits = { ...LAB_LIMITS, max_tool_calls: DEFAULT_MAX_TOOL_CALLS };
 
-export type ConsumerState =
-  | "streaming"
-  | "terminal_received"
-  | "validating"
-  | "complete"
-  | "incomplete"
-  | "cancelled"
-  | "error"
-  | "invalid";
-
-type Input =
-  | "terminal_frame"
-  | "protocol_failure"
-  | "end_without_terminal"
-  | "end_after_done"
-  | "end_after_cancel"
-  | "end_after_error"
-  | "transport_error"
-  | "local_abort"
-  | "reply_accepted"
-  | "reply_rejected";
-
-/** Every legal (state, input) pair: a missing pair is a bug, not a verdict. */
-const TRANSITIONS: ReadonlyMap<string, ConsumerState> = new Map<string, ConsumerState>([
-  ["streaming/terminal_frame", "terminal_received"],
-  ["streaming/protocol_failure", "invalid"],
-  ["streaming/end_without_terminal", "incomplete"],
-  ["streaming/transport_error", "error"],
-  ["streaming/local_abort", "incomplete"],
-  ["terminal_received/protocol_failure", "invalid"],
-  ["terminal_received/end_after_done", "validating"],
-  ["terminal_received/end_after_cancel", "cancelled"],
-  ["terminal_received/end_after_error", "error"],
-  ["terminal_received/transport_error", "error"],
-  ["terminal_received/local_abort", "incomplete"],
-  ["validating/reply_accepted", "complete"],
-  ["validating/reply_rejected", "invalid"],
-]);
-
-const FINAL_STATES: ReadonlySet<ConsumerState> = new Set<ConsumerState>([
-  "complete",
-  "incomplete",
-  "cancelled",
-  "error",
-  "invalid",
-]);
+export type { ConsumerState };
 
 const END_AFTER: Readonly<Record<"cancel" | "error", Input>> = {
   cancel: "end_after_cancel",
@@ -118,8 +81,10 @@ const UNREGISTERED: Readonly<Record<"cancel" | "error", string>> = {
   error: "unregistered_error_terminal",
 };
 
-export function codecFor(wire: WireFormat): WireCodec {
-  return wire === "lp" ? LENGTH_PREFIXED : ndjsonCodec(wire, MAX_FRAME_JSON_DEPTH);
+/** The wire's codec; on `lp`, a chat reply's `Frame` has the chat frames' fields 7-11. */
+export function codecFor(wire: WireFormat, kind: ReplyKind = "grounded"): WireCodec {
+  if (wire !== "lp") return ndjsonCodec(wire, MAX_FRAME_JSON_DEPTH);
+  return kind === "chat" ? LENGTH_PREFIXED_CHAT : LENGTH_PREFIXED;
 }
 
 export interface ConsumerOptions {
@@ -161,6 +126,11 @@ export class ReplyConsumer {
   private terminal: FrameKind | null = null;
   private terminalReason: string | null = null;
   private accepted: JsonObject | null = null;
+  /** A chat reply's turn and its declared tools (null for the other kinds). */
+  private readonly chat: ChatTurn | null = null;
+  private readonly tools: ReturnType<typeof declaredTools> = new Map();
+  /** The call a chat reply's validation refused. */
+  private call: JsonObject | null = null;
   private citations: JsonObject[] = [];
   private readonly events: Event[] = [];
   transport: JsonObject | null = null;
@@ -178,7 +148,11 @@ export class ReplyConsumer {
       }
     }
     this.ignoreDuplicates = options.ignoreDuplicates ?? false;
-    this.codec = codecFor(this.wire);
+    if (this.kind === "chat") {
+      this.chat = new ChatTurn(this.limits);
+      this.tools = declaredTools(binding);
+    }
+    this.codec = codecFor(this.wire, this.kind);
     this.decoder = this.codec.decoder(this.limits.max_frame_bytes);
   }
 
@@ -194,7 +168,7 @@ export class ReplyConsumer {
   }
 
   get provisionalContent(): string {
-    return this.parts.join("");
+    return this.chat === null ? this.parts.join("") : this.chat.text;
   }
 
   get stats(): Stats {
@@ -251,10 +225,20 @@ export class ReplyConsumer {
       return;
     }
     const sequence = this.frames;
-    if (frame.kind !== "content_delta") {
+    if (frame.kind === "done" || frame.kind === "error" || frame.kind === "cancel") {
       this.applyTerminal(frame, sequence);
       return;
     }
+    if (this.chat !== null) {
+      this.chat.apply(frame);
+      this.events.push(
+        frame.kind === "content_delta"
+          ? { kind: "provisional_content", sequence, characters: this.chat.textChars }
+          : { kind: "part_received", sequence, part: frame.kind },
+      );
+      return;
+    }
+    if (isChatKind(frame.kind)) throw new ProtocolFailure("part_outside_chat", frame.kind);
     const text = frame.text;
     if (typeof text !== "string" || text === "") {
       throw new ProtocolFailure("invalid_content_delta", "empty or not text");
@@ -298,6 +282,11 @@ export class ReplyConsumer {
     return true;
   }
 
+  /** Content frames applied: deltas, or in a chat reply the six kinds. */
+  private get appliedFrames(): number {
+    return this.chat === null ? this.contentFrames : this.chat.frames;
+  }
+
   private applyTerminal(frame: Frame, sequence: number): void {
     if (frame.kind !== "done") {
       const reason = frame.reason;
@@ -315,13 +304,12 @@ export class ReplyConsumer {
       if (claimed === undefined || claimed === null) {
         throw new ProtocolFailure("invalid_frame_schema", "done without its content digest");
       }
-      if (
-        claimed.contentFrames !== BigInt(this.contentFrames) ||
-        claimed.contentSha256 !== this.contentHash.copy().digest("hex")
-      ) {
+      const applied = this.appliedFrames;
+      const sha256 = this.chat === null ? this.contentHash.copy().digest("hex") : this.chat.digest();
+      if (claimed.contentFrames !== BigInt(applied) || claimed.contentSha256 !== sha256) {
         throw new ProtocolFailure(
           "content_digest_mismatch",
-          `done claims ${claimed.contentFrames} frames, ${this.contentFrames} applied`,
+          `done claims ${claimed.contentFrames} frames, ${applied} applied`,
         );
       }
     }
@@ -396,6 +384,10 @@ export class ReplyConsumer {
       this.fire("reply_accepted");
       return;
     }
+    if (this.chat !== null) {
+      this.validateChat(this.chat);
+      return;
+    }
     try {
       const { answer, citations } = validateReply(
         this.provisionalContent,
@@ -410,6 +402,24 @@ export class ReplyConsumer {
       if (!(error instanceof ProtocolFailure)) throw error;
       this.fire("reply_rejected", error.reason);
     }
+  }
+
+  private validateChat(turn: ChatTurn): void {
+    try {
+      this.accepted = validateTurn(turn, this.tools, MAX_REPLY_JSON_DEPTH);
+    } catch (error) {
+      if (!(error instanceof ProtocolFailure)) throw error;
+      if (error instanceof CallFailure) this.call = error.call;
+      this.fire("reply_rejected", error.reason);
+      return;
+    }
+    this.events.push({
+      kind: "validated_turn",
+      characters: turn.textChars,
+      toolCalls: turn.calls.length,
+      finishReason: turn.finishReason ?? "",
+    });
+    this.fire("reply_accepted");
   }
 
   /** The transport broke (`reason` says how when more is known than "it broke"); `detail`
@@ -457,7 +467,10 @@ export class ReplyConsumer {
       streamId: null,
       flow: null,
       kind: this.kind === "grounded" ? null : this.kind,
-      firstOutput: this.kind === "grounded" ? null : this.contentFrames > 0,
+      firstOutput: this.kind === "grounded" ? null : this.appliedFrames > 0,
+      turn: this.chat === null ? null : turnDocument(this.chat),
+      call: this.call,
+      notes: this.chat === null ? null : notesOf(this.chat),
     };
   }
 }

@@ -7,9 +7,44 @@
 import type { JsonValue } from "./json";
 import { ProtocolFailure } from "./reasons";
 
-export type FrameKind = "content_delta" | "done" | "error" | "cancel";
+/** The five chat frames (docs/protocol.md#chat-frames): a chat reply's parts. */
+export type ChatKind = "tool_call" | "thought" | "signature" | "usage" | "finish";
 
-export const FRAME_KINDS: readonly FrameKind[] = ["content_delta", "done", "error", "cancel"];
+export type FrameKind = "content_delta" | "done" | "error" | "cancel" | ChatKind;
+
+/** The lab's four kinds, the only ones `ndjson-lab` knows. */
+export const LAB_FRAME_KINDS: readonly FrameKind[] = ["content_delta", "done", "error", "cancel"];
+
+/** Each chat frame's own fields, in the protocol's order: the NDJSON keys after `sequence`,
+ * `kind` and `binding_sha256`, and the `lp` message's field numbers 1..n. */
+export const CHAT_FIELDS: Readonly<Record<ChatKind, readonly string[]>> = {
+  tool_call: ["index", "id", "name", "arguments"],
+  thought: ["text"],
+  signature: ["part", "index", "value"],
+  usage: [
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "thoughts_tokens",
+    "tool_use_prompt_tokens",
+    "total_tokens",
+  ],
+  finish: ["reason"],
+};
+
+/** The chat fields that are integers (a `uint64` on `lp`); the others are strings. */
+export const CHAT_INTEGER_FIELDS: ReadonlySet<string> = new Set([
+  "index",
+  ...CHAT_FIELDS.usage,
+]);
+
+export const CHAT_KINDS = Object.keys(CHAT_FIELDS) as readonly ChatKind[];
+
+export const FRAME_KINDS: readonly FrameKind[] = [...LAB_FRAME_KINDS, ...CHAT_KINDS];
+
+export function isChatKind(kind: FrameKind): kind is ChatKind {
+  return (CHAT_KINDS as readonly FrameKind[]).includes(kind);
+}
 
 /** done's end-of-stream claim (every wire but ndjson-lab, where it is absent). */
 export interface DoneDigest {
@@ -28,6 +63,8 @@ export interface Frame {
   readonly reason?: JsonValue;
   /** done only, where the wire carries it. */
   readonly doneDigest?: DoneDigest | null;
+  /** A chat frame only: its own fields (CHAT_FIELDS), each as the wire gave it. */
+  readonly part?: ReadonlyMap<string, JsonValue>;
 }
 
 /** done's `content_sha256`: exactly 64 lowercase hexadecimal characters. */

@@ -8,8 +8,9 @@ import { digest } from "./digest";
 import { dumpJson, type JsonObject, type JsonValue } from "./json";
 import { BindingError } from "./reply";
 
-/** `grounded`: a JSON answer citing the bound passages; `text`: free text, the empty text included. */
-export type ReplyKind = "grounded" | "text";
+/** `grounded`: a JSON answer citing the bound passages; `text`: free text, the empty text
+ * included; `chat`: a model turn (text, tool calls, thoughts, signatures, usage, finish). */
+export type ReplyKind = "grounded" | "text" | "chat";
 
 /** The binding's key that names a kind other than `grounded`. */
 export const KIND_KEY = "kind";
@@ -22,7 +23,7 @@ export const KIND_KEY = "kind";
 export function kindOf(binding: JsonObject): ReplyKind {
   const named = binding.get(KIND_KEY) ?? null;
   if (named === null) return "grounded";
-  if (named === "text") return "text";
+  if (named === "text" || named === "chat") return named;
   throw new BindingError(`the binding's kind is no reply kind: ${dumpJson(named)}`);
 }
 

@@ -105,6 +105,7 @@ const WIRE_CODES: Readonly<Record<WireFormat, string>> = {
 const KIND_CODES: Readonly<Record<ReplyKind, string>> = {
   grounded: "REPLY_KIND_GROUNDED",
   text: "REPLY_KIND_TEXT",
+  chat: "REPLY_KIND_CHAT",
 };
 
 /** The message as @grpc/proto-loader takes it (keepCase: the .proto's field names). */

@@ -1,8 +1,10 @@
 /**
  * The result document (shared/result.py): one value, one JSON form, the Python consumer's
  * keys in its order. The lab's keys first (`status` to `events`), then ours; `integrity`,
- * `detail`, `transport`, `stream_id`, `flow`, `kind` and `first_output` are left out (not
- * null) where they mean nothing (the last two: for a grounded reply). Written as Python's `json.dumps(indent=2, ensure_ascii=False)` writes it.
+ * `detail`, `transport`, `stream_id`, `flow`, `kind`, `first_output`, `turn`, `call` and
+ * `notes` are left out (not null) where they mean nothing (`kind` and `first_output`: for a
+ * grounded reply; `turn` and `notes`: but for a chat reply; `call`: but for a refused call).
+ * Written as Python's `json.dumps(indent=2, ensure_ascii=False)` writes it.
  */
 
 import type { FrameKind } from "./frames";
@@ -18,6 +20,13 @@ export type Event =
       readonly citations: readonly JsonObject[];
     }
   | { readonly kind: "validated_text"; readonly characters: number }
+  | {
+      readonly kind: "validated_turn";
+      readonly characters: number;
+      readonly toolCalls: number;
+      readonly finishReason: string;
+    }
+  | { readonly kind: "part_received"; readonly sequence: number; readonly part: FrameKind }
   | { readonly kind: "duplicate_dropped"; readonly sequence: number }
   | { readonly kind: "transport_error"; readonly reason: string }
   | { readonly kind: "consumer_abort"; readonly reason: string };
@@ -66,9 +75,15 @@ export interface StreamResult {
   readonly transport: JsonObject | null;
   readonly streamId: string | null;
   readonly flow: Flow | null;
-  /** A reply of a kind other than grounded: the kind, and whether any content delta came. */
+  /** A reply of a kind other than grounded: the kind, and whether any content frame came. */
   readonly kind: string | null;
   readonly firstOutput: boolean | null;
+  /** A chat reply judged by a core: the turn as assembled (raw arguments), whatever the status. */
+  readonly turn?: JsonObject | null;
+  /** The call a tool_call_* reason refused: `{"index", "id", "name"}`. */
+  readonly call?: JsonObject | null;
+  /** A chat reply judged by a core: its notes (`usage_total_mismatch`), `[]` for none. */
+  readonly notes?: readonly string[] | null;
 }
 
 const int = (value: number): bigint => BigInt(value);
@@ -99,6 +114,19 @@ function eventObject(event: Event): JsonObject {
       return new Map<string, JsonValue>([
         ["kind", event.kind],
         ["characters", int(event.characters)],
+      ]);
+    case "validated_turn":
+      return new Map<string, JsonValue>([
+        ["kind", event.kind],
+        ["characters", int(event.characters)],
+        ["tool_calls", int(event.toolCalls)],
+        ["finish_reason", event.finishReason],
+      ]);
+    case "part_received":
+      return new Map<string, JsonValue>([
+        ["kind", event.kind],
+        ["sequence", int(event.sequence)],
+        ["part", event.part],
       ]);
     case "duplicate_dropped":
       return new Map<string, JsonValue>([
@@ -157,6 +185,9 @@ export function resultDocument(result: StreamResult): JsonObject {
     ["flow", result.flow === null ? null : flowObject(result.flow)],
     ["kind", result.kind],
     ["first_output", result.firstOutput],
+    ["turn", result.turn ?? null],
+    ["call", result.call ?? null],
+    ["notes", result.notes === undefined || result.notes === null ? null : [...result.notes]],
   ];
   for (const [key, value] of optional) if (value !== null) document.set(key, value);
   return document;

@@ -148,10 +148,10 @@ test("the kind is the binding's; a kind that is no kind is a binding the core ca
   assert.equal(kindOf(BINDING), "text");
   assert.equal(kindOf(new Map([["case_id", "x"]])), "grounded");
   assert.equal(kindOf(new Map<string, JsonValue>([["case_id", "x"], ["kind", null]])), "grounded");
-  for (const named of ["grounded", "chat", "TEXT", 1n] as const) {
+  for (const named of ["grounded", "image", "CHAT", "TEXT", 1n] as const) {
     assert.throws(() => kindOf(new Map<string, JsonValue>([["kind", named]])), BindingError, String(named));
   }
-  assert.throws(() => new ReplyConsumer(new Map([["kind", "chat"]])), BindingError);
+  assert.throws(() => new ReplyConsumer(new Map([["kind", "image"]])), BindingError);
 });
 
 test("a grounded result names no kind", () => {
@@ -172,7 +172,7 @@ test("the testee answers a text reply, and a binding of no kind as one it cannot
   const grounded = { case_id: "replace-file" };
   const unusable: Array<[Record<string, unknown>, readonly string[], RegExp]> = [
     [grounded, groundedChunks(grounded, reply), /selected_context/],
-    [{ ...TEXT.binding, kind: "chat" }, entry.chunks, /^the binding's kind is no reply kind: "chat"$/],
+    [{ ...TEXT.binding, kind: "image" }, entry.chunks, /^the binding's kind is no reply kind: "image"$/],
   ];
   for (const [binding, chunks, why] of unusable) {
     const got = plain(answer(JSON.stringify({ ...line, id: "x", binding, chunks }))) as Record<string, unknown>;
@@ -208,7 +208,7 @@ test("the OpenRequest names the binding's kind: 1 for text, nothing (0) for grou
   const grounded = json(fixture<unknown>("bindings/replace-file.json"));
   assert.ok(isObject(grounded));
   assert.equal(sent(grounded).kind, undefined);
-  assert.throws(() => sent(new Map([["kind", "chat"]])), BindingError);
+  assert.throws(() => sent(new Map([["kind", "image"]])), BindingError);
 });
 
 test("the CLI refuses a binding of no kind as a usage error (exit 2), before any connection", () => {
@@ -216,7 +216,7 @@ test("the CLI refuses a binding of no kind as a usage error (exit 2), before any
   const path = resolve(folder, "chat.json");
   let run;
   try {
-    writeFileSync(path, JSON.stringify({ ...TEXT.binding, kind: "chat" }));
+    writeFileSync(path, JSON.stringify({ ...TEXT.binding, kind: "image" }));
     run = spawnSync(
       process.execPath,
       [resolve(__dirname, "../src/cli.js"), "stream", "--binding", path, "--case", "x", "--target", "127.0.0.1:1"],
@@ -226,7 +226,7 @@ test("the CLI refuses a binding of no kind as a usage error (exit 2), before any
     rmSync(folder, { recursive: true, force: true });
   }
   assert.equal(run.status, 2, run.stderr);
-  assert.equal(run.stderr, "consumer: the binding's kind is no reply kind: \"chat\"\n");
+  assert.equal(run.stderr, "consumer: the binding's kind is no reply kind: \"image\"\n");
 });
 
 test("--text builds the text binding the Python consumer builds, bound to the same digest", () => {

@@ -23,9 +23,22 @@
  *   a string that is not UTF-8 (`invalid_utf8`), a nested message (scanned first, depth
  *   first);
  * - after a clean scan: no kind is `missing_frame_kind`.
+ *
+ * The chat frames (fields 7-11: ToolCall, Thought, Signature, Usage, Finish) are fields of
+ * a chat reply's `Frame` only; in a grounded or text reply they are fields the message does
+ * not have (`unknown_frame_field`), as `replywire/1` always judged them.
  */
 
-import { checkedDoneDigest, type Frame, type FrameKind } from "../frames";
+import {
+  CHAT_FIELDS,
+  CHAT_INTEGER_FIELDS,
+  checkedDoneDigest,
+  isChatKind,
+  type ChatKind,
+  type Frame,
+  type FrameKind,
+} from "../frames";
+import type { JsonValue } from "../json";
 import { ProtocolFailure } from "../reasons";
 import { decodeUtf8 } from "../utf8";
 import type { FrameDecoder, WireCodec } from "./base";
@@ -51,6 +64,18 @@ const DONE: Schema = new Map([
   [1, { type: Field.String }],
   [2, { type: Field.Varint }],
 ]);
+/** A chat frame's message (docs/protocol.md#wire-lp): its fields numbered 1..n in
+ * CHAT_FIELDS' order, the integers `uint64`, the rest `string`. */
+function chatSchema(kind: ChatKind): Schema {
+  return new Map(
+    CHAT_FIELDS[kind].map((name, index): [number, FieldSpec] => [
+      index + 1,
+      { type: CHAT_INTEGER_FIELDS.has(name) ? Field.Varint : Field.String },
+    ]),
+  );
+}
+/** `Frame` as a reply of kind grounded or text has it: fields 1-6, `replywire/1`'s walk
+ * unchanged (docs/protocol.md#lp-payload: 7-11 are fields it does not have). */
 const FRAME: Schema = new Map<number, FieldSpec>([
   [1, { type: Field.Varint }],
   [2, { type: Field.String }],
@@ -59,12 +84,28 @@ const FRAME: Schema = new Map<number, FieldSpec>([
   [5, { type: Field.Message, nested: STOP }],
   [6, { type: Field.Message, nested: STOP }],
 ]);
+/** `Frame` as a chat reply has it: the five chat frames too, fields 7-11. */
+const CHAT_FRAME: Schema = new Map<number, FieldSpec>([
+  ...FRAME,
+  [7, { type: Field.Message, nested: chatSchema("tool_call") }],
+  [8, { type: Field.Message, nested: chatSchema("thought") }],
+  [9, { type: Field.Message, nested: chatSchema("signature") }],
+  [10, { type: Field.Message, nested: chatSchema("usage") }],
+  [11, { type: Field.Message, nested: chatSchema("finish") }],
+]);
 const KIND_OF: ReadonlyMap<number, FrameKind> = new Map([
   [3, "content_delta"],
   [4, "done"],
   [5, "error"],
   [6, "cancel"],
+  [7, "tool_call"],
+  [8, "thought"],
+  [9, "signature"],
+  [10, "usage"],
+  [11, "finish"],
 ]);
+/** The highest field number of any message here: a larger one is unknown wherever it is. */
+const MAX_FIELD_NUMBER = 11n;
 
 const WIRE_VARINT = 0;
 const WIRE_LEN = 2;
@@ -118,7 +159,7 @@ class Scan {
       if (numberBig === 0n || wireType === 6 || wireType === 7) {
         throw payloadFailure(`invalid tag ${tag.value}`);
       }
-      const number = numberBig <= 6n ? Number(numberBig) : -1;
+      const number = numberBig <= MAX_FIELD_NUMBER ? Number(numberBig) : -1;
       const spec = schema.get(number);
       if (spec === undefined) throw new ProtocolFailure("unknown_frame_field", `field ${numberBig}`);
       if (seen.has(number)) {
@@ -168,10 +209,21 @@ function nestedField(values: Values, number: number): Values | null {
   return value instanceof Map ? value : null;
 }
 
-/** One payload, judged as the reference judges it (see the module's comment). */
-export function parseFrame(payload: Uint8Array): Frame {
+/** A chat frame's fields by name, an absent one its proto3 default (`""` or 0). */
+function chatPart(kind: ChatKind, values: Values): Map<string, JsonValue> {
+  return new Map(
+    CHAT_FIELDS[kind].map((name, index): [string, JsonValue] => [
+      name,
+      CHAT_INTEGER_FIELDS.has(name) ? varintField(values, index + 1) : stringField(values, index + 1),
+    ]),
+  );
+}
+
+/** One payload, judged as the reference judges it (see the module's comment), with the
+ * chat frames' fields in a chat reply (`chat`) only. */
+export function parseFrame(payload: Uint8Array, chat = false): Frame {
   const scan = new Scan(payload);
-  const values = scan.message(0, payload.length, FRAME, true);
+  const values = scan.message(0, payload.length, chat ? CHAT_FRAME : FRAME, true);
   if (scan.longPrefix) {
     throw payloadFailure("Error parsing message with type 'replywire.v1.Frame'");
   }
@@ -183,6 +235,7 @@ export function parseFrame(payload: Uint8Array): Frame {
     if (kind === "content_delta") {
       return { sequence, kind, bindingSha256, text: stringField(nested, 1) };
     }
+    if (isChatKind(kind)) return { sequence, kind, bindingSha256, part: chatPart(kind, nested) };
     if (kind === "done") {
       // proto3 cannot tell an absent digest from an empty one: both are refused.
       const doneDigest = checkedDoneDigest(stringField(nested, 1), varintField(nested, 2));
@@ -239,7 +292,13 @@ export class LengthPrefixedDecoder implements FrameDecoder {
 export const LENGTH_PREFIXED: WireCodec = {
   wire: "lp",
   decoder: (maxFrameBytes: number) => new LengthPrefixedDecoder(maxFrameBytes),
-  parseFrame,
+  parseFrame: (payload: Buffer) => parseFrame(payload),
+};
+
+/** The length-prefixed wire of a chat reply: fields 7-11 are its five chat frames. */
+export const LENGTH_PREFIXED_CHAT: WireCodec = {
+  ...LENGTH_PREFIXED,
+  parseFrame: (payload: Buffer) => parseFrame(payload, true),
 };
 
 /** `frame_with_header`: a payload behind its five-byte header. */

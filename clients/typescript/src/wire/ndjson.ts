@@ -16,11 +16,21 @@
  *   last newline are `truncated_frame`.
  *
  * A line is strict JSON (duplicate keys and NaN / Infinity refused, nesting bounded):
- * `invalid_frame_json`; not an object, a kind that is not one of the four, or keys other than
- * the kind's exactly: `invalid_frame_schema`.
+ * `invalid_frame_json`; not an object, a kind that is not one of the wire's (the nine on
+ * `ndjson`, with the five chat frames; the lab's four on `ndjson-lab`), or keys other than
+ * the kind's exactly: `invalid_frame_schema`. A chat frame's values are left to the core.
  */
 
-import { checkedDoneDigest, type DoneDigest, type Frame, type FrameKind } from "../frames";
+import {
+  CHAT_FIELDS,
+  checkedDoneDigest,
+  FRAME_KINDS,
+  isChatKind,
+  LAB_FRAME_KINDS,
+  type DoneDigest,
+  type Frame,
+  type FrameKind,
+} from "../frames";
 import { type JsonObject, type JsonValue, isObject, JsonError, parseJson } from "../json";
 import { ProtocolFailure } from "../reasons";
 import { decodeUtf8, Utf8Stream } from "../utf8";
@@ -35,12 +45,16 @@ const STOP_KEYS = ["sequence", "kind", "binding_sha256", "reason"];
 function expectedKeys(kind: FrameKind, digest: boolean): readonly string[] {
   if (kind === "content_delta") return CONTENT_KEYS;
   if (kind === "done") return digest ? DONE_KEYS : LAB_DONE_KEYS;
+  if (isChatKind(kind)) return [...LAB_DONE_KEYS, ...CHAT_FIELDS[kind]];
   return STOP_KEYS;
 }
 
-function frameKind(value: JsonValue | undefined): FrameKind | null {
-  return value === "content_delta" || value === "done" || value === "error" || value === "cancel"
-    ? value
+/** The frame's kind when it is one of the wire's: the nine on `ndjson`, the lab's four on
+ * `ndjson-lab` (docs/protocol.md#wire-ndjson). */
+function frameKind(value: JsonValue | undefined, lab: boolean): FrameKind | null {
+  const kinds = lab ? LAB_FRAME_KINDS : FRAME_KINDS;
+  return typeof value === "string" && (kinds as readonly string[]).includes(value)
+    ? (value as FrameKind)
     : null;
 }
 
@@ -69,7 +83,7 @@ export class NdjsonParser {
       throw error;
     }
     if (!isObject(object)) throw new ProtocolFailure("invalid_frame_schema", "frame is not an object");
-    const kind = frameKind(object.get("kind"));
+    const kind = frameKind(object.get("kind"), !this.digest);
     if (kind === null || !hasExactly(object, expectedKeys(kind, this.digest))) {
       throw new ProtocolFailure("invalid_frame_schema", "unexpected kind or keys");
     }
@@ -77,6 +91,10 @@ export class NdjsonParser {
     const bindingSha256 = object.get("binding_sha256") ?? null;
     if (kind === "content_delta") {
       return { sequence, kind, bindingSha256, text: object.get("text") ?? null };
+    }
+    if (isChatKind(kind)) {
+      const part = new Map(CHAT_FIELDS[kind].map((name) => [name, object.get(name) ?? null]));
+      return { sequence, kind, bindingSha256, part };
     }
     if (kind !== "done") return { sequence, kind, bindingSha256, reason: object.get("reason") ?? null };
     let doneDigest: DoneDigest | null = null;
