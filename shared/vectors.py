@@ -28,6 +28,7 @@ LIMIT_KEYS: Final = (
     "max_content_chars",
     "max_frames",
     "max_reason_chars",
+    "max_tool_calls",
 )
 #: The keys of ``expected``, in the order the files give them.
 EXPECTED_KEYS: Final = (
