@@ -116,7 +116,7 @@ TURNS: Final[dict[str, tuple[str, tuple[ChatItem, ...]]]] = {
         ),
     ),
     "signatures-each-part": (
-        "a signature of the text before any text, of a call, of each of two calls",
+        "a signature of the text before any text, of two calls (the second first), of a thought",
         (
             signature("text", 0, "early"),
             call(0, '{"command":"pwd"}', "shell", ""),
@@ -376,7 +376,7 @@ def _duplicates(group: Group, wire: str) -> None:
             "every content frame sent twice in a row",
         ),
         (
-            "usage-after-done-copy",
+            "usage-again",
             [*encoded[:7], encoded[6], *encoded[7:]],
             "the usage sent again right after it",
         ),

@@ -22,6 +22,7 @@ from conformance.chat_craft import (
     thought,
     usage,
 )
+from conformance.text_replies import case_of
 from conformance.vectors import Group, core_result
 from shared.chat_frames import ChatItem
 from shared.consumer_limits import Limits
@@ -31,6 +32,13 @@ from shared.vectors import End
 #: A call begun: the state most fragment rules are judged in.
 CALL_0: Final = call(0, '{"path":"a"}', "read_file", "c0")
 SURROGATE: Final = "\udc00"
+#: How each wire carries a lone surrogate (docs/protocol.md#wire-lp: lp's strings are UTF-8).
+_LONE: Final = " (its escape on NDJSON: invalid_utf8 on lp, which carries its three bytes)"
+#: What a chat frame is in a reply of another kind, on each wire.
+_OUTSIDE: Final = {
+    craft.LP: "on lp, a field (7-11) its reply's frame does not have",
+    craft.NDJSON: "part_outside_chat, before its fields are judged",
+}
 #: Each vector: a name, what it shows, its rule, and the turn (the last item is the one
 #: judged when a frame rule refuses it; a done claiming the turn follows).
 Rows = Sequence[tuple[str, str, str, Sequence[ChatItem]]]
@@ -87,17 +95,17 @@ def _tool_calls() -> Rows:
         ("arguments-null", "arguments null", [call(0, None, "shell")]),
         (
             "id-lone-surrogate",
-            "a lone surrogate in the id",
+            "a lone surrogate in the id" + _LONE,
             [call(0, "{}", "shell", "c" + SURROGATE)],
         ),
         (
             "name-lone-surrogate",
-            "a lone surrogate in the name",
+            "a lone surrogate in the name" + _LONE,
             [call(0, "{}", "shell" + SURROGATE)],
         ),
         (
             "arguments-lone-surrogate",
-            "a lone surrogate in an arguments fragment",
+            "a lone surrogate in an arguments fragment" + _LONE,
             [CALL_0, call(0, " " + SURROGATE)],
         ),
         ("new-call-no-name", "a new call with an empty name", [call(0, "{}", "")]),
@@ -141,7 +149,7 @@ def _parts() -> Rows:
         ("thought-number", "a thought of 1", [thought(1)]),
         (
             "thought-lone-surrogate",
-            "a thought holding a lone surrogate",
+            "a thought holding a lone surrogate" + _LONE,
             [thought("a" + SURROGATE)],
         ),
         ("signature-part-image", 'a signature of part "image"', [signature("image", 0, "s")]),
@@ -152,7 +160,7 @@ def _parts() -> Rows:
         ("signature-value-number", "a signature whose value is 1", [signature("text", 0, 1)]),
         (
             "signature-value-lone-surrogate",
-            "a signature value with a lone surrogate",
+            "a signature value with a lone surrogate" + _LONE,
             [signature("text", 0, SURROGATE)],
         ),
         (
@@ -199,7 +207,7 @@ def _parts() -> Rows:
         ("finish-number", "a finish reason of 0", [finish(0)]),
         (
             "finish-lone-surrogate",
-            "a finish reason with a lone surrogate",
+            "a finish reason with a lone surrogate" + _LONE,
             [finish("STOP" + SURROGATE)],
         ),
     ]
@@ -236,7 +244,7 @@ def _reply_checks() -> Rows:
         rows.append(
             (
                 f"malformed-{name}",
-                f"arguments {arguments!r}: not a JSON object",
+                f"arguments {arguments!r}: not strict JSON, or not an object",
                 [call(0, arguments, read, "c0"), finish()],
             )
         )
@@ -451,27 +459,26 @@ def _limits(group: Group, wire: str) -> None:
 
 
 def _outside_chat(group: Group, recording: Recording, wire: str) -> None:
-    """The five chat frames in a grounded and in a text reply: ``part_outside_chat``."""
-    from conformance.text_replies import case_of  # noqa: PLC0415 (the text group's cases)
-
+    """The five chat frames in a grounded and in a text reply: on NDJSON
+    ``part_outside_chat``, on lp fields its reply's frame does not have."""
     grounded = recording.case(recording.case_ids[0])
     for reply, other in (("grounded", grounded), ("text", case_of("abcdefgh"))):
-        for name, item in (
-            ("tool-call", CALL_0),
-            ("thought", thought("t")),
-            ("signature", signature("text", 0, "s")),
-            ("usage", usage(1, 1, 2)),
-            ("finish", finish()),
-            ("invalid-call", call("x", None, "")),
-            ("empty-finish", finish("")),
+        for name, what, item in (
+            ("tool-call", "a tool_call", CALL_0),
+            ("thought", "a thought", thought("t")),
+            ("signature", "a signature", signature("text", 0, "s")),
+            ("usage", "a usage", usage(1, 1, 2)),
+            ("finish", "a finish", finish()),
+            ("invalid-call", "an invalid tool_call", call("x", None, "")),
+            ("empty-finish", "an empty finish", finish("")),
         ):
             chunks = crafted(wire, other, [text("{"), item])
             if chunks is None:
                 continue
             group.add(
                 f"outside-chat-{reply}-{name}",
-                f"a {name} frame in a {reply} reply (before its fields are judged)",
-                "#chat-rules",
+                f"{what} frame in a {reply} reply: " + _OUTSIDE[wire],
+                "#lp-fields-by-kind" if wire == craft.LP else "#chat-rules",
                 wire,
                 chunks,
                 case=other,
