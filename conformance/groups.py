@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from conformance import craft, crafted
+from conformance.chat_replies import chat_group
 from conformance.craft import WIRES
 from conformance.text_replies import text_group
 from conformance.vectors import ROOT, Group, core_result
@@ -39,6 +40,7 @@ GROUPS: Final = {
     "reply": "the reply schema, its citations, and the rules' precedence",
     "canonical": "bindings whose canonical JSON has every corner: key order, escapes, numbers",
     "text": "text replies: every shape of text, the chunkings, the faults, claims that differ",
+    "chat": "chat replies: every chat frame rule and reason, turns, digests, faults, wire corners",
 }
 
 PLANS: Final = {
@@ -270,5 +272,6 @@ def build_groups(recording_path: Path = RECORDING_PATH) -> dict[str, list[Vector
         "limits": limits_group(recording),
         **crafted.crafted_groups(recording),
         "text": text_group(),
+        "chat": chat_group(recording),
     }
     return {name: made[name].vectors for name in GROUPS}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
+from conformance.chat_mutants import CHAT_MUTANTS
 from native import PURE_ENV, is_compiled
 from shared import consumer_core, reply
 from shared.consumer_content import Content
@@ -445,6 +446,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
     "detail-cut": ((consumer_core, "scrubbed_detail", _cut_inside_escape),),
     "limits-below-one": ((Limits, "__post_init__", _below_one_unbounded),),
     "reply-kind": ((consumer_core, "kind_of", _every_reply_grounded),),
+    **CHAT_MUTANTS,
 }
 
 

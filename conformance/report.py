@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from shared.vectors import Vector
+from shared.vectors import CHAT_EXPECTED_KEYS, Vector
 
 #: What a consumer's answer must match, beside ``expected``'s own key when it differs.
 COMPARED: Final = (
@@ -86,12 +86,15 @@ def _shown(value: Any) -> str:
 
 
 def compare(vector: Vector, got: Mapping[str, Any]) -> Outcome:
-    """A consumer's answer (the line protocol's keys) against the vector's expected."""
+    """A consumer's answer (the line protocol's keys) against the vector's expected; for a
+    chat reply (its expected has a ``turn``), its ``turn``, ``call`` and ``notes`` too, a
+    key absent on either side compared as null."""
     expected = vector.expected
+    names = COMPARED + (CHAT_EXPECTED_KEYS if "turn" in expected else ())
     differences = tuple(
-        (name, expected[name], got.get(name))
-        for name in COMPARED
-        if not _same(expected[name], got.get(name))
+        (name, expected.get(name), got.get(name))
+        for name in names
+        if not _same(expected.get(name), got.get(name))
     )
     return Outcome(vector, differences)
 
@@ -114,6 +117,7 @@ def from_result_document(document: Mapping[str, Any]) -> dict[str, Any]:
         "provisional_content": document.get("provisional_content"),
         "accepted_answer": document.get("accepted_answer"),
         "citations": document.get("citations"),
+        **{key: document[key] for key in CHAT_EXPECTED_KEYS if key in document},
     }
 
 

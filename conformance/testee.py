@@ -11,6 +11,7 @@ Out, one JSON object a line, in the order of the input, each flushed::
     {"id": "...", "status": "...", "reason": ..., "detail": ..., "frames": N, "bytes": N,
      "provisional_content": "...", "accepted_answer": {...} | null, "citations": [...]}
 
+(a chat reply's with its ``turn``, its ``notes`` and, for a call refused, the ``call``),
 or ``{"id": <its id, or null>, "error": "<why>"}`` for a line that is not valid input. The
 chunks are fed in order until the core refuses one, then the input ends as ``end`` says
 (``shared.replay.consume``). ``--mutant NAME`` serves a core with one check turned off
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from conformance.mutants import MUTANTS, applied, core_is_compiled
+from conformance.vectors import chat_keys
 from native import PURE_ENV
 from shared.consumer_core import ReplyConsumer
 from shared.consumer_limits import Limits
@@ -111,6 +113,7 @@ def answer(line: str) -> dict[str, Any]:
         "provisional_content": result.provisional_content,
         "accepted_answer": result.accepted_answer,
         "citations": [dict(citation) for citation in result.citations],
+        **chat_keys(result),
     }
 
 

@@ -4,6 +4,7 @@ core (``shared.consumer_core``), fed exactly as ``shared.replay.consume`` feeds 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from shared.digest import canonical_json
 from shared.faults import Ending, Transmission
 from shared.recording import BoundCase
 from shared.replay import consume
-from shared.vectors import End, Mode, Vector, load_vectors
+from shared.result import StreamResult
+from shared.vectors import CHAT_EXPECTED_KEYS, End, Mode, Vector, load_vectors
 from shared.wire import WireFormat
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -35,7 +37,8 @@ def core_result(
     limits: Mapping[str, int] | None = None,
     ignore_duplicates: bool = False,
 ) -> dict[str, Any]:
-    """The Python core's verdict on one transmission, as a vector's ``expected``."""
+    """The Python core's verdict on one transmission, as a vector's ``expected`` (with a
+    chat reply's ``turn``, ``call`` and ``notes`` where its result has them)."""
     consumer = ReplyConsumer(
         binding,
         wire=WireFormat(wire),
@@ -54,6 +57,17 @@ def core_result(
         "provisional_content": result.provisional_content,
         "accepted_answer": result.accepted_answer,
         "citations": [dict(citation) for citation in result.citations],
+        **chat_keys(result),
+    }
+
+
+def chat_keys(result: StreamResult) -> dict[str, Any]:
+    """A chat reply's keys of a result (``turn``, ``call``, ``notes``), as its document
+    holds them: those it has, none for a grounded or a text reply
+    (docs/protocol.md#result-document)."""
+    values = {key: getattr(result, key, None) for key in CHAT_EXPECTED_KEYS}
+    return {
+        key: json.loads(json.dumps(value)) for key, value in values.items() if value is not None
     }
 
 

@@ -48,6 +48,7 @@ LIMIT_FLAGS: Final = {
     "max_frame_bytes": "--max-frame-bytes",
     "max_content_chars": "--max-content-chars",
     "max_frames": "--max-frames",
+    "max_tool_calls": "--max-tool-calls",
 }
 DEFAULT_JOBS: Final = 4
 DEFAULT_TIMEOUT_S: Final = 30.0

@@ -28,6 +28,7 @@ LIMIT_KEYS: Final = (
     "max_content_chars",
     "max_frames",
     "max_reason_chars",
+    "max_tool_calls",
 )
 #: The keys of ``expected``, in the order the files give them.
 EXPECTED_KEYS: Final = (
@@ -41,6 +42,8 @@ EXPECTED_KEYS: Final = (
     "accepted_answer",
     "citations",
 )
+#: The keys of ``expected`` a chat reply's verdict adds, after those, where it has them.
+CHAT_EXPECTED_KEYS: Final = ("turn", "call", "notes")
 
 
 class End(StrEnum):
@@ -99,6 +102,9 @@ class Vector:
             obj["ignore_duplicates"] = True
         obj["modes"] = [mode.value for mode in self.modes]
         obj["expected"] = {key: self.expected[key] for key in EXPECTED_KEYS}
+        obj["expected"].update(
+            (key, self.expected[key]) for key in CHAT_EXPECTED_KEYS if key in self.expected
+        )
         return obj
 
 

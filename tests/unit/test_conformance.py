@@ -329,25 +329,33 @@ def test_chunks_are_base64_of_the_exact_bytes() -> None:
 
 # --- the bindings, the line checks, and the rules only a one-rule mutant shows ---------------
 
-TEXT_BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "text-binding.schema.json"
-BINDING_SCHEMA = Path(__file__).parents[2] / "protos" / "schemas" / "binding.schema.json"
+SCHEMAS = Path(__file__).parents[2] / "protos" / "schemas"
 
 
 def test_every_vectors_binding_is_valid_under_the_binding_schema() -> None:
     """docs/protocol.md#binding: exactly six keys, each row of the context its four strings;
     the canonical group's corners ride inside corpus_identity, which the schema leaves open.
-    A text reply's binding is valid under the text binding's schema (#text-binding)."""
-    grounded = jsonschema.Draft202012Validator(json.loads(BINDING_SCHEMA.read_text()))
-    text = jsonschema.Draft202012Validator(json.loads(TEXT_BINDING_SCHEMA.read_text()))
+    A text reply's binding is valid under the text binding's schema (#text-binding), a chat
+    reply's under the chat binding's (#chat-binding)."""
+    validators = {
+        kind: jsonschema.Draft202012Validator(json.loads((SCHEMAS / name).read_text()))
+        for kind, name in (
+            (None, "binding.schema.json"),
+            ("text", "text-binding.schema.json"),
+            ("chat", "chat-binding.schema.json"),
+        )
+    }
     invalid = [
         vector.id
         for vector in VECTORS
-        if not (text if "kind" in vector.binding else grounded).is_valid(vector.binding)
+        if not validators[vector.binding.get("kind")].is_valid(vector.binding)
     ]
     assert not invalid
-    assert sum("kind" in vector.binding for vector in VECTORS) == len(
-        [vector for vector in VECTORS if vector.id.startswith("text.")]
-    )
+    groups = {
+        kind: {vector.id.split(".")[0] for vector in VECTORS if vector.binding.get("kind") == kind}
+        for kind in ("text", "chat")
+    }
+    assert groups == {"text": {"text", "chat"}, "chat": {"chat"}}
     corners = [v for v in VECTORS if v.id.startswith("canonical.") and "digest" not in v.id]
     assert corners
     assert all("conformance_corner" in v.binding["corpus_identity"] for v in corners)
@@ -400,3 +408,59 @@ def test_the_limits_below_one_mutant_fails_every_line_check() -> None:
     with applied("limits-below-one"):
         answers = [answer(line_of(check)) for check in LINE_CHECKS]
     assert not any(judged(c, got).passed for c, got in zip(LINE_CHECKS, answers, strict=True))
+
+
+#: The reasons a chat reply's frames and validation can cause (docs/protocol.md#chat-rules,
+#: #chat-reply), each some chat vector's on both default wires (part_outside_chat: NDJSON's).
+CHAT_REASONS = {
+    Reason.FRAME_AFTER_FINISH, Reason.INVALID_TOOL_CALL, Reason.TOOL_CALL_LIMIT,
+    Reason.INVALID_THOUGHT, Reason.INVALID_SIGNATURE, Reason.INVALID_FINISH,
+    Reason.CHAT_FINISH_MISSING, Reason.TOOL_CALL_MALFORMED, Reason.TOOL_CALL_UNDECLARED,
+    Reason.TOOL_CALL_ARGUMENTS_INVALID, Reason.CONTENT_DIGEST_MISMATCH, Reason.CONTENT_LIMIT,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("wire", ["lp", "ndjson"])
+def test_every_chat_reason_is_expected_on_both_default_wires(wire: str) -> None:
+    chat = [vector for vector in VECTORS if vector.id.startswith("chat.") and vector.wire == wire]
+    found = {vector.expected["reason"] for vector in chat}
+    # On lp a chat frame outside a chat reply is an unknown field, and a count is a uint64.
+    ndjson_only = {Reason.PART_OUTSIDE_CHAT, Reason.INVALID_USAGE}
+    wanted = CHAT_REASONS | (ndjson_only if wire == "ndjson" else set())
+    assert {reason.value for reason in wanted} <= found
+    assert len(chat) >= 100
+    notes = [vector for vector in chat if vector.expected.get("notes")]
+    assert notes and all(v.expected["status"] == "complete" for v in notes)
+
+
+def test_the_002_turn_is_assembled_by_index() -> None:
+    """The 002 lab's turn: two calls whose fragments interleave, each assembled by its index."""
+    for wire in ("lp", "ndjson"):
+        expected = BY_ID[f"chat.002-interleaved.frame.{wire}"].expected
+        assert expected["status"] == "complete"
+        calls = expected["accepted_answer"]["tool_calls"]
+        assert [call["arguments"] for call in calls] == [{"path": "notes.py"}, {"command": "pwd"}]
+        assert expected["turn"]["text"] == "Reading the files."
+        assert expected["accepted_answer"]["usage"]["total_tokens"] == 27
+        assert expected["notes"] == []
+
+
+#: Each chat mutant (conformance/chat_mutants.py) and the vectors made for its rule.
+CHAT_RULE_VECTORS = {
+    "chat-calls-dropped": "chat.*call*",
+    "chat-usage-summed": "chat.usage-*",
+    "chat-fragments-by-arrival": "chat.002-*",
+}
+
+
+@pytest.mark.skipif(
+    core_is_compiled(), reason="mutants patch the pure core: make test-pure runs this test"
+)
+@pytest.mark.parametrize(("mutant", "pattern"), sorted(CHAT_RULE_VECTORS.items()))
+def test_a_chat_mutant_fails_its_rules_vectors_on_both_default_wires(
+    mutant: str, pattern: str
+) -> None:
+    chosen = [vector for vector in VECTORS if fnmatch.fnmatchcase(vector.id, pattern)]
+    with applied(mutant):
+        failed = [v for v in chosen if not compare(v, answer(json.dumps(v.to_object()))).passed]
+    assert {vector.wire for vector in failed} == {"lp", "ndjson"}

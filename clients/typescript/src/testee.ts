@@ -5,7 +5,8 @@
  * In:  {"id", "wire": "lp" | "ndjson" | "ndjson-lab", "binding": {...}, "chunks": [base64...],
  *       "end": "eof" | "transport_error", "limits"?: {...}, "ignore_duplicates"?: bool}
  * Out: {"id", "status", "reason", "detail", "frames", "bytes", "provisional_content",
- *       "accepted_answer", "citations"}
+ *       "accepted_answer", "citations"}, and a chat reply's "turn", "notes" and "call" where
+ *       its result has them
  * or, for a line that is not valid input: {"id": <its id, or null>, "error": "<why>"}.
  *
  * The chunks are fed in order until the core refuses one (nothing after a refusal is
@@ -107,7 +108,7 @@ export function runCase(input: Case): JsonObject {
     }
   }
   const result = input.end === "eof" ? consumer.endOfStream() : consumer.transportError();
-  return new Map<string, JsonValue>([
+  const answer = new Map<string, JsonValue>([
     ["id", input.id],
     ["status", result.status],
     ["reason", result.reason],
@@ -118,6 +119,11 @@ export function runCase(input: Case): JsonObject {
     ["accepted_answer", result.acceptedAnswer],
     ["citations", [...result.citations]],
   ]);
+  // A chat reply's keys, where the result has them (docs/conformance.md).
+  if (result.turn !== undefined && result.turn !== null) answer.set("turn", result.turn);
+  if (result.call !== undefined && result.call !== null) answer.set("call", result.call);
+  if (result.notes !== undefined && result.notes !== null) answer.set("notes", [...result.notes]);
+  return answer;
 }
 
 function errorLine(id: JsonValue, why: string): JsonObject {
