@@ -8,6 +8,7 @@
  * arguments), `call`, `notes`.
  */
 
+import { encodable } from "./digest";
 import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
 import type { ChatTurn, Signature, ToolCall } from "./chat";
 import { dumpJson, isObject, JsonError, parseJson, type JsonObject, type JsonValue } from "./json";
@@ -137,6 +138,9 @@ export function validateTurn(
       throw new CallFailure("tool_call_malformed", callObject(call), error.message);
     }
     if (!isObject(value)) throw new CallFailure("tool_call_malformed", callObject(call), "not an object");
+    // An object with no canonical form (an escaped lone surrogate, a number that reads as
+    // infinity) cannot be written as the accepted turn's UTF-8 JSON: malformed too.
+    if (!canonical(value)) throw new CallFailure("tool_call_malformed", callObject(call), "no canonical form");
     const tool = tools.get(call.name);
     if (tool === undefined) throw new CallFailure("tool_call_undeclared", callObject(call));
     const { parameters, validate } = tool;
@@ -188,4 +192,15 @@ export function notesOf(turn: ChatTurn): string[] {
     count("thoughts_tokens") +
     count("tool_use_prompt_tokens");
   return parts === count("total_tokens") ? [] : [USAGE_TOTAL_MISMATCH];
+}
+
+/** Whether `value` has a canonical JSON form (docs/protocol.md#canonical-json): no lone
+ * surrogate in a string or a name, no number that reads as infinity. */
+function canonical(value: JsonValue): boolean {
+  if (typeof value === "number") return Number.isFinite(value);
+  if (Array.isArray(value)) return value.every(canonical);
+  if (value instanceof Map) {
+    for (const item of value.values()) if (!canonical(item)) return false;
+  }
+  return encodable(value);
 }
