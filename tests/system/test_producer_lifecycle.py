@@ -96,7 +96,7 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
         producer_trace = p.trace()
     consumer_records = [json.loads(line) for line in consumer_trace.getvalue().splitlines()]
 
-    assert len(results) == 24
+    assert len(results) == 27
     open_values = {s.value for s in OPEN_STATES}
     for result in results:
         stream_id = result["stream_id"]
@@ -124,7 +124,7 @@ def test_every_demo_stream_ends_in_both_traces(tmp_path: Path, recording: Record
         ]
 
     stopped = assert_counters_add_up(producer_trace)
-    assert stopped["streams_opened"] == 24
+    assert stopped["streams_opened"] == 27
     for result in results:
         final = state_records(producer_trace, result["stream_id"])[-1]["to_state"]
         assert final in producer_ends_for(result), (result["stream_id"], result["reason"], final)
