@@ -1,5 +1,8 @@
 """One stream's two traces as one timeline: the model (entries, spans, verdict).
 
+One file, past 500 lines by its theory of operation below: which record is which mark,
+and how the spans and the verdict are read from them, are one reading of the records.
+
 Theory of operation
 -------------------
 Both processes write one JSON record per event, each with ``timestamp`` (ISO
