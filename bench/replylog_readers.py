@@ -198,10 +198,13 @@ def deployment(
             "--source", "gemini", "--gemini-base-url", fake.base_url,
             "--model", "fake-slow-drip", "--ledger", str(workdir / "ledger.json"),
             "--budget-usd", "10.0", "--auth-tokens", str(token_file),
-            # 300 distinct calls reserve in the one file ledger at once: its lock is not what
-            # this measures (a loaded run saw one wait past the default 5 s; 10 s is a third of the
-            # default owner lease, the most the producer takes).
-            "--ledger-timeout-s", "10",
+            # 300 distinct calls reserve in the one file ledger at once, and 300 generations
+            # refresh their leases on two cores: neither the ledger's lock nor the leases are
+            # what this measures (loaded runs saw a lock wait past 10 s, ledger_unavailable,
+            # and leases lapse, generator_lost). The ledger's wait is at most a third of its
+            # lease; a reply log lease of 60 s is refreshed every 20 s.
+            "--ledger-lease-s", "90", "--ledger-timeout-s", "30",
+            "--reply-log-lease-s", "60",
             "--max-streams-per-identity", str(max(readers, 1) + 10),
             "--reply-log", server.url, "--log-level", "warning", *flags,
         )  # fmt: skip
