@@ -50,6 +50,10 @@ TEXT_CHARS: Final = 1200
 #: The longest citation field, detail and hint drawn (each one line).
 FIELD_CHARS: Final = 300
 HINT_CHARS: Final = 1000
+#: The longest stream id drawn on the final line: a longer one (the consumer's own
+#: 32-digit ids among them) is cut with a visible ``…``, what it shows a prefix that
+#: ``make trace STREAM=`` takes; the result document holds it whole.
+STREAM_ID_CHARS: Final = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +154,7 @@ def final_line(result: StreamResult, elapsed_s: float) -> Text:
         line.append(f"  paused {flow.reads_paused}×")
     line.append(f"  reconnects {stats.reconnects}  {elapsed_s:.1f} s")
     if result.stream_id:
-        line.append(f"  stream {shown_line(result.stream_id[:8])}", style="dim")
+        line.append(f"  stream {shown_line(result.stream_id, STREAM_ID_CHARS)}", style="dim")
     return line
 
 

@@ -336,14 +336,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
             mutual_tls=metrics_tls is not None and metrics_tls.client_ca is not None,
         )
     stop, stop_now = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        # The first signal starts a graceful stop; a second one ends the grace at once.
-        (stop_now if stop.is_set() else stop).set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal)
+    stop_on_signals(stop, stop_now, args.shutdown_grace_s)
     log.info(
         "producer_listening",
         **running().as_record(),
@@ -389,6 +382,32 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
     )
     stop_tracing()  # what is held is exported, within runtime.otel.EXIT_FLUSH_S
     return 0
+
+
+def stop_on_signals(stop: asyncio.Event, stop_now: asyncio.Event, grace_s: float) -> None:
+    """SIGINT and SIGTERM: the first sets ``stop`` (a graceful stop), a second ``stop_now``
+    (the grace ended at once). A first SIGINT, a Ctrl-C, is acknowledged on the terminal in
+    one line, wherever the trace goes (with ``--trace-file`` it would say nothing else)."""
+
+    def on_signal(signum: signal.Signals) -> None:
+        if stop.is_set():
+            stop_now.set()
+            return
+        stop.set()
+        if signum is signal.SIGINT:
+            print(stopping_line(grace_s), file=sys.stderr, flush=True)
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+
+def stopping_line(grace_s: float) -> str:
+    """The one line a first Ctrl-C gets on the producer's terminal (its stderr)."""
+    return (
+        f"producer: stopping: no new streams; open ones may finish within {grace_s:g} s "
+        "(--shutdown-grace-s); Ctrl-C again stops them now"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,9 @@ record's counters, its health statuses and its Prometheus samples."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import subprocess
 import urllib.error
 import urllib.request
 from typing import Any
@@ -65,6 +67,20 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def check_exposition(text: str) -> None:
+    """Names that say what they count: no ``_created`` series (a timestamp gauge beside each
+    counter), and what ``promtool check metrics`` accepts, where Prometheus is installed."""
+    names = {name for name, _ in samples(text)}
+    assert not {name for name in names if name.endswith("_created")}
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        done = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

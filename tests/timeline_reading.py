@@ -48,7 +48,9 @@ def rejected_rows(drawn: str, headline: str) -> list[str]:
 MASKS = (
     (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "HH:MM:SS.mmm"),
     (re.compile(r"\b\d+\.\d s\b"), "N.N s"),
-    (re.compile(r"(· |stream |STREAM=)[0-9a-f]{8}\b"), r"\1STREAMID"),
+    # A short id (8 digits, as the timeline and the tour's commands write it), or the
+    # final line's cut one (23 digits and an ellipsis: consumer/view.py).
+    (re.compile(r"(· |stream |STREAM=)[0-9a-f]{8}(?:[0-9a-f]{15}…|\b)"), r"\1STREAMID"),
     (re.compile(r"(peer=ipv4:127\.0\.0\.1:)\d+"), r"\1PORT"),
     (re.compile(r"backoff_ms=[\d.]+"), "backoff_ms=N"),
     (re.compile(r"paused \d+×"), "paused N×"),

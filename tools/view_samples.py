@@ -262,7 +262,8 @@ def stopped_mid_stream(producer: TourProducer, trace: Path, restart: bool) -> st
 
 
 def short_id(screen: str) -> str:
-    found = re.search(r"  stream ([0-9a-f]{8})\n", screen)
+    # The final line's id, cut with "…" (consumer/view.py): its first 8 digits name it.
+    found = re.search(r"  stream ([0-9a-f]{8})[0-9a-f]*…?\n", screen)
     if found is None:
         raise RuntimeError(f"no stream id on the screen:\n{screen}")
     return found.group(1)

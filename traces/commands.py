@@ -27,9 +27,10 @@ from typing import Any, TextIO
 from shared.terminal_text import shown_json
 from traces.page import render_html, render_index
 from traces.result_events import render_result_events, result_events
+from traces.streams import stream_summaries
 from traces.svg import DEFAULT_MAX_MARKS
 from traces.table import fit, render_summaries, render_table, table_rows, terminal_summary_line
-from traces.timeline import Timeline, build_timeline, stream_summaries
+from traces.timeline import Timeline, build_timeline
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")

@@ -16,9 +16,10 @@ from html import escape
 from typing import Final
 
 from traces.result_events import result_events
+from traces.streams import StreamSummary
 from traces.svg import DEFAULT_MAX_MARKS, render_svg
 from traces.table import Row, summary_line, table_rows
-from traces.timeline import CONSUMER, PRODUCER, StreamSummary, Timeline
+from traces.timeline import CONSUMER, PRODUCER, Timeline
 
 STYLE: Final = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1f24; }
@@ -37,6 +38,7 @@ svg .fault { fill: #cf222e; }
 svg .label-fault { fill: #cf222e; } svg .label-resume { fill: #8250df; }
 svg .resume { stroke: #8250df; stroke-width: 2; stroke-dasharray: 5 3; }
 svg .terminal, svg .end { fill: #1b1f24; }
+svg .vanished { stroke: #cf222e; stroke-width: 2; } svg .label-vanished { fill: #cf222e; }
 svg .verdict { stroke-width: 2; }
 svg .accepted { stroke: #1a7f37; fill: #dafbe1; } svg .rejected { stroke: #cf222e; fill: #ffebe9; }
 svg .axis { stroke: #8c959f; }
@@ -54,8 +56,8 @@ LEGEND: Final = (
     ("#8250df", "frame applied / resume"),
     ("#d4a72c", "reads paused"),
     ("#fb8f44", "stall"),
-    ("#cf222e", "fault"),
     ("#1b1f24", "terminal / end"),
+    ("#cf222e", "fault / producer vanished (×)"),
     ("#6e7781", "other state change"),
 )
 

@@ -7,7 +7,8 @@ picture as text (``traces/page.py`` puts it in a page). Two lanes share one time
 
 * producer: each delivery (one ``Open``) as a thin bar, stalls as spans, each
   chunk sent as a tick, faults as triangles, a resume (``attach``) as a dashed
-  line, the delivery's end as a bar;
+  line, the delivery's end as a bar; a producer that vanished (its trace holds no final
+  state: killed) as a cross where its trace ends, its open bars ending there too;
 * consumer: each chunk received and each frame applied as ticks (two rows),
   reads paused as spans, resumes as dashed lines with their attempt, the
   terminal as a bar, and the verdict as a line and a box at the right.
@@ -262,6 +263,20 @@ class _Drawing:
         )
         self.label(entry.side, self.scale.x(entry.at_ms) + 3, entry.label, "resume")
 
+    def vanished(self, at_ms: float) -> None:
+        """Where a vanished producer's trace ends: a cross across its lane, labelled. Not a
+        ``mark`` (no record is behind it): ``class="vanished"``."""
+        lane, x = LANES[PRODUCER], self.scale.x(at_ms)
+        top, bottom = lane.states - 8, lane.bottom - 4
+        title = f"{offset_text(at_ms)} the producer's trace ends here with no final state"
+        self.parts[PRODUCER].append(
+            f'<g class="vanished" data-t="{at_ms:.3f}"><title>{escape(title)}</title>'
+            f'<line x1="{_num(x)}" x2="{_num(x)}" y1="{_num(top)}" y2="{_num(bottom)}"/>'
+            f'<path d="M{_num(x - 5)} {_num(top - 5)}L{_num(x + 5)} {_num(top + 5)}'
+            f'M{_num(x + 5)} {_num(top - 5)}L{_num(x - 5)} {_num(top + 5)}"/></g>'
+        )
+        self.label(PRODUCER, x + 6, "vanished: no final state", "vanished")
+
     def verdict(self, entry: Entry) -> None:
         lane = LANES[CONSUMER]
         x = _num(self.scale.x(entry.at_ms))
@@ -351,6 +366,8 @@ class _Drawing:
 
     def draw(self) -> None:
         self.spans()
+        if self.timeline.vanished_ms is not None:  # first: its label gets a row
+            self.vanished(self.timeline.vanished_ms)
         # The notable marks first, so that they get the label rows before the others.
         order = {MarkKind.FAULT: 0, MarkKind.RESUME: 1, MarkKind.TERMINAL: 2, MarkKind.END: 3}
         for entry in sorted(self.timeline.entries, key=lambda e: order.get(e.kind, 9)):

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from shared.terminal_text import shown_line
+from traces.streams import StreamSummary
 from traces.timeline import (
     CONSUMER,
     PRODUCER,
     Entry,
     MarkKind,
     SpanKind,
-    StreamSummary,
     Timeline,
 )
 
@@ -171,15 +171,21 @@ def _counted(count: int, noun: str, plural: str = "") -> str:
 
 
 def summary_line(timeline: Timeline) -> str:
-    """One line: the stream, its verdict and what each lane holds (as it is: the HTML
-    page escapes it; ``terminal_summary_line`` is its form for a terminal)."""
+    """One line: the stream, its verdict and what each lane holds, and where the producer
+    vanished if it did (as it is: the HTML page escapes it; ``terminal_summary_line`` is
+    its form for a terminal)."""
     t = timeline
     verdict = t.verdict.text if t.verdict else "no verdict in the traces"
     deliveries = len(t.spans_of(SpanKind.DELIVERY))
+    vanished = (
+        ""
+        if t.vanished_ms is None
+        else f", vanished at +{t.vanished_ms:.3f} ms (no final state in its trace)"
+    )
     return (
         f"stream {t.stream_id} ({t.case_id or 'no case'}): {verdict}; {t.duration_ms:.3f} ms; "
         f"producer: {_counted(t.count(MarkKind.SENT), 'chunk')} sent, "
-        f"{_counted(deliveries, 'delivery', 'deliveries')}; consumer: "
+        f"{_counted(deliveries, 'delivery', 'deliveries')}{vanished}; consumer: "
         f"{_counted(t.count(MarkKind.RECEIVED), 'chunk')} received, "
         f"{_counted(t.count(MarkKind.APPLIED), 'frame')} applied, "
         f"{_counted(len(t.spans_of(SpanKind.PAUSED)), 'pause')}, "

@@ -1,8 +1,5 @@
 """One stream's two traces as one timeline: the model (entries, spans, verdict).
 
-One file, past 500 lines by its theory of operation below: which record is which mark,
-and how the spans and the verdict are read from them, are one reading of the records.
-
 Theory of operation
 -------------------
 Both processes write one JSON record per event, each with ``timestamp`` (ISO
@@ -15,13 +12,17 @@ is on its lane (:class:`MarkKind`) and the fields worth showing. Spans are read
 from pairs of entries: the consumer's reads paused (the reader machine's
 ``streaming -> paused`` until ``paused -> streaming``), the producer's stall
 fault, and each producer delivery (a machine of its own per ``Open``: from its
-first state to its last). The verdict is the consumer's ``stream_finished``.
+first state to its final one). The verdict is the consumer's ``stream_finished``.
+
+A producer whose trace stops with a delivery in no final state **vanished** (killed,
+say, by SIGKILL: nothing was logged after): its open delivery and stall end where its
+trace ends (``Timeline.vanished_ms``), never at the consumer's last record.
 
 Which record is which mark:
 
 * producer: ``chunk_sent`` (debug) is a chunk **sent**; a ``verified`` state
   carrying a ``fault`` and the ``stalled`` state are **faults**; ``attach`` is a
-  **resume** (with the delivery's ``attempt``); a delivery's last state is its **end**;
+  **resume** (with the delivery's ``attempt``); a delivery's final state is its **end**;
 * consumer: ``chunk_received`` (debug) is a chunk **received** (taken from the
   bounded queue by the core), ``frame_applied`` (debug) a frame **applied**;
   the reader's ``paused`` state opens a **pause** span; ``stream_resuming`` is a
@@ -35,23 +36,24 @@ change, pause, fault, resume, terminal and verdict, and no chunk marks.
 The clocks are the two processes' own: on one machine they agree; across
 machines the offset between them shifts one lane against the other.
 
-Pure: no files, no clock (timestamps are parsed here, by hand, to integer
-microseconds). ``traces/table.py`` writes it as a terminal table, ``traces/svg.py``
-draws the picture, ``traces/page.py`` makes the HTML page, ``traces/result_events.py``
-times the result document's events; ``traces/commands.py`` reads the files.
+Pure: no files, no clock (``traces/timestamps.py`` parses the timestamps, by hand, to
+integer microseconds). ``traces/table.py`` writes it as a terminal table,
+``traces/svg.py`` draws the picture, ``traces/page.py`` makes the HTML page,
+``traces/result_events.py`` times the result document's events; ``traces/streams.py``
+lists the streams a set of traces holds; ``traces/commands.py`` reads the files.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
 from consumer.reader_states import ReaderState
-from producer.states import StreamInput, StreamState
+from producer.states import FINAL_STATES, StreamInput, StreamState
 from shared.consumer_core import Input
+from traces.timestamps import microseconds
 
 PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"
@@ -100,42 +102,6 @@ BULK_KINDS: Final = frozenset(
 )
 #: Records that repeat another record of the same chunk or pause: bulk notes.
 BULK_NOTES: Final = frozenset({"chunk_applied", "reads_paused", "reads_resumed"})
-
-
-# --- time -------------------------------------------------------------------------------
-
-_TIMESTAMP: Final = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$"
-)
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
-    year -= month <= 2
-    era = year // 400
-    year_of_era = year - era * 400
-    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146097 + day_of_era - 719468
-
-
-def microseconds(timestamp: object) -> int | None:
-    """An ISO 8601 timestamp as integer microseconds since the epoch (None: not one)."""
-    if not isinstance(timestamp, str):
-        return None
-    match = _TIMESTAMP.match(timestamp)
-    if match is None:
-        return None
-    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    fraction, zone = match.group(7) or "", match.group(8) or "Z"
-    micros = int((fraction + "000000")[:6])
-    offset = 0
-    if zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        digits = zone[1:].replace(":", "")
-        offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
-    return (seconds - offset) * 1_000_000 + micros
 
 
 # --- the model --------------------------------------------------------------------------
@@ -209,6 +175,9 @@ class Timeline:
     entries: tuple[Entry, ...]
     spans: tuple[Span, ...]
     verdict: Verdict | None
+    #: The producer's last record of the stream when its last delivery reached no final
+    #: state: the process vanished there (killed, or its trace cut short). None otherwise.
+    vanished_ms: float | None = None
 
     @property
     def duration_ms(self) -> float:
@@ -378,9 +347,15 @@ def _relabelled(entry: Entry, kind: MarkKind, label: str) -> Entry:
     )  # fmt: skip
 
 
+def _final(entry: Entry) -> bool:
+    """A producer state change to a final state (a delivery's end)."""
+    return entry.change.rpartition(" -> ")[2] in FINAL_STATES
+
+
 def _ending_producer_states(entries: list[Entry]) -> list[Entry]:
-    """A producer delivery's last state change is its end: the last before the next
-    delivery's first (``from_state`` none), or the last of all."""
+    """A producer delivery's last state change is its end if it is to a final state: the
+    last before the next delivery's first (``from_state`` none), or the last of all (one
+    to an open state: the producer vanished there, and the delivery has no end)."""
     producer = [i for i, e in enumerate(entries) if e.side == PRODUCER and e.change]
     last = set()
     for position, index in enumerate(producer):
@@ -390,7 +365,7 @@ def _ending_producer_states(entries: list[Entry]) -> list[Entry]:
     out = list(entries)
     for index in last:
         e = out[index]
-        if e.kind is MarkKind.STATE and not e.change.startswith("- ->"):
+        if e.kind is MarkKind.STATE and _final(e) and not e.change.startswith("- ->"):
             reason = e.fields.get("reason")
             label = e.label + (f" ({reason})" if reason else "")
             out[index] = _relabelled(e, MarkKind.END, label)
@@ -430,15 +405,34 @@ class _SpanReader:
             label = f"delivery {self.deliveries}: {e.label}"
             self.close(SpanKind.DELIVERY, PRODUCER, e.at_ms, label)
 
-    def read(self, entries: Iterable[Entry]) -> list[Span]:
+    def read(self, entries: Iterable[Entry], vanished_ms: float | None) -> list[Span]:
+        """The spans; a vanished producer's open ones end where its trace ends."""
         for entry in entries:
             (self.producer if entry.side == PRODUCER else self.consumer)(entry)
         sides = {
             SpanKind.PAUSED: CONSUMER, SpanKind.STALLED: PRODUCER, SpanKind.DELIVERY: PRODUCER
         }  # fmt: skip
+        vanished = {
+            SpanKind.DELIVERY: f"delivery {self.deliveries + 1}: no final state (vanished)",
+            SpanKind.STALLED: "stalled until the producer's trace ends",
+        }
         for kind, starts in self.opened.items():
-            self.spans += [Span(sides[kind], kind, at, None, f"{kind} (open)") for at in starts]
+            if vanished_ms is not None and kind in vanished:
+                self.spans += [
+                    Span(PRODUCER, kind, at, max(at, vanished_ms), vanished[kind]) for at in starts
+                ]
+            else:
+                self.spans += [Span(sides[kind], kind, at, None, f"{kind} (open)") for at in starts]
         return sorted(self.spans, key=lambda span: span.start_ms)
+
+
+def _vanished_at(entries: list[Entry]) -> float | None:
+    """The producer's last record, if its last state change is to no final state."""
+    producer = [e for e in entries if e.side == PRODUCER]
+    changes = [e for e in producer if e.change]
+    if not changes or _final(changes[-1]):
+        return None
+    return producer[-1].at_ms
 
 
 def _verdict(entries: list[Entry]) -> Verdict | None:
@@ -459,58 +453,16 @@ def build_timeline(records: Iterable[Mapping[str, Any]], stream_id: str) -> Time
     entries = [_entry((at - first) / 1000, record) for at, record in timed]
     entries = _ending_producer_states(_terminal_labels(_pauses_by_records(entries)))
     case_ids = [r.get("case_id") for _, r in timed if r.get("case_id")]
+    vanished_ms = _vanished_at(entries)
     return Timeline(
         stream_id=stream_id,
         case_id=str(case_ids[0]) if case_ids else None,
         started=str(timed[0][1]["timestamp"]) if timed else "",
         entries=tuple(entries),
-        spans=tuple(_SpanReader().read(entries)),
+        spans=tuple(_SpanReader().read(entries, vanished_ms)),
         verdict=_verdict(entries),
+        vanished_ms=vanished_ms,
     )
-
-
-# --- several streams --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSummary:
-    stream_id: str
-    case_id: str | None
-    started: str
-    records: Mapping[str, int]
-    verdict: str
-
-
-def stream_summaries(records: Iterable[Mapping[str, Any]]) -> list[StreamSummary]:
-    """Every stream id in the records, in the order their first records were written."""
-    found: dict[str, dict[str, Any]] = {}
-    for record in records:
-        stream_id, side = record.get("stream_id"), record.get("side")
-        if not isinstance(stream_id, str) or side not in SIDES:
-            continue
-        at = microseconds(record.get("timestamp"))
-        seen = found.setdefault(
-            stream_id,
-            {"first": at, "started": "", "case_id": None, "verdict": "-", PRODUCER: 0},
-        )
-        seen[CONSUMER] = seen.get(CONSUMER, 0)
-        seen[str(side)] += 1
-        if at is not None and (seen["first"] is None or at <= seen["first"]):
-            seen["first"], seen["started"] = at, str(record.get("timestamp"))
-        seen["case_id"] = seen["case_id"] or record.get("case_id")
-        if side == CONSUMER and record.get("event") == "stream_finished":
-            seen["verdict"] = classify(record)[1]
-    ordered = sorted(found.items(), key=lambda item: item[1]["first"] or 0)
-    return [
-        StreamSummary(
-            stream_id=stream_id,
-            case_id=seen["case_id"],
-            started=seen["started"],
-            records={side: seen[side] for side in SIDES},
-            verdict=seen["verdict"],
-        )
-        for stream_id, seen in ordered
-    ]
 
 
 def entries_of(timeline: Timeline, *kinds: MarkKind) -> Iterator[Entry]:

@@ -6,14 +6,16 @@ request, until the producer stops. :class:`BoundedHealthServicer` is grpc_health
 asyncio servicer (``set``, ``enter_graceful_shutdown``, ``Check`` and ``Watch`` as it
 has them) that serves at most ``max_watches`` Watch streams at once: one more is refused
 ``RESOURCE_EXHAUSTED`` with the details ``health_watch_limit`` before it is registered
-anywhere. A refusal is counted (``refused``) and logged as ``health_watch_refused`` with
-the running count, at most one record a second, so a flood of refused watches cannot
-flood the trace; ``producer_stopped`` carries the final count.
+anywhere. A refusal is counted (``refused``; and by ``on_refused``, the producer's
+``replywire_requests_refused_total{reason="health_watch_limit"}``) and logged as
+``health_watch_refused`` with the running count, at most one record a second, so a flood
+of refused watches cannot flood the trace; ``producer_stopped`` carries the final count.
 
 ``List`` (gRPC's A90, in grpcio-health-checking's proto and so advertised by reflection)
 answers a snapshot of every registered service's status, at most ``MAX_LIST_SERVICES``
 (the bound A90 sets): past it, ``RESOURCE_EXHAUSTED`` with the details
-``health_list_limit`` and no partial list. The producer registers two services.
+``health_list_limit`` and no partial list (told ``on_refused`` too). The producer
+registers two services.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
         max_watches: int = DEFAULT_MAX_HEALTH_WATCHES,
         *,
         clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[Reason], None] | None = None,
     ) -> None:
         if max_watches < 1:
             raise ValueError("max_watches must be at least 1")
@@ -56,6 +59,8 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
         self.watches = 0
         self.refused = 0
         self._clock = clock
+        #: Told of every refusal, by its reason (the producer's metrics).
+        self._on_refused = on_refused
         self._last_record: float | None = None
 
     async def Watch(  # noqa: N802 - the RPC's name in the .proto
@@ -66,6 +71,7 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
             self.refused += 1
             self._log_refusal(context)
             reason = Reason.HEALTH_WATCH_LIMIT
+            self._told(reason)
             await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
         self.watches += 1
         try:
@@ -81,11 +87,16 @@ class BoundedHealthServicer(grpc_health.aio.HealthServicer):  # type: ignore[mis
         statuses = dict(self._server_status)
         if len(statuses) > MAX_LIST_SERVICES:
             reason = Reason.HEALTH_LIST_LIMIT
+            self._told(reason)
             await context.abort(grpc.StatusCode[REASONS[reason].grpc_code], reason.value)
         response = health_pb2.HealthListResponse()
         for name, status in statuses.items():
             response.statuses[name].status = status
         return response
+
+    def _told(self, reason: Reason) -> None:
+        if self._on_refused is not None:
+            self._on_refused(reason)
 
     def _log_refusal(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         now = self._clock()

@@ -97,7 +97,9 @@ class ReplyStreamServicer(pb_grpc.ReplyStreamServicer):
         self.admission = Admission(settings.max_streams, per_identity)
         max_connection_age_s = settings.max_connection_age_s
         # grpc-stubs 1.53 predates the asyncio servicer (grpc_health.v1.health.aio).
-        self.health: Any = BoundedHealthServicer(settings.max_health_watches)
+        self.health: Any = BoundedHealthServicer(
+            settings.max_health_watches, on_refused=self.metrics.request_refused
+        )
         self.connections = ConnectionAges(
             max_connection_age_s, max_connection_age_s, settings.max_connection_idle_s
         )

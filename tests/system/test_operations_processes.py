@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +42,7 @@ from tests.processes import ROOT, Producer, consumer_command, producer, run_cons
 from tests.producer_records import (
     NOT_SERVING,
     SERVING,
+    check_exposition,
     exposition,
     finals,
     metrics_port,
@@ -329,20 +329,6 @@ def test_reflection_lists_the_services(tmp_path: Path) -> None:
         "grpc.reflection.v1alpha.ServerReflection",
     }
     assert found
-
-
-def check_exposition(text: str) -> None:
-    """Names that say what they count: no ``_created`` series (a timestamp gauge beside each
-    counter), and what ``promtool check metrics`` accepts, where Prometheus is installed."""
-    names = {name for name, _ in samples(text)}
-    assert not {name for name in names if name.endswith("_created")}
-    promtool = shutil.which("promtool")
-    if promtool is not None:
-        done = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, text=True,
-            timeout=30, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_metrics_count_a_complete_and_a_refused_stream_exactly(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from harness.children import stop_process
 from harness.demo import demo_runs, stream_all
+from producer.cli import stopping_line
 from producer.flags import build_parser
 from producer.states import FINAL_STATES, OPEN_STATES
 from runtime.logs import configure_logging
@@ -241,6 +242,28 @@ def test_a_second_signal_ends_the_grace_at_once(tmp_path: Path, recording: Recor
     assert p.process.returncode == 0
     assert p.states("held2")[-1] == ("streaming", "shutdown")
     assert_counters_add_up(p.trace())
+
+
+@pytest.mark.parametrize("trace_to_file", [True, False], ids=["trace-file", "trace-stderr"])
+def test_a_first_ctrl_c_is_acknowledged_on_the_terminal(
+    tmp_path: Path, trace_to_file: bool
+) -> None:
+    """A first SIGINT gets one plain line on stderr, whatever the trace's target: with
+    ``--trace-file`` that line is all stderr holds; a SIGTERM (a supervisor's) gets none."""
+    flags = ["--trace-file", str(tmp_path / "producer.jsonl")] if trace_to_file else []
+    with producer(tmp_path, *flags) as p:
+        p.process.send_signal(signal.SIGINT)
+        p.process.wait(timeout=30)
+    assert p.process.returncode == 0
+    said = [line for line in p.trace_path.read_text().splitlines() if not line.startswith("{")]
+    assert said == [stopping_line(5)]
+    assert "Ctrl-C again" in said[0]
+    if trace_to_file:
+        assert p.trace_path.read_text() == said[0] + "\n"
+    with producer(tmp_path, *flags, name="term") as p:
+        p.process.send_signal(signal.SIGTERM)
+        p.process.wait(timeout=30)
+    assert not [line for line in p.trace_path.read_text().splitlines() if not line.startswith("{")]
 
 
 def _accepts(port: int) -> bool:

@@ -38,7 +38,8 @@ from tests.timeline_reading import SVG, counted, parse_table, svg_of
 from traces.page import render_html
 from traces.result_events import render_result_events, result_events
 from traces.svg import PLOT_LEFT, PLOT_RIGHT
-from traces.timeline import MarkKind, SpanKind, build_timeline, microseconds
+from traces.timeline import MarkKind, SpanKind, build_timeline
+from traces.timestamps import microseconds
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -94,7 +94,8 @@ def test_a_complete_stream_is_drawn_provisional_then_accepted(tmp_path: Path) ->
     assert any('"status": "answered",' in ln for ln in lines[: lines.index(ACCEPTED[0])])
     final = lines[lines.index(ACCEPTED[0]) - 1]
     assert re.fullmatch(
-        r"complete  frames 10  943 B  paused \d+×  reconnects 0  \d+\.\d s  stream view-com", final
+        r"complete  frames 10  943 B  paused \d+×  reconnects 0  \d+\.\d s  stream view-complete",
+        final,
     )
     end = lines.index(ACCEPTED[0])
     assert lines[end : end + len(ACCEPTED)] == ACCEPTED
@@ -173,7 +174,7 @@ def test_a_chat_turn_is_drawn_call_by_call_then_accepted(tmp_path: Path) -> None
     assert re.search(r'^│ +\{"city":"Oslo"\} ', live, re.MULTILINE)
     assert re.search(r"^│ call +#1 get_weather · c2 ", live, re.MULTILINE), live
     assert re.fullmatch(
-        r"complete  frames 8  \d+ B  paused \d+×  reconnects 0  \d+\.\d s  stream view-cha",
+        r"complete  frames 8  \d+ B  paused \d+×  reconnects 0  \d+\.\d s  stream view-chat",
         lines[end - 1],
     )
     assert [ln[2:-1].rstrip() for ln in lines[end + 1 : end + 9]] == [

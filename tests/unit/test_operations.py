@@ -9,6 +9,8 @@ import asyncio
 import io
 import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 import structlog
@@ -88,6 +90,37 @@ def test_max_health_watches_default_and_environment(monkeypatch: pytest.MonkeyPa
     assert build_parser().parse_args([]).max_health_watches == 7
     assert build_parser().parse_args(["--max-health-watches", "9"]).max_health_watches == 9
     assert REASONS[Reason.HEALTH_WATCH_LIMIT].grpc_code == "RESOURCE_EXHAUSTED"
+
+
+def documented_metrics() -> set[tuple[str, tuple[str, ...]]]:
+    """The metrics docs/operations.md's table names (its first column), with their labels."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("\n## Metrics\n", 1)[1]
+    table = section.split("| metric | kind | meaning |\n|---|---|---|\n", 1)[1].split("\n\n")[0]
+    named = set()
+    for row in table.splitlines():
+        for name in re.findall(r"`(replywire_[a-z_]+)(?:\{([a-z_,]+)\})?`", row.split(" | ")[0]):
+            named.add((name[0], tuple(name[1].split(",")) if name[1] else ()))
+    return named
+
+
+def test_the_operations_table_names_every_metric_with_its_labels() -> None:
+    """docs/operations.md#metrics is written by hand: it names each family the registry
+    exposes (the shared log's gauges too), with the labels it has, and nothing else."""
+    metrics = ProducerMetrics()
+    metrics.watch_reply_log(lambda: 0, lambda: 0)
+    exposed = set()
+    for family in metrics.registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {key for sample in family.samples for key in sample.labels if key != "le"}
+        exposed.add((name, tuple(sorted(labels))))
+    for collector in (metrics.streams_ended, metrics.generations_ended, metrics.requests_refused):
+        # Labelled counters with no sample yet: their labels from the collector.
+        exposed = {
+            (name, collector.labels if name == collector.name + "_total" else labels)
+            for name, labels in exposed
+        }
+    assert exposed == documented_metrics()
 
 
 def test_each_producer_has_its_own_registry_and_the_ledger_hook() -> None:

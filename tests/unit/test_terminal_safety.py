@@ -33,8 +33,9 @@ from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_li
 from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused
 from traces.page import render_html
 from traces.result_events import render_result_events, result_events
+from traces.streams import stream_summaries
 from traces.table import render_summaries, render_table, table_rows, terminal_summary_line
-from traces.timeline import build_timeline, stream_summaries
+from traces.timeline import build_timeline
 
 pytestmark = pytest.mark.timeout(120)
 

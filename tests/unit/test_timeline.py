@@ -20,7 +20,8 @@ from traces.page import render_html
 from traces.result_events import render_result_events, result_events
 from traces.svg import TimeScale
 from traces.table import render_table, table_rows
-from traces.timeline import MarkKind, SpanKind, build_timeline, microseconds
+from traces.timeline import MarkKind, SpanKind, build_timeline
+from traces.timestamps import microseconds
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,7 +14,7 @@ import pytest
 
 from consumer import cli
 from consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_producer
-from consumer.view import tail
+from consumer.view import STREAM_ID_CHARS, final_line, tail
 from shared.reason_registry import REASONS
 from shared.reasons import Reason
 from shared.result import Stats, StreamResult
@@ -69,6 +69,24 @@ def test_hints_say_what_to_run() -> None:
     assert start_producer("localhost:50051", "--allow-faults") == (
         'make run-producer ARGS="--allow-faults"'
     )
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "shown"),
+    [
+        ("stall-kill", "stall-kill"),  # a user's own id, whole (it was cut to stall-ki)
+        ("x" * STREAM_ID_CHARS, "x" * STREAM_ID_CHARS),
+        ("cb8ecba566d841d4b1207bf63a294917", "cb8ecba566d841d4b1207bf…"),  # the consumer's own
+        ("run-" + "7" * 124, "run-" + "7" * 19 + "…"),
+        ("a\x1b[2Jb", "a\\x1b[2Jb"),  # never obeyed (the rule of shared/terminal_text.py)
+    ],
+)
+def test_the_final_line_shows_the_stream_id_whole_or_with_an_ellipsis(
+    stream_id: str, shown: str
+) -> None:
+    line = final_line(failed(Reason.TRUNCATED_FRAME, stream_id=stream_id), 1.0).plain
+    assert line.endswith(f"  stream {shown}")
+    assert len(shown) <= STREAM_ID_CHARS
 
 
 def test_tail_keeps_the_end_and_counts_what_it_left_out() -> None:
