@@ -18,13 +18,17 @@ def stdout_closed() -> None:
 
 
 def run_printing(main: Callable[[], int]) -> int:
-    """``main``'s exit code, its output flushed: a closed pipe met in that flush (the
-    last, buffered lines) or raised out of ``main`` while it printed ends quietly with
-    the command's success (0): what it printed was its answer."""
+    """``main``'s exit code, its output flushed: a closed pipe met in that flush (the last,
+    buffered lines) keeps that code; one raised out of ``main`` while it printed (a command
+    that prints as it goes, ``join-traces``, ``--help``) ends quietly with 0: what it
+    printed was its answer. The consumer catches its own, to keep its result's code."""
     try:
         code = main()
-        sys.stdout.flush()
     except BrokenPipeError:
         stdout_closed()
         return 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
     return code
