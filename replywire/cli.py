@@ -33,7 +33,8 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
     """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
     try:
         if args.command == "trace":  # the page (or the folder of pages) it will write
-            check_writable("--out", args.out, directory=args.stream_id is None)
+            one_stream = args.stream_id is not None or args.trace_id is not None
+            check_writable("--out", args.out, directory=not one_stream)
     except ConfigurationError as error:
         complain(str(error))
         return EXIT_USAGE
