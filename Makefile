@@ -174,7 +174,8 @@ run-producer: setup
 	@$(PY) -m producer --port $(PORT) $(ARGS)
 
 # Terminal 2: make run-consumer CASE=replace-file [TARGET=127.0.0.1:50051] [ARGS="--wire ndjson"]
-# (make turns a non-zero exit into 2: call `.venv/bin/python -m consumer` for the exact code.)
+# (make turns a non-zero exit into its own 2 and a `make: *** ... Error N` line, N the consumer's
+# code: docs/consumer.md#exit-codes-every-consumer-command; the exact code: `.venv/bin/python -m consumer`.)
 run-consumer: setup
 	@$(PY) -m consumer stream --case $(CASE) --target $(TARGET) $(ARGS)
 

@@ -27,7 +27,10 @@ from consumer.interrupt import install_interrupt
 from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
 from consumer.results import EXIT_USAGE, exit_code, refused_result
 from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
+from consumer.targets import check_target
+from runtime.closed_pipe import stdout_closed
 from runtime.logs import configure_logging
+from runtime.output_paths import check_writable
 from runtime.recording_file import (
     load_chat_recording_or_explain,
     load_recording_or_explain,
@@ -50,7 +53,7 @@ from shared.faults import Fault, FaultKind
 from shared.kinds import ReplyKind, kind_of
 from shared.questions import build_question_binding, parse_passages
 from shared.replay import replay
-from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest
+from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest, id_problem
 from shared.result import StreamResult
 from shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
 from shared.texts import MAX_ECHO_CHARS, build_text_binding
@@ -98,7 +101,11 @@ def emit_result(result: StreamResult, path: Path | None, out: TextIO) -> None:
     a terminal would obey as JSON escapes: the same document, shared.terminal_text)."""
     text = result.to_json()
     if path is None:
-        out.write(shown_json(text) if out.isatty() else text)
+        try:
+            out.write(shown_json(text) if out.isatty() else text)
+            out.flush()
+        except BrokenPipeError:  # its reader closed the pipe: the exit code still says
+            stdout_closed()
     else:
         path.write_text(text, encoding="utf-8")
 
@@ -427,10 +434,29 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
     return exit_code(result)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """What the flags say, checked before anything is written or connected (a
+    ``ConfigurationError``, a usage error): the files written can be, the target is one
+    gRPC reads as meant, the stream id keeps the protocol's rule."""
+    check_writable("--result", args.result)
+    check_writable("--trace-file", args.trace_file)
+    if args.command == "stream":
+        check_target(args.target)
+    if args.stream_id is not None:
+        problem = id_problem("--stream-id", args.stream_id)
+        if problem is not None:
+            raise ConfigurationError(f"{problem} (the protocol's rule: 0 to 128 visible ASCII)")
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_flags(args)
+    except ConfigurationError as error:
+        print(f"consumer: {shown_line(str(error), MAX_LINE_CHARS)}", file=sys.stderr)
+        return EXIT_USAGE
     trace_file = args.trace_file
     try:
         # Line-buffered: a reader of the file sees every record as soon as it is written.

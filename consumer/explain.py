@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from consumer.reader import NOT_A_GRPC_SERVER
 from consumer.security import TOKEN_ENV
 from shared.reason_registry import REASONS
 from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
@@ -207,6 +208,11 @@ def _unknown_case(result: StreamResult, facts: Facts) -> str | None:
 
 def _transport(result: StreamResult, facts: Facts) -> str:
     tries = result.stats.reconnects + 1
+    if (result.transport or {}).get("message") == NOT_A_GRPC_SERVER:
+        return (
+            f"{facts.target} is not a gRPC server (it answered, but not in HTTP/2): "
+            "is --target the producer's port?"
+        )
     if result.stats.bytes_received == 0:
         tried = f" (tried {tries} times)" if tries > 1 else ""
         return (

@@ -26,6 +26,7 @@ from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import DEFAULT_FLUSH_DELAY_S, LEVELS, flush_delay_ms
 from runtime.recording_file import DEFAULT_RECORDING_PATH
 from runtime.tracing import ENDPOINT_ENV, TRACEPARENT_ENV, TRACESTATE_ENV
+from runtime.usage import OneLineParser
 from shared.chats import DEFAULT_CHAT_MODEL
 from shared.consumer_limits import Limits
 from shared.errors import RequestRefused
@@ -267,7 +268,7 @@ COMMANDS: Final = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m consumer",
         description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
         "5 error, 6 invalid, 7 refused, 2 usage or configuration error. "

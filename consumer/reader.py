@@ -33,6 +33,12 @@ RESUMABLE_REASONS: Final = frozenset(
     {Reason.PRODUCER_SHUTDOWN, Reason.CONNECTION_AGED_OUT, Reason.CONTROLLED_TRANSPORT_ABORT}
 )
 
+#: What gRPC's details say of a peer that answered, but not in HTTP/2 (an HTTP/1 server on
+#: the port): ``Failed parsing HTTP/2 (Expected SETTINGS frame as the first frame, ...)``.
+NOT_HTTP2_DETAIL: Final = "Failed parsing HTTP/2"
+#: The result's ``transport.message`` for it: said once, never resumed (it will not mend).
+NOT_A_GRPC_SERVER: Final = "not a gRPC server: the peer answered, but not in HTTP/2"
+
 
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
@@ -53,8 +59,15 @@ class StreamEnded:
         reason other than its own shutdown or a connection's age (a refusal, a verdict)."""
         if self.code is not grpc.StatusCode.UNAVAILABLE or self.broken is not None or self.judged:
             return False
+        if self.not_grpc_server:
+            return False
         named = registered(self.details)
         return named is None or named in RESUMABLE_REASONS
+
+    @property
+    def not_grpc_server(self) -> bool:
+        """The peer is no gRPC server: it does not speak HTTP/2 (an HTTP/1 server)."""
+        return self.code is grpc.StatusCode.UNAVAILABLE and NOT_HTTP2_DETAIL in self.details
 
 
 QueueItem = bytes | StreamEnded

@@ -42,7 +42,7 @@ import structlog
 from consumer.channels import ChannelPool
 from consumer.interrupt import interrupted_within
 from consumer.options import StreamOptions
-from consumer.reader import QueueItem, Reader, StreamEnded
+from consumer.reader import NOT_A_GRPC_SERVER, QueueItem, Reader, StreamEnded
 from shared.consumer_core import ReplyConsumer
 from shared.errors import ProtocolFailure, scrubbed_detail
 from shared.pb import replywire_pb2 as pb
@@ -393,6 +393,9 @@ class StreamSession:
         transport.update(
             (key, scrubbed_detail(value)) for key, value in end.metadata if key in PASSED_METADATA
         )
+        if end.not_grpc_server:  # said as what it is, once: no resume mends it
+            transport["message"] = NOT_A_GRPC_SERVER
+            return self.consumer.transport_error(transport, reason=Reason.TRANSPORT_IO_ERROR)
         nothing_received = self.consumer.stats.transport_fragments == 0
         named = registered(end.details)
         if nothing_received and not self.attempt and named is not None:

@@ -59,6 +59,7 @@ from runtime.logs import (
     flush_trace,
     register_secret,
 )
+from runtime.output_paths import check_writable
 from runtime.recording_file import (
     load_chat_recording_or_explain,
     load_recording_or_explain,
@@ -418,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an unknown scheme stops the producer before it opens anything.
         store_of("--ledger", args.ledger)
         store_of("--reply-log", args.reply_log)
+        check_writable("--trace-file", args.trace_file)
+        check_writable("--ready-file", args.ready_file)  # written once it listens
     except ConfigurationError as error:
         print(f"producer: {error}", file=sys.stderr)
         return EXIT_USAGE

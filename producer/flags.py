@@ -75,6 +75,7 @@ from runtime.recording_file import DEFAULT_RECORDING_PATH
 from runtime.tracing import (
     ENDPOINT_ENV,
 )
+from runtime.usage import OneLineParser
 from shared.recording import RECORDING_SHA256
 from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES
 
@@ -394,7 +395,7 @@ FLAGS: Final = FlagTable(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m producer",
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
         f"Each flag may also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT=0).",

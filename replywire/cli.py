@@ -15,7 +15,9 @@ from typing import TextIO
 
 from harness.demo import run_demo
 from replywire.flags import build_parser
+from runtime.closed_pipe import stdout_closed
 from runtime.logs import configure_logging
+from runtime.output_paths import check_writable
 from shared.errors import ConfigurationError, ReplywireError
 from shared.status import EXIT_USAGE
 from shared.terminal_text import MAX_LINE_CHARS, shown_line
@@ -30,6 +32,13 @@ def complain(message: str) -> None:
 def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
     """``join-traces`` or ``trace``: read files only; 2 when they cannot be read."""
     try:
+        if args.command == "trace":  # the page (or the folder of pages) it will write
+            one_stream = args.stream_id is not None or args.trace_id is not None
+            check_writable("--out", args.out, directory=not one_stream)
+    except ConfigurationError as error:
+        complain(str(error))
+        return EXIT_USAGE
+    try:
         if args.command == "join-traces":
             skipped = run_join(args.paths, args.stream_id, args.event, out, args.trace_id)
         else:
@@ -37,6 +46,9 @@ def run_trace_files(args: argparse.Namespace, out: TextIO) -> int:
                 args.paths, args.stream_id, args.out, args.every, args.max_marks, args.trace_id
             )
             skipped = run_trace(request, out)
+    except BrokenPipeError:  # its reader has what it wanted (``| head``): done, quietly
+        stdout_closed()
+        return 0
     except (OSError, UnknownStream) as error:
         complain(str(error))
         return EXIT_USAGE

@@ -13,6 +13,7 @@ from runtime.flags import Count, Flag, FlagGroup, FlagTable
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS
 from runtime.recording_file import DEFAULT_RECORDING_PATH
+from runtime.usage import OneLineParser
 from traces.svg import DEFAULT_MAX_MARKS
 
 #: Every flag of ``python -m replywire``, by the commands that take it (no environment
@@ -84,7 +85,7 @@ COMMANDS: Final = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m replywire",
         description="replywire: the commands above both processes, the demo and both sides' "
         "traces read as one. Exit codes: 0 done, 2 usage error or trace files that cannot "

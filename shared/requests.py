@@ -97,10 +97,20 @@ def check_envelope(request: pb.OpenRequest) -> None:
         ("stream id", request.stream_id, MAX_STREAM_ID_CHARS),
         ("case id", request.case_id, MAX_CASE_ID_CHARS),
     ):
-        if len(value) > limit:
-            raise RequestRefused(Reason.INVALID_REQUEST, f"{name} over {limit} characters")
-        if not _ID_PATTERN.fullmatch(value):
-            raise RequestRefused(Reason.INVALID_REQUEST, f"{name} is not visible ASCII")
+        problem = id_problem(name, value, limit)
+        if problem is not None:
+            raise RequestRefused(Reason.INVALID_REQUEST, problem)
+
+
+def id_problem(name: str, value: str, limit: int = MAX_STREAM_ID_CHARS) -> str | None:
+    """Why ``value`` breaks the ids' rule (at most ``limit`` visible ASCII characters), in
+    words that never repeat it; None when it keeps it. A consumer checks its own stream id
+    by it before connecting, as the producer does on arrival."""
+    if len(value) > limit:
+        return f"{name} over {limit} characters"
+    if not _ID_PATTERN.fullmatch(value):
+        return f"{name} is not visible ASCII"
+    return None
 
 
 def check_request(request: pb.OpenRequest, *, allow_faults: bool) -> CheckedRequest:

@@ -21,6 +21,7 @@ def test_a_usage_error_from_the_environment_is_exit_2_without_a_traceback() -> N
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        "python -m producer: error: argument --max-streams: must be at least 1: 0"
+        "python -m producer: error: argument --max-streams: must be at least 1: 0 "
+        "(try python -m producer --help)"
     )
     assert "Traceback" not in done.stderr
