@@ -12,6 +12,8 @@ from typing import Final
 
 from consumer.reader import NOT_A_GRPC_SERVER
 from consumer.security import TOKEN_ENV
+from shared.faults import EXPECTED_OUTCOMES, FaultKind
+from shared.questions import is_question
 from shared.reason_registry import REASONS
 from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
 from shared.recording import DEVELOPMENT_CASES
@@ -198,6 +200,10 @@ def start_producer(target: str, *args: str) -> str:
 
 
 def _unknown_case(result: StreamResult, facts: Facts) -> str | None:
+    if is_question(result.case_id):  # --question: the recording serves its own cases only
+        return "this producer's source answers no questions: start it with " + (
+            f"`{start_producer(facts.target, '--source gemini')}`"
+        )
     detail = result.detail or ""
     match = re.match(r"unknown case '([^']*)'", detail)
     if match is None:
@@ -220,6 +226,12 @@ def _transport(result: StreamResult, facts: Facts) -> str:
         )
     resumes = "a resume" if tries == 2 else f"{tries - 1} resumes"
     resumed = f" and {resumes} did not mend it" if tries > 1 else ""
+    if facts.fault == FaultKind.STALL:  # a stall pauses the producer; it breaks nothing
+        return (
+            f"the producer at {facts.target} went away during the stall{resumed} "
+            f"(--fault stall only pauses it); is it still running? "
+            f"(`{start_producer(facts.target)}`)"
+        )
     return (
         f"the connection to {facts.target} broke mid-stream{resumed}; "
         f"is the producer still running? (`{start_producer(facts.target)}`)"
@@ -273,6 +285,24 @@ HINTS: Final[Mapping[Reason, Callable[[StreamResult, Facts], str | None]]] = {
 }
 
 
+#: Reasons that say the producer or the connection went away, not what a fault asked for.
+GONE: Final = frozenset(
+    {R.TRANSPORT_IO_ERROR, R.PRODUCER_SHUTDOWN, R.GENERATOR_LOST, R.CONNECTION_AGED_OUT}
+)
+
+
+def fault_caused(reason: Reason, fault: str) -> bool:
+    """Whether ``fault`` explains ``reason``: a producer or connection that went away is
+    blamed on a fault only where the fault asks for exactly that (``transport-abort``)."""
+    if reason not in GONE:
+        return True
+    try:
+        kind = FaultKind(fault)
+    except ValueError:
+        return False
+    return any(outcome.reason == reason.value for outcome in EXPECTED_OUTCOMES[kind].values())
+
+
 def hint(result: StreamResult, facts: Facts) -> str | None:
     """What to do about a result that was not accepted, where something helps."""
     if result.accepted or result.reason is None:
@@ -281,7 +311,11 @@ def hint(result: StreamResult, facts: Facts) -> str | None:
         reason = Reason(result.reason)
     except ValueError:
         return None
-    if facts.fault is not None and result.stats.bytes_received:
+    if (
+        facts.fault is not None
+        and result.stats.bytes_received
+        and fault_caused(reason, facts.fault)
+    ):
         return f"--fault {facts.fault} asked the producer for this: the consumer caught it"
     advise = HINTS.get(reason)
     return advise(result, facts) if advise is not None else None

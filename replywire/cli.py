@@ -1,7 +1,8 @@
 """``python -m replywire``: the commands above both processes. ``demo`` (``make demo``)
 starts a producer and streams the cases and the fault catalogue through it
 (``harness.demo``); ``join-traces`` and ``trace`` read both sides' traces as one
-(``traces.commands``). The flags are ``replywire.flags``'.
+(``traces.commands``); ``health`` and ``services`` ask a running producer
+(``replywire.probes``). The flags are ``replywire.flags``'.
 
 Exit codes: 0 done; 2 a usage or configuration error, or trace files that cannot be read.
 """
@@ -15,6 +16,7 @@ from typing import TextIO
 
 from harness.demo import run_demo
 from replywire.flags import build_parser
+from replywire.probes import run_probe
 from runtime.closed_pipe import stdout_closed
 from runtime.logs import configure_logging
 from runtime.output_paths import check_writable
@@ -73,4 +75,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         return run_demo_command(args, out)
+    if args.command in ("health", "services"):
+        return run_probe(args, out)
     return run_trace_files(args, out)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from native import version_line
-from runtime.flags import Count, Flag, FlagGroup, FlagTable
+from runtime.flags import Count, Flag, FlagGroup, FlagTable, Number
 from runtime.help_format import DefaultsHelpFormatter
 from runtime.logs import LEVELS
 from runtime.recording_file import DEFAULT_RECORDING_PATH
@@ -62,6 +62,19 @@ FLAGS: Final = FlagTable((
              "marks a row of the picture draws one by one; past it, one bin per pixel column",
              Count("marks"), DEFAULT_MAX_MARKS, metavar="N"),
     )),
+    FlagGroup(commands=("health", "services"), flags=(
+        Flag("--target", "the producer's `HOST:PORT` (or a target in gRPC's own syntax)",
+             default="127.0.0.1:50051"),
+        Flag("--tls-ca", "TLS, trusting this CA's PEM certificate (a producer started with "
+             "`--tls-cert`); default: plaintext", Path, metavar="PEM"),
+        Flag("--timeout-s", "how long an answer may take", Number(0, inclusive=False), 5.0),
+    )),
+    FlagGroup(commands=("health",), flags=(
+        Flag("--service", "the service asked about: `\"\"` the whole producer, or "
+             "`replywire.v1.ReplyStream`", default="", shown="`\"\"`"),
+        Flag("--watch", "`Watch` instead of `Check`: one line per status the producer "
+             "announces, until it ends the watch (it stops) or Ctrl-C", action="switch"),
+    )),
 ))
 # fmt: on
 
@@ -81,15 +94,26 @@ COMMANDS: Final = {
         "stderr as JSON) by stream id into one time-ordered timeline. Without --stream: the "
         "streams found. Per-chunk marks need both sides at --log-level debug.",
     ),
+    "health": (
+        "ask a running producer's health service: one line, SERVING (exit 0) or another "
+        "status (exit 1)",
+        "grpc.health.v1.Health's Check (or Watch), as a load balancer asks it. Exit codes: 0 "
+        "SERVING, 1 another status, 2 usage error, 5 no answer.",
+    ),
+    "services": (
+        "list a running producer's services through its server reflection, one a line",
+        "Exit codes: 0 listed, 2 usage error, 5 no answer.",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m replywire",
-        description="replywire: the commands above both processes, the demo and both sides' "
-        "traces read as one. Exit codes: 0 done, 2 usage error or trace files that cannot "
-        "be read.",
+        description="replywire: the commands above both processes, the demo, both sides' "
+        "traces read as one, and a running producer's health and services. Exit codes: 0 "
+        "done, 2 usage error or trace files that cannot be read (health and services: see "
+        "their --help).",
         formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=version_line())

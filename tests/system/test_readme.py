@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ BUILD = f"{HERE}::test_build_commands"
 REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
 OTEL = f"{HERE}::test_opentelemetry_recipe"
+OPERATOR = f"{HERE}::test_operator_recipe"
 TYPESCRIPT = "tests/system/test_typescript.py"
 
 
@@ -191,6 +193,7 @@ for _block, _test in (
     (sh_block("--stream-id t1"), OTEL),
     (sh_block("fake_gemini --port 0"), WALKTHROUGH),
     (sh_block("--tls-cert"), SECURITY),
+    (sh_block("the operator's commands"), OPERATOR),
     (sh_block("two replicas sharing one reply log"), REPLICAS),
     (sh_block("dist/cli.js stream"), f"{TYPESCRIPT}::test_the_cli_recipe"),
 ):
@@ -288,6 +291,32 @@ def test_security_recipe(tmp_path: Path) -> None:
     assert (refused["status"], refused["reason"]) == ("refused", "invalid_token")
     token = (directory / "alice.token").read_text().strip()
     assert token not in (directory / "producer.log").read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_operator_recipe(tmp_path: Path) -> None:
+    """Health (Check, a service's, Watch through a SIGTERM), reflection and /metrics with
+    the project's commands and curl; the metrics port shown (9464) is a free one here."""
+    block = sh_block("the operator's commands")
+    done = run_recipe(block.replace("9464", str(free_port())), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "SERVING",
+        "SERVING",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "replywire.v1.ReplyStream",
+        "replywire_streams_open 0.0",
+        "health exit 1",
+        "SERVING",
+        "NOT_SERVING",
+    ]
 
 
 @NEEDS_JQ

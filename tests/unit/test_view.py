@@ -71,6 +71,39 @@ def test_hints_say_what_to_run() -> None:
     )
 
 
+def test_hints_name_the_real_cause_not_the_fault_or_the_case_list() -> None:
+    gone = failed(Reason.TRANSPORT_IO_ERROR, stats=Stats(bytes_received=120, reconnects=1))
+    assert hint(gone, Facts(fault="stall")) == (
+        "the producer at 127.0.0.1:50051 went away during the stall and a resume did not mend "
+        "it (--fault stall only pauses it); is it still running? (`make run-producer`)"
+    )
+    for reason in (Reason.PRODUCER_SHUTDOWN, Reason.GENERATOR_LOST):
+        assert hint(failed(reason, stats=Stats(bytes_received=120)), Facts(fault="omit")) is None
+    # A fault that asks for exactly this ending is still named, and so is any other fault.
+    assert hint(gone, Facts(fault="transport-abort")) == (
+        "--fault transport-abort asked the producer for this: the consumer caught it"
+    )
+    idle = failed(Reason.IDLE_TIMEOUT, stats=Stats(bytes_received=120))
+    assert hint(idle, Facts(fault="stall")) == (
+        "--fault stall asked the producer for this: the consumer caught it"
+    )
+    question = StreamResult(
+        status=Status.REFUSED,
+        reason=Reason.DEVELOPMENT_CASE_REQUIRED.value,
+        case_id="question-0123456789abcdef",
+        wire_format="lp",
+        detail="unknown case 'question-0123456789abcdef'; known: utf8-write, replace-file",
+    )
+    assert hint(question, Facts()) == (
+        "this producer's source answers no questions: start it with "
+        '`make run-producer ARGS="--source gemini"`'
+    )
+    assert hint(question, Facts(target="10.0.0.7:50051")) == (
+        "this producer's source answers no questions: start it with "
+        "`python -m producer --source gemini`"
+    )
+
+
 @pytest.mark.parametrize(
     ("stream_id", "shown"),
     [
