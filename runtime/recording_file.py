@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from shared.chat_recording import ChatRecording
 from shared.errors import ConfigurationError, ReplywireError
+from shared.pinned_cases import PinnedCases
 from shared.recording import RECORDING_SHA256, Recording
 from shared.text_recording import TextRecording
 
 DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
 DEFAULT_TEXT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("text-recording.json")
 DEFAULT_CHAT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("chat-recording.json")
+
+P = TypeVar("P", bound=PinnedCases)
 
 
 def load_recording(path: Path = DEFAULT_RECORDING_PATH, **kwargs: Any) -> Recording:
@@ -31,27 +34,22 @@ def load_recording_or_explain(path: Path, *, expected_sha256: str = RECORDING_SH
         raise ConfigurationError(f"recording {path} refused: {error.code}") from error
 
 
-def load_text_recording_or_explain(path: Path = DEFAULT_TEXT_RECORDING_PATH) -> TextRecording:
-    """The text recording in ``path``, verified (``TextRecording.from_bytes``); a file that
-    cannot be used is a ConfigurationError (one line, exit 2)."""
+def _pinned_or_explain(kind: type[P], what: str, path: Path) -> P:
+    """``kind.from_bytes`` of the file at ``path``; a file that cannot be used is a
+    ConfigurationError (one line, exit 2)."""
     try:
-        return TextRecording.from_bytes(path.read_bytes())
+        return kind.from_bytes(path.read_bytes())
     except OSError as error:
-        raise ConfigurationError(
-            f"cannot read the text recording {path}: {error.strerror}"
-        ) from error
+        raise ConfigurationError(f"cannot read the {what} {path}: {error.strerror}") from error
     except ReplywireError as error:
-        raise ConfigurationError(f"text recording {path} refused: {error.code}") from error
+        raise ConfigurationError(f"{what} {path} refused: {error.code}") from error
+
+
+def load_text_recording_or_explain(path: Path = DEFAULT_TEXT_RECORDING_PATH) -> TextRecording:
+    """The text recording in ``path``, verified (``TextRecording.from_bytes``)."""
+    return _pinned_or_explain(TextRecording, "text recording", path)
 
 
 def load_chat_recording_or_explain(path: Path = DEFAULT_CHAT_RECORDING_PATH) -> ChatRecording:
-    """The chat recording in ``path``, verified (``ChatRecording.from_bytes``); a file that
-    cannot be used is a ConfigurationError (one line, exit 2)."""
-    try:
-        return ChatRecording.from_bytes(path.read_bytes())
-    except OSError as error:
-        raise ConfigurationError(
-            f"cannot read the chat recording {path}: {error.strerror}"
-        ) from error
-    except ReplywireError as error:
-        raise ConfigurationError(f"chat recording {path} refused: {error.code}") from error
+    """The chat recording in ``path``, verified (``ChatRecording.from_bytes``)."""
+    return _pinned_or_explain(ChatRecording, "chat recording", path)

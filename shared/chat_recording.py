@@ -4,73 +4,34 @@ are.
 
 A recorded chat case is asked with a chat binding (docs/protocol.md#chat-binding) whose
 ``case_id`` is the case's own name (``chat-…``) and whose request is the recorded one; its
-reply is the recorded turn, frame for frame (``shared.chat_frames``). Pure: bytes in,
-verified cases out.
+reply is the recorded turn, frame for frame (``shared.chat_frames``). Read and checked as
+``shared.pinned_cases`` says.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
 from typing import Any, Final
 
 from shared.chat_frames import ChatItem, chat_item_of
 from shared.chats import chat_binding, chat_binding_problem, is_chat_case
-from shared.digest import digest, strict_json
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from shared.digest import digest
+from shared.pinned_cases import PinnedCases
 from shared.recording import BoundCase
 
 CHAT_RECORDING_SHA256: Final = "36bc05973c1ca4679d2ea766fb51eb035c57ef0ba10983a4718aac649b15ce38"
 FORMAT: Final = "replywire-chat-recording/1"
 
 
-class ChatRecording:
+class ChatRecording(PinnedCases):
     """The recorded chat cases, verified: the file's pinned hash, then each case."""
 
-    def __init__(self, cases: Mapping[str, BoundCase], sha256: str) -> None:
-        self._cases = dict(cases)
-        self.sha256 = sha256
+    FORMAT = FORMAT
+    SHA256 = CHAT_RECORDING_SHA256
+    WHAT = "chat"
 
-    @classmethod
-    def from_bytes(
-        cls, raw: bytes, *, expected_sha256: str = CHAT_RECORDING_SHA256
-    ) -> ChatRecording:
-        actual = hashlib.sha256(raw).hexdigest()
-        if actual != expected_sha256:
-            raise RequestRefused(Reason.RECORDING_HASH_MISMATCH, f"sha256 {actual}")
-        try:
-            document = strict_json(raw.decode("utf-8"))
-            if document["format"] != FORMAT:
-                raise ValueError(f"format {document['format']!r}")
-            cases = {
-                case_id: chat_case(case_id, entry["request"], entry["items"])
-                for case_id, entry in document["cases"].items()
-            }
-        except (ValueError, RecursionError, KeyError, TypeError) as error:
-            raise RequestRefused(Reason.RECORDED_REQUEST_MISMATCH, repr(error)) from error
-        return cls(cases, actual)
-
-    @property
-    def case_ids(self) -> tuple[str, ...]:
-        return tuple(self._cases)
-
-    def __contains__(self, case_id: object) -> bool:
-        return case_id in self._cases
-
-    def case(self, case_id: str) -> BoundCase:
-        found = self._cases.get(case_id)
-        if found is None:
-            raise RequestRefused(Reason.DEVELOPMENT_CASE_REQUIRED, case_id)
-        return found
-
-    def bind_request(self, case_id: str, supplied: object) -> BoundCase:
-        """The recorded case, when ``supplied`` is exactly its binding
-        (``request_binding_mismatch`` otherwise)."""
-        case = self.case(case_id)
-        if not isinstance(supplied, Mapping) or digest(supplied) != case.binding_sha256:
-            raise RequestRefused(Reason.REQUEST_BINDING_MISMATCH, "not the recorded chat binding")
-        return case
+    @staticmethod
+    def case_of(case_id: str, entry: Any) -> BoundCase:
+        return chat_case(case_id, entry["request"], entry["items"])
 
 
 def chat_case(case_id: str, request: Any, items: Any) -> BoundCase:
