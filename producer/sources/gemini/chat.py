@@ -32,9 +32,7 @@ from typing import Any, Final
 
 from producer.sources.gemini.protocol import (
     MAX_PART_KINDS_SHOWN,
-    ProviderError,
     ProviderFrames,
-    error_code,
     error_of,
     finish_of,
     parts_of,
@@ -160,11 +158,7 @@ class ChatFrames(ProviderFrames):
 
     def event(self, event: object) -> list[Frame]:
         """One parsed SSE ``data`` payload. Raises ``ProviderError`` after the finish."""
-        if self.finished:
-            raise ProviderError(Reason.PROVIDER_EVENT_AFTER_FINISH)
-        if not isinstance(event, dict):
-            raise ProviderError(Reason.PROVIDER_INVALID_EVENT, "event is not an object")
-        self.events += 1
+        event = self._counted(event)
         error = error_of(event)
         if error is not None:
             return [self._provider_error(error)]
@@ -178,13 +172,6 @@ class ChatFrames(ProviderFrames):
                 frames.append(self._content(FrameKind.FINISH, FinishPart(reason=finish)))
             frames.append(self.terminal(finish))
         return frames
-
-    def _provider_error(self, error: Mapping[str, Any]) -> Frame:
-        self.finish_reason = "ERROR"
-        code = error_code(error)
-        if code is Reason.PROVIDER_ERROR_UNREGISTERED:
-            self._unregistered("error", error.get("status", error.get("code")), code)
-        return self._frame(FrameKind.ERROR, reason=code.value)
 
     def _parts(self, parts: list[object]) -> list[Frame]:
         """Each part's frames, in order, up to one a turn cannot carry (which ends it)."""

@@ -279,23 +279,33 @@ class ProviderFrames:
             sequence=self.sequence, kind=kind, binding_sha256=self.binding_sha256, **fields
         )
 
-    def event(self, event: object) -> list[Frame]:
-        """One parsed SSE ``data`` payload. Raises ``ProviderError`` after the finish."""
+    def _counted(self, event: object) -> dict[str, Any]:
+        """An event read as one: ``ProviderError`` after the finish, or for an event that is
+        not an object; else it is counted."""
         if self.finished:
             raise ProviderError(Reason.PROVIDER_EVENT_AFTER_FINISH)
         if not isinstance(event, dict):
             raise ProviderError(Reason.PROVIDER_INVALID_EVENT, "event is not an object")
         self.events += 1
+        return event
+
+    def _provider_error(self, error: Mapping[str, Any]) -> Frame:
+        """The error terminal of an ``error`` object in an event (its status's code)."""
+        self.finish_reason = "ERROR"
+        code = error_code(error)
+        if code is Reason.PROVIDER_ERROR_UNREGISTERED:
+            self._unregistered("error", error.get("status", error.get("code")), code)
+        return self._frame(FrameKind.ERROR, reason=code.value)
+
+    def event(self, event: object) -> list[Frame]:
+        """One parsed SSE ``data`` payload. Raises ``ProviderError`` after the finish."""
+        event = self._counted(event)
         usage = usage_of(event)
         if usage is not None:
             self.usage = usage
         error = error_of(event)
         if error is not None:
-            self.finish_reason = "ERROR"
-            code = error_code(error)
-            if code is Reason.PROVIDER_ERROR_UNREGISTERED:
-                self._unregistered("error", error.get("status", error.get("code")), code)
-            return [self._frame(FrameKind.ERROR, reason=code.value)]
+            return [self._provider_error(error)]
         frames = []
         text, unsupported = split_parts(event)
         if text:
