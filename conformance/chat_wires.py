@@ -26,6 +26,7 @@ from conformance.chat_craft import (
 )
 from conformance.vectors import Group
 from shared.chat_frames import ChatItem
+from shared.chat_parts import PART_FIELDS
 from shared.recording import BoundCase, Recording
 
 #: The turn every wire corner sits in: text, then the corner (frame 2), then the rest.
@@ -343,17 +344,7 @@ def _ndjson_corners(group: Group) -> None:
         "a signature with no index",
         ndjson_object(chat, 2, "signature", {k: v for k, v in sig.items() if k != "index"}),
     )
-    counts = dict.fromkeys(
-        (
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "thoughts_tokens",
-            "tool_use_prompt_tokens",
-            "total_tokens",
-        ),
-        1,
-    )
+    counts = dict.fromkeys(PART_FIELDS["usage"], 1)
     add(
         "usage-without-total",
         "a usage without total_tokens",
