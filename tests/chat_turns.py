@@ -50,6 +50,19 @@ SHELL: Final = {
 }
 
 
+#: A declared tool: the weather in a city (the fake model's and the tests' one tool).
+WEATHER: dict[str, Any] = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "minLength": 1}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
 def chat_binding(tools: Sequence[dict[str, Any]] = (READ_FILE, SHELL)) -> dict[str, Any]:
     """A chat binding as the schema has it, by hand (shared/chats.py builds the real ones)."""
     request = {

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from harness.children import read_listening_port, stop_process
+from tests.processes import ROOT
 from tests.runs import once_per_run
 from tests.typescript import build
 
@@ -21,3 +26,21 @@ def built(typescript_build: dict[str, Any]) -> None:
     """dist/ is there: the build succeeded (its failure is test_make_ts_runs_the_readme_steps's)."""
     if typescript_build["returncode"] != 0:
         pytest.fail("the TypeScript build failed: see test_make_ts_runs_the_readme_steps")
+
+
+@pytest.fixture(scope="module")
+def hostile_target() -> Iterator[str]:
+    """The hostile producer (``tests/hostile_producer.py``), started for a module: its target."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.hostile_producer", "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        port = read_listening_port(process, 20.0)
+        assert port is not None, "the hostile producer did not start"
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process(process)
+        assert process.stdout is not None
+        process.stdout.close()

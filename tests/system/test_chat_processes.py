@@ -10,23 +10,13 @@ from typing import Any
 
 import pytest
 
+from tests.chat_turns import WEATHER
 from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer, run_consumer
 
 pytestmark = pytest.mark.timeout(180)
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "minLength": 1}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    }
-]
+TOOLS: list[dict[str, Any]] = [WEATHER]
 
 
 @pytest.fixture(scope="module")

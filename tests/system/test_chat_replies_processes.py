@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.children import read_listening_port, stop_process
 from shared.status import Status
+from tests.chat_turns import WEATHER
 from tests.processes import Producer, producer, run_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,34 +129,6 @@ def test_the_002_lab_s_turn_is_the_lab_s(running: Producer) -> None:
 
 
 # --- a hostile producer alters the fake model's turn on the way --------------------------------
-
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "minLength": 1}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def hostile_target() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.hostile_producer", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        port = read_listening_port(process, 20.0)
-        assert port is not None, "the hostile producer did not start"
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(process)
-        assert process.stdout is not None
-        process.stdout.close()
 
 
 @pytest.mark.parametrize("wire", ["lp", "ndjson"])

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.children import read_listening_port, stop_process
 from shared.errors import scrubbed_detail
 from shared.questions import build_question_binding
 from tests import hostile_producer as hostile
 from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
-from tests.processes import ROOT, consumer_on_a_pty
+from tests.processes import consumer_on_a_pty
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,23 +34,6 @@ COLUMNS = 160
 #: A sequence rich and the log lines write themselves: colours, cursor moves, line erase,
 #: cursor shown/hidden. Never a screen clear (J), never OSC, DCS or a one-byte C1 control.
 OWN_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[mABCDGKhl]")
-
-
-@pytest.fixture(scope="module")
-def hostile_target() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.hostile_producer", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        port = read_listening_port(process, 20.0)
-        assert port is not None, "the hostile producer did not start"
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(process)
-        assert process.stdout is not None
-        process.stdout.close()
 
 
 def on_a_pty(argv: list[str], timeout: float = 60.0, module: str = "consumer") -> tuple[int, bytes]:

@@ -19,18 +19,9 @@ from shared.chats import (
 )
 from shared.digest import digest
 from shared.errors import RequestRefused
+from tests.chat_turns import WEATHER
 
 ROOT = Path(__file__).resolve().parents[2]
-WEATHER: dict[str, Any] = {
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "minLength": 1}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 
 
 def a_binding(**request: Any) -> dict[str, Any]:

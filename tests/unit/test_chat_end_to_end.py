@@ -26,6 +26,7 @@ from shared.frames import Frame
 from shared.replay import consume
 from shared.wire import WireFormat, codec_for
 from shared.wire.chunking import ChunkPlan
+from tests.chat_turns import WEATHER
 
 WIRES = (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)
 PLANS = ("frame", "whole", "1", "1,2,7,3,11")
@@ -102,17 +103,6 @@ def test_every_fault_ends_a_chat_turn_as_documented(kind: FaultKind, wire: WireF
 
 
 # --- the fake Gemini's chat scripts through the source's adapter --------------------------------
-
-WEATHER: dict[str, Any] = {
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "minLength": 1}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 
 
 def from_the_model(model: str, wire: WireFormat) -> dict[str, Any]:
