@@ -5,7 +5,6 @@ outcome, the turn kept, and (accepted) the answer as the table says."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,31 +14,13 @@ import pytest
 
 from shared.status import Status
 from tests.chat_turns import WEATHER
+from tests.experiment_tables import reason_on, table_rows
 from tests.processes import Producer, producer, run_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = re.search(
-    r"<!-- chat-experiments -->\n(.*?)<!-- /chat-experiments -->",
-    (ROOT / "docs" / "consumer.md").read_text(encoding="utf-8"),
-    re.S,
-)
-assert TABLE is not None
-ROWS = [
-    [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-    for line in TABLE.group(1).splitlines()[2:]
-]
+ROWS = table_rows("chat-experiments")
 #: The consumer's exit code of each status.
 EXIT_CODES = {"complete": 0, "incomplete": 3, "cancelled": 4, "invalid": 6}
-
-
-def reason_on(cell: str, wire: str) -> str | None:
-    """A reason cell: ``—`` (none), one code, or one per wire (``a`` on ``lp``, ...)."""
-    if cell == "—":
-        return None
-    per_wire = dict(re.findall(r"`(\w+)` on `(\w+)`", cell))
-    if per_wire:
-        return {on: code for code, on in per_wire.items()}[wire]
-    return cell.strip("`")
 
 
 def calls_of(cell: str) -> list[tuple[str, str]]:

@@ -11,30 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.experiment_tables import reason_on, table_rows
 from tests.processes import Producer, producer, run_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "abcdefghijklmnopqrstuvwxyz0123456789"
-TABLE = re.search(
-    r"<!-- text-experiments -->\n(.*?)<!-- /text-experiments -->",
-    (ROOT / "docs" / "consumer.md").read_text(encoding="utf-8"),
-    re.S,
-)
-assert TABLE is not None
-ROWS = [
-    [cell.strip() for cell in line.strip("|").split("|")]
-    for line in TABLE.group(1).splitlines()[2:]
-]
-
-
-def reason_on(cell: str, wire: str) -> str | None:
-    """A reason cell: ``—`` (none), one code, or one per wire (``a`` on ``lp``, ...)."""
-    if cell == "—":
-        return None
-    per_wire = dict(re.findall(r"`(\w+)` on `(\w+)`", cell))
-    if per_wire:
-        return {on: code for code, on in per_wire.items()}[wire]
-    return cell.strip("`")
+ROWS = table_rows("text-experiments")
 
 
 @pytest.fixture(scope="module")
