@@ -7,7 +7,7 @@ frames are ``conformance.chat_wires``'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from conformance import chat_wires, craft
@@ -359,16 +359,6 @@ def _add_rows(group: Group, wire: str, rows: Rows) -> None:
         group.add(name, description, rule, wire, chunks, case=chat)
 
 
-def _smallest(passes: Callable[[int], bool], low: int, high: int) -> int:
-    while low < high:
-        middle = (low + high) // 2
-        if passes(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 def _limits(group: Group, wire: str) -> None:
     """The tool-call limit at and past its default; the content limit, custom and default,
     reached by each of the four things it counts."""
@@ -431,7 +421,7 @@ def _limits(group: Group, wire: str) -> None:
                 core_result(chat.binding, wire, chunks, End.EOF, limits)["status"] == "complete"
             )
 
-        edge = _smallest(passes, 1, 1000)
+        edge = craft.smallest(passes, 1, 1000)
         for value, where in ((edge, "at"), (edge - 1, "past")):
             group.add(
                 f"limit-content-{part}.{where}-edge",

@@ -9,7 +9,7 @@ byte by byte, from the protobuf wire format and the NDJSON frame objects.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from shared.digest import digest
@@ -220,3 +220,15 @@ def split_at(data: bytes, *offsets: int) -> list[bytes]:
 
 def sized(data: bytes, size: int) -> list[bytes]:
     return [data[offset : offset + size] for offset in range(0, len(data), size)]
+
+
+def smallest(passes: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest value in [low, high] that passes (``passes`` is monotone: false, then
+    true); ``high`` must pass."""
+    while low < high:
+        middle = (low + high) // 2
+        if passes(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low

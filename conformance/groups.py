@@ -157,18 +157,6 @@ def _fault_edges(case: BoundCase, wire: str) -> list[tuple[Callable[[], Fault], 
     return edges
 
 
-def _smallest(passes: Callable[[int], bool], low: int, high: int) -> int:
-    """The smallest value in [low, high] that passes (``passes`` is monotone: false, then
-    true); ``high`` must pass."""
-    while low < high:
-        middle = (low + high) // 2
-        if passes(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 def limits_group(recording: Recording) -> Group:
     group = Group("limits")
     case = recording.case(recording.case_ids[0])
@@ -198,7 +186,7 @@ def limits_group(recording: Recording) -> Group:
                 result = core_result(case.binding, wire, chunks, End.EOF, {limit: value})
                 return bool(result["status"] == status)
 
-            edge = _smallest(passes, 1, 1 << 20)
+            edge = craft.smallest(passes, 1, 1 << 20)
             tag = "wide" if chunks is wide else "plain"
             for value, where in ((edge, "at"), (edge - 1, "past")):
                 group.add(
@@ -236,7 +224,7 @@ def _default_edges(group: Group, case: BoundCase, wire: str) -> None:
             status: str = core_result(case.binding, wire, chunks_of(count), End.EOF)["status"]
             return status != "complete"
 
-        edge = _smallest(fails, 1, high)
+        edge = craft.smallest(fails, 1, high)
         reason = core_result(case.binding, wire, chunks_of(edge), End.EOF)["reason"]
         for count, where in ((edge - 1, "at"), (edge, "past")):
             chunks = chunks_of(count)
