@@ -14,7 +14,7 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
@@ -51,6 +51,7 @@ from shared.digest import bounded_json, canonical_json, within_depth
 from shared.errors import ConfigurationError, ReplywireError, RequestRefused
 from shared.faults import Fault, FaultKind
 from shared.kinds import ReplyKind, kind_of
+from shared.pinned_cases import PinnedCases
 from shared.questions import build_question_binding, parse_passages
 from shared.replay import replay
 from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest, id_problem
@@ -152,17 +153,24 @@ def binding_file(args: argparse.Namespace) -> Any:
     return binding
 
 
-def recorded_text(args: argparse.Namespace) -> tuple[str, Any] | None:
-    """``--kind text --case C``: the recorded text binding of C (None with ``--binding``,
-    whose file the caller reads)."""
+def recorded(
+    args: argparse.Namespace,
+    kind: ReplyKind,
+    load: Callable[[], PinnedCases],
+    asking: str,
+    what: str,
+) -> tuple[str, Any] | None:
+    """``--kind K --case C``: the binding of C in the recording ``load`` reads, ``what``
+    it records (None with ``--binding``, whose file the caller reads); ``asking`` is the
+    flag that asks for a reply of that kind without a case."""
     if args.case is None:
-        raise ConfigurationError("--kind text needs --text or --case (a recorded text)")
+        raise ConfigurationError(f"--kind {kind} needs {asking} or --case (a {what})")
     if args.binding is not None:
         return None
     try:
-        return args.case, load_text_recording_or_explain().case(args.case).binding
+        return args.case, load().case(args.case).binding
     except RequestRefused as error:
-        raise ConfigurationError(f"--case {args.case}: no recorded text ({error.code})") from error
+        raise ConfigurationError(f"--case {args.case}: no {what} ({error.code})") from error
 
 
 def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
@@ -177,7 +185,9 @@ def text_binding(args: argparse.Namespace) -> tuple[str, Any] | None:
     if args.question is not None:
         raise ConfigurationError("--question asks for a grounded reply: drop --kind text")
     if text is None:
-        return recorded_text(args)
+        return recorded(
+            args, ReplyKind.TEXT, load_text_recording_or_explain, "--text", "recorded text"
+        )
     if args.case is not None or args.binding is not None:
         raise ConfigurationError("--text binds its own case: drop --case and --binding")
     if len(text) > MAX_ECHO_CHARS:
@@ -208,7 +218,9 @@ def chat_binding_from(args: argparse.Namespace) -> tuple[str, Any] | None:
     if args.prompt is None:
         if given:
             raise ConfigurationError(f"--{given[0]} goes with --prompt")
-        return recorded_chat(args)
+        return recorded(
+            args, ReplyKind.CHAT, load_chat_recording_or_explain, "--prompt", "recorded chat turn"
+        )
     if args.case is not None or args.binding is not None:
         raise ConfigurationError("--prompt binds its own case: drop --case and --binding")
     request = chat_request(
@@ -244,21 +256,6 @@ def tools_file(path: Path) -> Any:
     if not isinstance(tools, list):
         raise ConfigurationError(f"--tools {path}: a JSON array of tools")
     return tools
-
-
-def recorded_chat(args: argparse.Namespace) -> tuple[str, Any] | None:
-    """``--kind chat --case C``: the recorded chat turn C's binding (None with
-    ``--binding``, whose file the caller reads)."""
-    if args.case is None:
-        raise ConfigurationError("--kind chat needs --prompt or --case (a recorded chat turn)")
-    if args.binding is not None:
-        return None
-    try:
-        return args.case, load_chat_recording_or_explain().case(args.case).binding
-    except RequestRefused as error:
-        raise ConfigurationError(
-            f"--case {args.case}: no recorded chat turn ({error.code})"
-        ) from error
 
 
 def request_from(args: argparse.Namespace, case_id: str, binding: Any) -> ReplyRequest:
