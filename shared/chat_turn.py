@@ -13,19 +13,18 @@ hashes each delta's record and counts it, and is told the text's length where it
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Final, TypeGuard
 
 from shared.chat_parts import (
     PART_FIELDS,
     SIGNED_PARTS,
+    ChatDigest,
     ChatPart,
     FinishPart,
     SignaturePart,
     ThoughtPart,
     ToolCallPart,
     UsagePart,
-    record,
 )
 from shared.errors import ProtocolFailure
 from shared.frames import DoneDigest
@@ -81,9 +80,13 @@ class ChatTurn:
         #: Code points the content limit counts besides the text: the thoughts, every
         #: call's arguments, every signature's value.
         self.characters = 0
-        #: Content frames applied (the six kinds): ``done.content_frames``.
-        self.frames = 0
-        self._hash = hashlib.sha256()
+        #: The records of the content frames applied (the six kinds): done's claim.
+        self._digest = ChatDigest()
+
+    @property
+    def frames(self) -> int:
+        """Content frames applied (the six kinds): ``done.content_frames``."""
+        return self._digest.frames
 
     @property
     def thoughts(self) -> str:
@@ -98,8 +101,7 @@ class ChatTurn:
     def add_text(self, text: str) -> int:
         """A checked ``content_delta`` (the core keeps the text): its record. Returns the
         code points the content limit counts besides the text (``characters``)."""
-        self._hash.update(record("content_delta", {"text": text}))
-        self.frames += 1
+        self._digest.add_text(text)
         return self.characters
 
     def apply(self, kind: str, part: ChatPart | None, text_chars: int) -> None:
@@ -120,9 +122,7 @@ class ChatTurn:
             self._finish(part)
         else:  # a decoder always gives the part of its kind
             raise TypeError(f"a {kind} frame without its part")
-        fields = {name: getattr(part, name) for name in PART_FIELDS[kind]}
-        self._hash.update(record(kind, fields))
-        self.frames += 1
+        self._digest.add_part(kind, part)
 
     def _tool_call(self, part: ToolCallPart) -> None:
         index, call_id, name, arguments = part.index, part.id, part.name, part.arguments
@@ -193,9 +193,7 @@ class ChatTurn:
 
     def matches(self, claim: DoneDigest) -> bool:
         """Whether done's claim is exactly the content frames applied, by their records."""
-        return claim.content_frames == self.frames and claim.content_sha256 == (
-            self._hash.hexdigest()
-        )
+        return (claim.content_sha256, claim.content_frames) == self._digest.claim()
 
     def document(self, text: str) -> dict[str, Any]:
         """The turn as the result's ``turn`` shows it: ``text`` (the core's), the calls'
