@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from consumer.reader import NOT_A_GRPC_SERVER
-from consumer.security import TOKEN_ENV
-from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.questions import is_question
-from shared.reason_registry import REASONS
-from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
-from shared.recording import DEVELOPMENT_CASES
-from shared.result import StreamResult
-from shared.status import Status
+from replywire.consumer.reader import NOT_A_GRPC_SERVER
+from replywire.consumer.security import TOKEN_ENV
+from replywire.shared.faults import EXPECTED_OUTCOMES, FaultKind
+from replywire.shared.questions import is_question
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
+from replywire.shared.recording import DEVELOPMENT_CASES
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
 
 R = Reason
 

@@ -41,22 +41,24 @@ from typing import Final
 #: pure, and why: docs/operations.md#the-compiled-build (``runtime.logs``,
 #: ``shared.consumer_limits``).
 HOT_MODULES: Final = (
-    "shared.digest",
-    "shared.frames",
-    "shared.reply",
-    "shared.fsm",
-    "shared.consumer_content",
-    "shared.frame_checks",
-    "shared.chat_turn",
-    "shared.consumer_machine",
-    "shared.consumer_core",
-    "shared.wire.base",
-    "shared.wire.buffer",
-    "shared.wire.lp",
-    "shared.wire.ndjson",
+    "replywire.shared.digest",
+    "replywire.shared.frames",
+    "replywire.shared.reply",
+    "replywire.shared.fsm",
+    "replywire.shared.consumer_content",
+    "replywire.shared.frame_checks",
+    "replywire.shared.chat_turn",
+    "replywire.shared.consumer_machine",
+    "replywire.shared.consumer_core",
+    "replywire.shared.wire.base",
+    "replywire.shared.wire.buffer",
+    "replywire.shared.wire.lp",
+    "replywire.shared.wire.ndjson",
 )
 #: mypyc's group name: its shared library is the module ``shared.native__mypyc``.
-GROUP: Final = "shared.native"
+GROUP: Final = "replywire.shared.native"
+#: The folder that holds the packages: in the repository its root (``replywire/shared`` is a
+#: link to ``shared/``), once installed the ``replywire`` package itself.
 ROOT: Final = Path(__file__).resolve().parents[1]
 BUILD_DIR: Final = ROOT / ".compiled"
 MANIFEST: Final = BUILD_DIR / "manifest.json"
@@ -74,7 +76,8 @@ class Selection:
 
 
 def source_of(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    """A hot module's source: ``replywire.shared.frames`` is ``shared/frames.py`` under ``ROOT``."""
+    return ROOT.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
 def sources_digest() -> dict[str, str]:
@@ -126,16 +129,21 @@ class Running:
         return "compiled" if not self.pure else "mixed"
 
     def describe(self) -> str:
-        """One line: the build, and which modules (or why pure)."""
+        """One line: the build, and which modules (or why pure), named within ``replywire``."""
         if self.build == "pure":
             return f"pure ({self.why})" if self.why else "pure"
+        compiled, pure = _short(self.compiled), _short(self.pure)
         if self.build == "compiled":
-            return f"compiled (mypyc: {', '.join(self.compiled)})"
-        return f"mixed (compiled: {', '.join(self.compiled)}; pure: {', '.join(self.pure)})"
+            return f"compiled (mypyc: {compiled})"
+        return f"mixed (compiled: {compiled}; pure: {pure})"
 
     def as_record(self) -> dict[str, object]:
         """The start record's fields: the build (which modules: ``--version``)."""
         return {"build": self.build}
+
+
+def _short(modules: tuple[str, ...]) -> str:
+    return ", ".join(module.removeprefix("replywire.") for module in modules)
 
 
 def is_compiled(module: str) -> bool:

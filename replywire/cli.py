@@ -14,16 +14,16 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from harness.demo import run_demo
+from replywire.demo import run_demo
 from replywire.flags import build_parser
 from replywire.probes import run_probe
-from runtime.closed_pipe import stdout_closed
-from runtime.logs import configure_logging
-from runtime.output_paths import check_writable
-from shared.errors import ConfigurationError, ReplywireError
-from shared.status import EXIT_USAGE
-from shared.terminal_text import MAX_LINE_CHARS, shown_line
-from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
+from replywire.runtime.closed_pipe import stdout_closed
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.output_paths import check_writable
+from replywire.shared.errors import ConfigurationError, ReplywireError
+from replywire.shared.status import EXIT_USAGE
+from replywire.shared.terminal_text import MAX_LINE_CHARS, shown_line
+from replywire.traces.commands import TraceRequest, UnknownStream, run_join, run_trace
 
 
 def complain(message: str) -> None:

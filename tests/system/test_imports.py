@@ -17,7 +17,7 @@ def test_a_producer_start_imports_neither_redis_nor_opentelemetry() -> None:
     client only when a Redis is named (--reply-log, --ledger), OpenTelemetry only with
     tracing on. Each is a tenth of a second of every start, and the tests start hundreds."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "producer", "--version"],
+        [sys.executable, "-X", "importtime", "-m", "replywire.producer", "--version"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}

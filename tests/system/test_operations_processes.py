@@ -27,15 +27,15 @@ import structlog.testing
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from producer.edge.health import BoundedHealthServicer
-from producer.flags import build_parser
-from producer.metrics import ProducerMetrics
-from runtime.library_logs import FOREIGN_LOG_EVENT
-from shared.digest import canonical_json
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.reasons import Reason
-from shared.recording import Recording
+from replywire.producer.edge.health import BoundedHealthServicer
+from replywire.producer.flags import build_parser
+from replywire.producer.metrics import ProducerMetrics
+from replywire.runtime.library_logs import FOREIGN_LOG_EVENT
+from replywire.shared.digest import canonical_json
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
 from tests import http2
 from tests.hostile_input import INJECTED
 from tests.processes import ROOT, Producer, consumer_command, producer, run_consumer, wait_for
@@ -371,7 +371,15 @@ def test_a_taken_metrics_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "producer", "--port", "0", "--metrics-port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "replywire.producer",
+                "--port",
+                "0",
+                "--metrics-port",
+                str(port),
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -511,7 +519,13 @@ def stopped_record_from_file(p: Producer, trace_file: Path) -> None:
 
 def test_an_unwritable_trace_file_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--trace-file", str(tmp_path / "no" / "such.jsonl")],
+        [
+            sys.executable,
+            "-m",
+            "replywire.producer",
+            "--trace-file",
+            str(tmp_path / "no" / "such.jsonl"),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from native import running
+from replywire.native import running
 from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server

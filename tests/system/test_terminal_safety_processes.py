@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import scrubbed_detail
-from shared.questions import build_question_binding
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.questions import build_question_binding
 from tests import hostile_producer as hostile
 from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
 from tests.processes import consumer_on_a_pty
