@@ -21,6 +21,7 @@ from replywire.consumer.options import (
 )
 from replywire.consumer.security import GRPC_ROOTS_ENV, OPENSSL_ROOTS_ENV, TOKEN_ENV
 from replywire.native import version_line
+from replywire.runtime import invocation
 from replywire.runtime.flags import (
     Count,
     Flag,
@@ -281,7 +282,7 @@ COMMANDS: Final = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m consumer",
+        prog=invocation.command("consumer"),
         description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
         "5 error, 6 invalid, 7 refused, 2 usage or configuration error. "
         f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",

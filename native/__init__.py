@@ -1,12 +1,12 @@
 """Which build of the hot modules is imported: the mypyc-compiled one or the pure-Python one.
 
 The hot modules (``HOT_MODULES``: the wire decoders and encoders, the consumer core and its
-checks) are plain, ``mypy --strict`` Python, and that source is
-the reference. ``make setup`` also compiles them with mypyc (``python -m native.build``) when it
-finds a C compiler and Python's headers, into ``.compiled/`` (git-ignored), never next to the
-``.py`` files: ``.compiled/shared/fsm.cpython-311-x86_64-linux-gnu.so`` and so on, and the
-group's shared runtime library ``.compiled/shared/native__mypyc.*.so`` that every module's
-``.so`` loads.
+checks) are plain, ``mypy --strict`` Python, and that source is the reference. ``make
+setup`` also compiles them with mypyc (``python -m replywire.native.build``) when it finds a
+C compiler and Python's headers, into ``.compiled/`` (git-ignored), never next to the ``.py``
+files: ``.compiled/replywire/shared/fsm.cpython-311-x86_64-linux-gnu.so`` and so on, and the
+group's shared runtime library ``.compiled/replywire/shared/native__mypyc.*.so`` that every
+module's ``.so`` loads. An installed wheel carries no compiled build: it runs pure.
 
 The packages that hold hot modules (``shared``, ``shared.wire``, ``runtime``) call
 ``package_path`` in their ``__init__``: it puts the compiled build's folder in front of the
@@ -65,6 +65,9 @@ MANIFEST: Final = BUILD_DIR / "manifest.json"
 PURE_ENV: Final = "REPLYWIRE_PURE"
 #: This interpreter's suffix of extension modules (``.cpython-311-x86_64-linux-gnu.so``).
 EXTENSION_SUFFIX: Final = importlib.machinery.EXTENSION_SUFFIXES[0]
+#: Where a compiled build comes from: ``make setup``, in the repository (an installed wheel
+#: carries none).
+NO_BUILD_HINT: Final = ": make setup makes one" if (ROOT / "Makefile").is_file() else ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def selected() -> Selection:
     try:
         manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return Selection(compiled=False, why="no compiled build: make setup makes one")
+        return Selection(compiled=False, why=f"no compiled build{NO_BUILD_HINT}")
     if manifest != manifest_for(sources_digest()):
         return Selection(compiled=False, why="the compiled build is stale: make setup rebuilds it")
     return Selection(compiled=True, why="")

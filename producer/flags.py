@@ -48,6 +48,7 @@ from replywire.producer.sources.gemini.protocol import (
     DEFAULT_MODEL,
 )
 from replywire.producer.store_urls import redacted
+from replywire.runtime import invocation
 from replywire.runtime.flags import (
     ENV_PREFIX,
     Count,
@@ -396,7 +397,7 @@ FLAGS: Final = FlagTable(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m producer",
+        prog=invocation.command("producer"),
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
         f"Each flag may also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT=0).",
         formatter_class=DefaultsHelpFormatter,

@@ -1,6 +1,6 @@
 """``python -m replywire``: the commands above both processes. ``demo`` (``make demo``)
 starts a producer and streams the cases and the fault catalogue through it
-(``harness.demo``); ``join-traces`` and ``trace`` read both sides' traces as one
+(``replywire.demo``); ``join-traces`` and ``trace`` read both sides' traces as one
 (``traces.commands``); ``health`` and ``services`` ask a running producer
 (``replywire.probes``). The flags are ``replywire.flags``'.
 

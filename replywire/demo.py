@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from replywire.children import start_producer, stop_producer
 from replywire.consumer.client import ReplyClient
 from replywire.consumer.options import StreamOptions
+from replywire.runtime.invocation import shown_command
 from replywire.runtime.logs import configure_logging
 from replywire.runtime.recording_file import (
     load_chat_recording_or_explain,
@@ -228,9 +229,9 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
         f"Timelines (HTML, open offline): one per stream, {traces}/"
         f"{timeline_page_name(shown or '')} ..., all linked from {timelines}\n"
         f"One stream's timeline here ({SHOWN_RUN}):\n"
-        f"  .venv/bin/python -m replywire trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        f"  {shown_command('replywire')} trace {traces}/producer.jsonl {traces}/consumer.jsonl "
         f"--stream {shown}\n"
         f"Its records, both sides in time order, as JSON lines:\n"
-        f"  .venv/bin/python -m replywire join-traces {traces} --stream-id {shown}\n"
+        f"  {shown_command('replywire')} join-traces {traces} --stream-id {shown}\n"
     )
     return 0

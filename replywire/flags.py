@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from replywire.native import version_line
+from replywire.runtime import invocation
 from replywire.runtime.flags import Count, Flag, FlagGroup, FlagTable, Number
 from replywire.runtime.help_format import DefaultsHelpFormatter
 from replywire.runtime.logs import LEVELS
@@ -109,7 +110,7 @@ COMMANDS: Final = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m replywire",
+        prog=invocation.command("replywire"),
         description="replywire: the commands above both processes, the demo, both sides' "
         "traces read as one, and a running producer's health and services. Exit codes: 0 "
         "done, 2 usage error or trace files that cannot be read (health and services: see "
