@@ -59,7 +59,14 @@ from replywire.shared.kinds import ReplyKind, kind_of
 from replywire.shared.pinned_cases import PinnedCases
 from replywire.shared.questions import build_question_binding, parse_passages
 from replywire.shared.replay import replay
-from replywire.shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest, id_problem
+from replywire.shared.requests import (
+    MAX_BINDING_BYTES,
+    MAX_BINDING_DEPTH,
+    MAX_CASE_ID_CHARS,
+    MAX_STREAM_ID_CHARS,
+    ReplyRequest,
+    id_problem,
+)
 from replywire.shared.result import StreamResult
 from replywire.shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
 from replywire.shared.texts import MAX_ECHO_CHARS, build_text_binding
@@ -439,15 +446,20 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
 def check_flags(args: argparse.Namespace) -> None:
     """What the flags say, checked before anything is written or connected (a
     ``ConfigurationError``, a usage error): the files written can be, the target is one
-    gRPC reads as meant, the stream id keeps the protocol's rule."""
+    gRPC reads as meant, the stream id and the case keep the protocol's rule."""
     check_writable("--result", args.result)
     check_writable("--trace-file", args.trace_file)
     if args.command == "stream":
         check_target(args.target)
-    if args.stream_id is not None:
-        problem = id_problem("--stream-id", args.stream_id)
+    ids = (
+        ("--stream-id", args.stream_id, MAX_STREAM_ID_CHARS),
+        ("--case", getattr(args, "case", None), MAX_CASE_ID_CHARS),
+    )
+    for flag, value, limit in ids:
+        problem = None if value is None else id_problem(flag, value, limit)
         if problem is not None:
-            raise ConfigurationError(f"{problem} (the protocol's rule: 0 to 128 visible ASCII)")
+            rule = f"the protocol's rule: 0 to {limit} visible ASCII"
+            raise ConfigurationError(f"{problem} ({rule})")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
