@@ -11,8 +11,10 @@ wheel, one the sdist (pip builds its wheel from it), one runs ``pip install .`` 
 holds ``runtime/``, ``shared/``, ``producer/`` ... packages of its own that fail when
 imported: the installed replywire never reaches them.
 
-Building and installing use the package index (as ``make setup`` does): the build's own
-requirements and replywire's dependencies, at the versions ``requirements.lock`` pins.
+It is one test, so that one worker builds once (a module's fixture is built again on each
+worker that runs one of its tests). Building and installing use the package index (as
+``make setup`` does): the build's own requirements and replywire's dependencies, at the
+versions ``requirements.lock`` pins (``pip install .`` as the docs show it, unconstrained).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +46,16 @@ DECOYS = ("runtime", "shared", "producer", "consumer", "traces", "native")
 #: The commands docs/operations.md#installing-replywire shows (tests/system/test_readme.py).
 INSTALL, BUILD = "pip install .", "python -m build"
 REPLAY, DEMO = "replywire-consumer replay --case replace-file", "replywire demo"
+#: Each command's help, asked of every installation.
+HELP = (
+    ("replywire-producer", "--help"),
+    ("replywire-consumer", "--help"),
+    ("replywire-consumer", "stream", "--help"),
+    ("replywire-consumer", "replay", "--help"),
+    ("replywire", "--help"),
+    ("replywire", "demo", "--help"),
+    ("replywire", "trace", "--help"),
+)
 BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 120
 
@@ -124,12 +137,12 @@ class Installed:
         return [str(self.bin / name), *args]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    tree = tmp_path_factory.mktemp("distribution") / "clone"
+def build(base: Path) -> Built:
+    """The clean tree copied under ``base``, and the docs' ``python -m build`` run in it."""
+    tree = base / "clone"
     copy_clean_tree(tree)
     before = files_under(tree)
-    checked([sys.executable, *BUILD.split()[1:]], tree)  # the docs' command, in the tree
+    checked([sys.executable, *BUILD.split()[1:]], tree)
     dist = tree / "dist"
     return Built(
         tree, dist / f"replywire-{VERSION}.tar.gz",
@@ -137,16 +150,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=["wheel", "sdist", "tree"])
-def installed(
-    request: pytest.FixtureRequest, built: Built, tmp_path_factory: pytest.TempPathFactory
-) -> Installed:
-    how = request.param
-    base = tmp_path_factory.mktemp(f"installed-{how}")
+def install(built: Built, how: str, base: Path) -> Installed:
+    """A fresh virtual environment with replywire installed ``how`` (``wheel``, ``sdist``,
+    or ``tree``: the docs' ``pip install .`` in the tree), and a folder with decoys."""
+    base = base / how
     venv = base / "venv"
-    checked([sys.executable, "-m", "venv", str(venv)], base)
+    checked([sys.executable, "-m", "venv", str(venv)], built.tree.parent)
     pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
-    if how == "tree":  # the docs' command, in the tree
+    if how == "tree":
         checked([*pip, *INSTALL.split()[2:]], built.tree)
     else:
         artifact = built.wheel if how == "wheel" else built.sdist
@@ -159,7 +170,27 @@ def installed(
     return Installed(how, venv / "bin", site, place, built.left_behind())
 
 
-def test_the_wheel_holds_the_runtime_alone_under_one_name(built: Built) -> None:
+def test_built_from_a_clean_tree_and_installed_three_ways_it_runs_from_any_folder(
+    tmp_path: Path,
+) -> None:
+    built = build(tmp_path)
+    check_the_wheel(built)
+    check_the_sdist(built)
+    for how in ("wheel", "sdist", "tree"):
+        installed = install(built, how, tmp_path)
+        check_site_packages(installed)
+        for command in HELP:
+            check_help(installed, command)
+        check_python_m(installed)
+        with producer(installed) as port:
+            check_stream_replay_and_trace(installed, port)
+        check_the_hint(installed)
+        check_the_docs_commands(installed)
+        assert installed.left_behind == set(), how
+    assert (built.tree / "build").is_dir()  # pip's in-tree build wrote it; git ignores it
+
+
+def check_the_wheel(built: Built) -> None:
     names = zipfile.ZipFile(built.wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"replywire", f"replywire-{VERSION}.dist-info"}
@@ -182,7 +213,7 @@ def test_the_wheel_holds_the_runtime_alone_under_one_name(built: Built) -> None:
     ]  # fmt: skip
 
 
-def test_the_sdist_builds_its_wheel_from_the_proto(built: Built) -> None:
+def check_the_sdist(built: Built) -> None:
     with tarfile.open(built.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"protos/shared/pb/replywire.proto", "protos/generate.py", "setup.py"} <= names
@@ -190,55 +221,33 @@ def test_the_sdist_builds_its_wheel_from_the_proto(built: Built) -> None:
     assert not {n for n in names if n.split("/")[0] in ("tests", "bench", "harness", "tools")}
 
 
-def test_building_leaves_only_what_git_ignores(built: Built, installed: Installed) -> None:
-    assert (built.tree / "dist").is_dir()
-    if installed.how == "tree":
-        assert (built.tree / "build").is_dir()  # pip's in-tree build wrote it
-    assert installed.left_behind == set()
-
-
-def test_site_packages_gain_one_package_and_three_commands(installed: Installed) -> None:
+def check_site_packages(installed: Installed) -> None:
+    """One package and its metadata in ``site-packages``, three commands in ``bin``."""
     record = next(installed.site_packages.glob("replywire-*.dist-info")) / "RECORD"
     paths = [line.split(",")[0] for line in record.read_text().splitlines()]
     tops = {p.split("/")[0] for p in paths if not p.startswith("..")}
-    assert tops == {"replywire", f"replywire-{VERSION}.dist-info"}
+    assert tops == {"replywire", f"replywire-{VERSION}.dist-info"}, installed.how
     scripts = sorted(Path(p).name for p in paths if p.startswith(".."))
-    assert scripts == sorted(COMMANDS)
-    assert not [p for p in paths if p.startswith("replywire/") and "/tests/" in p]
+    assert scripts == sorted(COMMANDS), installed.how
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ("replywire-producer", "--help"),
-        ("replywire-consumer", "--help"),
-        ("replywire-consumer", "stream", "--help"),
-        ("replywire-consumer", "replay", "--help"),
-        ("replywire", "--help"),
-        ("replywire", "demo", "--help"),
-        ("replywire", "trace", "--help"),
-    ],
-    ids=" ".join,
-)
-def test_every_installed_command_answers_help(
-    installed: Installed, command: tuple[str, ...]
-) -> None:
+def check_help(installed: Installed, command: tuple[str, ...]) -> None:
     done = run(installed.command(*command), installed.place)
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith(f"usage: {' '.join(c for c in command if c != '--help')}")
+    assert (done.returncode, done.stderr) == (0, ""), (installed.how, command)
+    usage = f"usage: {' '.join(c for c in command if c != '--help')}"
+    assert done.stdout.startswith(usage), (installed.how, done.stdout[:200])
 
 
-def test_python_m_finds_the_installed_package_past_the_users_folders(
-    installed: Installed,
-) -> None:
+def check_python_m(installed: Installed) -> None:
+    """``python -m`` puts the folder first on the path: the user's packages are passed by."""
     python = str(installed.bin / "python")
     done = run([python, "-m", "replywire.consumer", "replay", "--case", "replace-file"],
                installed.place)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (installed.how, done.stderr)
     assert json.loads(done.stdout)["status"] == "complete"
 
 
-@pytest.fixture
+@contextmanager
 def producer(installed: Installed) -> Iterator[int]:
     """An installed producer, started from the user's folder; its port."""
     process = subprocess.Popen(
@@ -248,62 +257,60 @@ def producer(installed: Installed) -> Iterator[int]:
     )  # fmt: skip
     try:
         port = read_listening_port(process)
-        assert port is not None, "the installed producer did not start"
+        assert port is not None, f"the producer installed from the {installed.how} did not start"
         yield port
     finally:
         stop_process(process)
 
 
-def test_the_installed_commands_stream_replay_and_draw_the_trace(
-    installed: Installed, producer: int
-) -> None:
-    place = installed.place
+def check_stream_replay_and_trace(installed: Installed, port: int) -> None:
+    place, stream_id = installed.place, f"installed-{installed.how}"
     replay = run(installed.command("replywire-consumer", "replay", "--case", "replace-file",
                                    "--fault", "truncate-tail"), place)  # fmt: skip
-    assert replay.returncode == 6
+    assert replay.returncode == 6, (installed.how, replay.stderr)
     assert json.loads(replay.stdout)["reason"] == "truncated_frame"
     stream = run(installed.command(
-        "replywire-consumer", "stream", "--target", f"127.0.0.1:{producer}",
-        "--case", "replace-file", "--stream-id", f"installed-{installed.how}",
+        "replywire-consumer", "stream", "--target", f"127.0.0.1:{port}",
+        "--case", "replace-file", "--stream-id", stream_id,
         "--result", "result.json", "--trace-file", "consumer.jsonl",
     ), place)  # fmt: skip
-    assert stream.returncode == 0, stream.stderr
+    assert stream.returncode == 0, (installed.how, stream.stderr)
     assert json.loads((place / "result.json").read_text())["status"] == "complete"
     trace = run(installed.command(
         "replywire", "trace", "producer.jsonl", "consumer.jsonl",
-        "--stream", f"installed-{installed.how}", "--out", "timeline.html",
+        "--stream", stream_id, "--out", "timeline.html",
     ), place)  # fmt: skip
-    assert trace.returncode == 0, trace.stderr
+    assert trace.returncode == 0, (installed.how, trace.stderr)
     assert "complete" in trace.stdout
     assert (place / "timeline.html").read_text().startswith("<!doctype html>")
 
 
-def test_a_hint_names_the_installed_command(installed: Installed) -> None:
+def check_the_hint(installed: Installed) -> None:
     """No producer at the target: the hint says how to start one with what is installed."""
     done = run(installed.command("replywire-consumer", "stream", "--target", "127.0.0.1:9",
                                  "--case", "replace-file", "--deadline-s", "5", "--view"),
                installed.place)  # fmt: skip
-    assert done.returncode == 5
+    assert done.returncode == 5, (installed.how, done.stderr)
     assert "start one with" in done.stdout
     assert "`replywire-producer --port 9`" in done.stdout
     assert "make " not in done.stdout and ".venv" not in done.stdout
 
 
-def test_the_commands_the_docs_show_run_from_any_folder(installed: Installed) -> None:
+def check_the_docs_commands(installed: Installed) -> None:
     """docs/operations.md#installing-replywire's, as written, with the environment's ``bin``
-    first on the ``PATH``."""
+    first on the ``PATH``; the demo says how to look again with the installed command."""
     env = {**clean_env(), "PATH": f"{installed.bin}{os.pathsep}{os.environ['PATH']}"}
     replay = subprocess.run(
         ["bash", "-c", REPLAY], cwd=installed.place, env=env, capture_output=True, text=True,
         timeout=RUN_TIMEOUT_S, check=False,
     )  # fmt: skip
-    assert replay.returncode == 0, replay.stderr
+    assert replay.returncode == 0, (installed.how, replay.stderr)
     assert json.loads(replay.stdout)["status"] == "complete"
     done = subprocess.run(
         ["bash", "-c", DEMO], cwd=installed.place, env=env, capture_output=True, text=True,
         timeout=RUN_TIMEOUT_S, check=False,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (installed.how, done.stderr)
     assert "\n  replywire trace " in done.stdout
     assert "\n  replywire join-traces " in done.stdout
     assert ".venv" not in done.stdout and "make " not in done.stdout

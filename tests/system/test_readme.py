@@ -182,8 +182,8 @@ RUN_BY = {
     distribution.INSTALL: f"{DISTRIBUTION} (in a fresh virtual environment, in a copy of the "
     "tree a clean clone has)",
     distribution.BUILD: f"{DISTRIBUTION} (in the same copy; the sdist and the wheel installed)",
-    distribution.REPLAY: f"{DISTRIBUTION}::test_the_commands_the_docs_show_run_from_any_folder",
-    distribution.DEMO: f"{DISTRIBUTION}::test_the_commands_the_docs_show_run_from_any_folder",
+    distribution.REPLAY: f"{DISTRIBUTION} (from a folder of decoys, each installation)",
+    distribution.DEMO: f"{DISTRIBUTION} (from a folder of decoys, each installation)",
 }
 # The tour's `make trace ... STREAM=ID`, one per stream, with the id of the sample's run.
 RUN_BY.update(
