@@ -25,14 +25,12 @@ $(STAMP): pyproject.toml requirements.lock
 	@$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]' >&2
 	@touch $@
 
-# Generated protobuf code is not committed: it is generated here, from the
-# .proto, by the pinned grpcio-tools, with .pyi stubs from mypy-protobuf.
-$(GENERATED) &: $(PROTO) $(STAMP)
+# Generated protobuf code is not committed: it is generated here, from the .proto, by the
+# pinned grpcio-tools, with .pyi stubs from mypy-protobuf (protos/generate.py, which a build
+# of the distribution runs as well, and which says why it renames an import).
+$(GENERATED) &: $(PROTO) protos/generate.py $(STAMP)
 	@echo "setup: generating shared/pb/ from $(PROTO)" >&2
-	@$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
-	    --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy --mypy_out=. \
-	    --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=. \
-	    $(PROTO) >&2
+	@$(PY) protos/generate.py . >&2
 	@touch $(GENERATED)
 
 # The hot modules compiled by mypyc into .compiled/ (native/: which ones, and how the
@@ -41,7 +39,7 @@ $(GENERATED) &: $(PROTO) $(STAMP)
 # Again when a source of shared/, runtime/ or native/ is newer than the build's manifest;
 # native.build compiles only if the hot modules' sources changed (their SHA-256).
 $(COMPILED): $(STAMP) $(GENERATED) $(wildcard shared/*.py shared/wire/*.py runtime/*.py native/*.py)
-	@$(PY) -m native.build
+	@$(PY) -m replywire.native.build
 	@if [ -f $@ ]; then touch $@; fi
 
 protos: $(STAMP)

@@ -26,9 +26,9 @@ from bench.flow_window import measure as flow_measure
 from bench.profile import reply_log_share
 from bench.report import markdown
 from bench.targets import verdicts
-from consumer.channels import channel_options
-from consumer.options import StreamOptions
-from native import running
+from replywire.consumer.channels import channel_options
+from replywire.consumer.options import StreamOptions
+from replywire.native import running
 
 FLOW_SECONDS: dict[Size, float] = {"tiny": 0.3, "full": 2.0}
 

@@ -39,19 +39,19 @@ import grpc
 import structlog
 
 from bench.least_records import LeastLogger, LeastWriter
-from producer.edge.security import ANONYMOUS
-from producer.edge.server import server_options
-from producer.states import ProducerStream, StreamInput
-from runtime.logs import configure_logging
-from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
-from shared.faults import transmit
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.reasons import Reason
-from shared.recording import RECORDING_SHA256, Recording
-from shared.requests import WIRE_CODES
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkMode, ChunkPlan
+from replywire.producer.edge.security import ANONYMOUS
+from replywire.producer.edge.server import server_options
+from replywire.producer.states import ProducerStream, StreamInput
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from replywire.shared.faults import transmit
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import RECORDING_SHA256, Recording
+from replywire.shared.requests import WIRE_CODES
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkMode, ChunkPlan
 
 #: Every chunking the stream benchmarks ask for.
 CHUNKINGS = ("frame", "64", "4096", "1,2,7,3,11", "whole", "1")

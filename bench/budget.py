@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY, median
 from bench.streams import CASE_ID, request_for
-from runtime.recording_file import load_recording
-from shared.faults import transmit
-from shared.wire.chunking import ChunkPlan
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.faults import transmit
+from replywire.shared.wire.chunking import ChunkPlan
 
 #: The short-stream chunking the per-stream budget is read at (the paced streams' chunking).
 PER_STREAM_CHUNKING = "frame"

@@ -23,10 +23,10 @@ from typing import Any, Final
 
 from bench.common import Size, alternate, bench_size, median, ratio
 from bench.lab_baseline import LabDecoder
-from runtime.recording_file import load_recording
-from shared.frames import Frame, FrameKind, frames_from_deltas, split_content
-from shared.wire import NEED_DATA, WireFormat, codec_for
-from shared.wire.chunking import cut_sizes
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.frames import Frame, FrameKind, frames_from_deltas, split_content
+from replywire.shared.wire import NEED_DATA, WireFormat, codec_for
+from replywire.shared.wire.chunking import cut_sizes
 
 CASE_ID: Final = "utf8-write"
 MAX_FRAME_BYTES: Final = 8192

@@ -22,10 +22,10 @@ from typing import Any
 
 import grpc
 
-from consumer.channels import channel_options
-from consumer.options import StreamOptions
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.consumer.channels import channel_options
+from replywire.consumer.options import StreamOptions
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
 
 
 class Firehose(pb_grpc.ReplyStreamServicer):

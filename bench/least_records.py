@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from runtime.logs import DEFAULT_FLUSH_DELAY_S, _iso_utc
+from replywire.runtime.logs import DEFAULT_FLUSH_DELAY_S, _iso_utc
 
 #: The level number ``is_enabled_for`` compares with: info (``logging.INFO``).
 INFO: Final = 20

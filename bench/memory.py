@@ -43,14 +43,14 @@ import structlog
 from bench.common import Size, bench_size
 from bench.streams import producer
 from bench.window_proxy import StreamWindow, WindowProxy
-from consumer.client import stream_reply
-from consumer.options import MIN_KEEPALIVE_S, StreamOptions
-from runtime.recording_file import load_recording
-from shared.faults import transmit
-from shared.pb import replywire_pb2 as pb
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import MIN_KEEPALIVE_S, StreamOptions
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.faults import transmit
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 CASE_ID: Final = "utf8-write"
 WIRE: Final = WireFormat.NDJSON

@@ -30,10 +30,10 @@ from itertools import cycle, islice
 from typing import Final
 
 from bench.common import median
-from runtime.recording_file import load_recording
-from shared.consumer_core import ReplyConsumer
-from shared.frames import Frame, FrameKind, frames_from_deltas, split_content
-from shared.wire import NEED_DATA, WireFormat, codec_for
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.frames import Frame, FrameKind, frames_from_deltas, split_content
+from replywire.shared.wire import NEED_DATA, WireFormat, codec_for
 
 CASE_ID: Final = "utf8-write"
 REPEATS: Final = 5
@@ -120,7 +120,7 @@ def workloads(frame_count: int) -> dict[str, Callable[[], None]]:
 
 
 def child(frame_count: int) -> dict[str, object]:
-    from native import running  # noqa: PLC0415
+    from replywire.native import running  # noqa: PLC0415
 
     sides = workloads(frame_count)
     per_reply = len(frames_of(0)[1])

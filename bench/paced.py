@@ -57,9 +57,9 @@ from bench.common import (
     process_cpu_s,
     ratio,
 )
-from harness.children import read_listening_port, start_producer, stop_producer
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from shared.frames import DELTA_CHARS
+from replywire.children import read_listening_port, start_producer, stop_producer
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.shared.frames import DELTA_CHARS
 
 CASE_ID: Final = "utf8-write"
 #: The added latency a pace is held to: p99 under this many milliseconds.

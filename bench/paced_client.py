@@ -44,17 +44,17 @@ from typing import Any, Final
 import grpc
 
 from bench.common import CLIENT_CPU, pin, process_cpu_s
-from consumer.channels import channel_options
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.session import StreamSession
-from runtime.logs import configure_logging
-from runtime.recording_file import load_recording
-from shared.errors import ProtocolFailure
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import ReplyRequest
-from shared.status import Status
-from shared.wire import WireFormat
+from replywire.consumer.channels import channel_options
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.session import StreamSession
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat
 
 KINDS: Final = ("replywire", "bare", "checks")
 #: How often the sampler looks whether every stream is open.

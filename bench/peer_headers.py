@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.window_proxy import ACK, PREFACE, SETTINGS
-from harness.children import read_listening_port, stop_process
+from replywire.children import read_listening_port, stop_process
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 
@@ -203,7 +203,7 @@ def producer(
     tokens.write_text(TOKEN_LINE)
     trace = workdir / "producer.jsonl"
     command = [
-        sys.executable, "-m", "producer", "--port", "0", "--log-format", "json",
+        sys.executable, "-m", "replywire.producer", "--port", "0", "--log-format", "json",
         "--auth-tokens", str(tokens), "--trace-file", str(trace), *flags,
     ]  # fmt: skip
     process = subprocess.Popen(

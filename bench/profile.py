@@ -22,21 +22,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-import producer
 from bench.common import Size
 from bench.decoders import cut, frames_of, ours
 from bench.paced import PLANS as PACED_PLANS
 from bench.paced import paced_recording
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from producer.edge.server import start_server
-from producer.settings import ServerSettings
-from runtime.logs import configure_logging
-from runtime.recording_file import load_recording
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire import producer
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.producer.edge.server import start_server
+from replywire.producer.settings import ServerSettings
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 
 
 def top(profile: cProfile.Profile, lines: int = 18) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench import paced, streams
 from bench.common import Size, bench_size
-from native import PURE_ENV, running
+from replywire.native import PURE_ENV, running
 
 #: The pure pass's bound: a stuck pass fails ``make bench`` instead of hanging it.
 TIMEOUT_S = {"tiny": 300.0, "full": 3600.0}

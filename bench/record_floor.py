@@ -64,10 +64,10 @@ from bench.streams import (
     sequential_round,
     shares_channel,
 )
-from consumer.options import StreamOptions
-from runtime.logs import flush_trace
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.options import StreamOptions
+from replywire.runtime.logs import flush_trace
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 
 STREAM_CODE: Final = "stream code only"
 LEAST_RECORDS: Final = "least records"

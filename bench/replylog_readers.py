@@ -40,11 +40,11 @@ from typing import Any, Final
 import grpc
 import redis.asyncio as aioredis
 
-from runtime.recording_file import load_recording
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import API_KEY
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer
 from tests.redis_server import RedisServer, redis_server

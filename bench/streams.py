@@ -67,21 +67,21 @@ from bench.common import (
     process_cpu_s,
     ratio,
 )
-from consumer import client as consumer_client
-from consumer.channels import channel_options
-from consumer.options import StreamOptions
-from harness.children import read_listening_port, start_producer, stop_producer
-from runtime.logs import configure_logging
-from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
-from shared.consumer_core import ReplyConsumer
-from shared.errors import ProtocolFailure
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.children import read_listening_port, start_producer, stop_producer
+from replywire.consumer import client as consumer_client
+from replywire.consumer.channels import channel_options
+from replywire.consumer.options import StreamOptions
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 CASE_ID: Final = "utf8-write"
 #: One frame per chunk, 64 bytes, 4 KiB, the lab's pattern.

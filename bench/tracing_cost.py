@@ -49,12 +49,12 @@ from bench.streams import (
     request_for,
     summary,
 )
-from consumer.options import StreamOptions
-from harness.children import start_producer, stop_process, stop_producer
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from runtime.tracing import TracingConfig, start_tracing, stop_tracing
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.children import start_producer, stop_process, stop_producer
+from replywire.consumer.options import StreamOptions
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.runtime.tracing import TracingConfig, start_tracing, stop_tracing
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 
 CHUNKING: Final = "frame"
 OFF: Final = "replywire (tracing off)"

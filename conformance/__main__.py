@@ -22,7 +22,7 @@ from conformance import core_mode, generate, wire_mode
 from conformance.mutants import MUTANTS
 from conformance.report import Report
 from conformance.vectors import ROOT, VECTORS_DIR, load_all
-from shared.vectors import Mode, Vector, VectorError
+from replywire.shared.vectors import Mode, Vector, VectorError
 
 
 def smoke(vectors: Sequence[Vector]) -> list[Vector]:

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from conformance import craft
-from shared.chat_frames import ChatItem, chat_frames
-from shared.chat_parts import (
+from replywire.shared.chat_frames import ChatItem, chat_frames
+from replywire.shared.chat_parts import (
     INTEGER_FIELDS,
     PART_FIELDS,
     ChatDigest,
@@ -28,10 +28,10 @@ from shared.chat_parts import (
     UsagePart,
     part_values,
 )
-from shared.chats import chat_binding
-from shared.digest import digest
-from shared.frames import DoneDigest, Frame, FrameKind
-from shared.recording import BoundCase
+from replywire.shared.chats import chat_binding
+from replywire.shared.digest import digest
+from replywire.shared.frames import DoneDigest, Frame, FrameKind
+from replywire.shared.recording import BoundCase
 
 #: Each chat frame kind's field number in ``replywire.v1.Frame`` (docs/protocol.md#wire-lp).
 KIND_NUMBERS: Final = {"tool_call": 7, "thought": 8, "signature": 9, "usage": 10, "finish": 11}

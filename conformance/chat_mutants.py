@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from shared.chat_parts import ToolCallPart, UsagePart
-from shared.chat_turn import ChatTurn
+from replywire.shared.chat_parts import ToolCallPart, UsagePart
+from replywire.shared.chat_turn import ChatTurn
 
 _TURN_DOCUMENT: Final = ChatTurn.document
 _TURN_USAGE: Final = ChatTurn._usage

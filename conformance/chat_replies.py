@@ -23,16 +23,16 @@ from conformance.chat_craft import (
     usage,
 )
 from conformance.vectors import ROOT, Group
-from shared.chat_frames import ChatItem
-from shared.chat_recording import ChatRecording
-from shared.digest import digest
-from shared.errors import RequestRefused
-from shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
-from shared.frames import DoneDigest, content_sha256
-from shared.recording import Recording
-from shared.vectors import End
-from shared.wire import WireFormat
-from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan, cut
+from replywire.shared.chat_frames import ChatItem
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
+from replywire.shared.frames import DoneDigest, content_sha256
+from replywire.shared.recording import Recording
+from replywire.shared.vectors import End
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan, cut
 
 #: A chat reply rides the default wires (the lab's wire knows its own four kinds only).
 CHAT_WIRES: Final = (craft.LP, craft.NDJSON)

@@ -24,10 +24,10 @@ from conformance.chat_craft import (
 )
 from conformance.text_replies import case_of
 from conformance.vectors import Group, core_result
-from shared.chat_frames import ChatItem
-from shared.consumer_limits import Limits
-from shared.recording import Recording
-from shared.vectors import End
+from replywire.shared.chat_frames import ChatItem
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.recording import Recording
+from replywire.shared.vectors import End
 
 #: A call begun: the state most fragment rules are judged in.
 CALL_0: Final = call(0, '{"path":"a"}', "read_file", "c0")

@@ -25,9 +25,9 @@ from conformance.chat_craft import (
     usage,
 )
 from conformance.vectors import Group
-from shared.chat_frames import ChatItem
-from shared.chat_parts import PART_FIELDS
-from shared.recording import BoundCase, Recording
+from replywire.shared.chat_frames import ChatItem
+from replywire.shared.chat_parts import PART_FIELDS
+from replywire.shared.recording import BoundCase, Recording
 
 #: The turn every wire corner sits in: text, then the corner (frame 2), then the rest.
 BEFORE: tuple[ChatItem, ...] = (text("Reading "),)

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from conformance.line_checks import expects_error, judged, line_checks
 from conformance.report import Outcome, compare, unanswered
-from shared.vectors import Mode, Vector
+from replywire.shared.vectors import Mode, Vector
 
 DEFAULT_BATCH: Final = 200
 DEFAULT_TIMEOUT_S: Final = 60.0

@@ -12,11 +12,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from shared.digest import digest
-from shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
-from shared.recording import BoundCase
-from shared.wire import WireFormat, codec_for
-from shared.wire.lp import frame_with_header
+from replywire.shared.digest import digest
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
+from replywire.shared.recording import BoundCase
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.lp import frame_with_header
 
 LP, NDJSON, NDJSON_LAB = "lp", "ndjson", "ndjson-lab"
 WIRES: Final = (LP, NDJSON, NDJSON_LAB)

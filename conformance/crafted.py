@@ -13,9 +13,9 @@ from typing import Any
 from conformance import craft, crafted_lp, crafted_rules, crafted_text
 from conformance.craft import NDJSON_LAB, WIRES
 from conformance.vectors import Group
-from shared.frames import Frame, FrameKind
-from shared.recording import BoundCase, Recording
-from shared.vectors import End
+from replywire.shared.frames import Frame, FrameKind
+from replywire.shared.recording import BoundCase, Recording
+from replywire.shared.vectors import End
 
 
 def frames_group(case: BoundCase) -> Group:

@@ -10,9 +10,9 @@ from typing import Any
 from conformance import craft
 from conformance.craft import LP
 from conformance.vectors import Group
-from shared.frames import content_sha256
-from shared.recording import BoundCase
-from shared.vectors import End
+from replywire.shared.frames import content_sha256
+from replywire.shared.recording import BoundCase
+from replywire.shared.vectors import End
 
 
 def lp_group(case: BoundCase) -> Group:

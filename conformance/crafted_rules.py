@@ -13,9 +13,9 @@ from typing import Final
 
 from conformance import craft
 from conformance.vectors import Group
-from shared.frames import FrameKind
-from shared.recording import BoundCase
-from shared.vectors import End
+from replywire.shared.frames import FrameKind
+from replywire.shared.recording import BoundCase
+from replywire.shared.vectors import End
 
 #: A reason whose scrubbed form is well past 256 code points, with the cut inside an escape:
 #: a backslash, ESC, a printable non-ASCII letter, a bidi override, a letter (5 code points,

@@ -11,8 +11,8 @@ from typing import Final
 from conformance import craft
 from conformance.craft import LP, NDJSON, NDJSON_LAB, NDJSON_WIRES, WIRES
 from conformance.vectors import Group
-from shared.recording import BoundCase
-from shared.vectors import End
+from replywire.shared.recording import BoundCase
+from replywire.shared.vectors import End
 
 #: Characters of each UTF-8 width, as they appear in the crafted answer.
 WIDE: Final = {2: "\u00e9", 3: "\u20ac", 4: "\U0001f600"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conformance.groups import GROUPS, build_groups
 from conformance.vectors import VECTORS_DIR
-from shared.vectors import Vector, dump_vectors
+from replywire.shared.vectors import Vector, dump_vectors
 
 
 def rendered(groups: dict[str, list[Vector]]) -> dict[str, bytes]:

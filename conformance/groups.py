@@ -13,8 +13,8 @@ from conformance.chat_replies import chat_group
 from conformance.craft import WIRES
 from conformance.text_replies import text_group
 from conformance.vectors import ROOT, Group, core_result
-from shared.errors import RequestRefused
-from shared.faults import (
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import (
     DEFAULT_TRUNCATE_BYTES,
     TIMING_FAULTS,
     Ending,
@@ -22,11 +22,11 @@ from shared.faults import (
     FaultKind,
     transmit,
 )
-from shared.frames import FrameKind
-from shared.recording import BoundCase, Recording
-from shared.vectors import End, Vector
-from shared.wire import WireFormat
-from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
+from replywire.shared.frames import FrameKind
+from replywire.shared.recording import BoundCase, Recording
+from replywire.shared.vectors import End, Vector
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
 
 #: Each group's file (without ``.json``) and its one-line description.
 GROUPS: Final = {

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from conformance.report import Outcome
-from shared.vectors import LIMIT_KEYS, Mode, Vector
+from replywire.shared.vectors import LIMIT_KEYS, Mode, Vector
 
 #: The values below 1 each limit is checked with, and the word an id gives each.
 BELOW_ONE: Final = ((0, "0"), (-1, "negative"))

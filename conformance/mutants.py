@@ -13,21 +13,21 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from conformance.chat_mutants import CHAT_MUTANTS
-from native import PURE_ENV, is_compiled
-from shared import consumer_core, reply
-from shared.consumer_content import Content
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.errors import CUT_MARK, MAX_DETAIL_CHARS, ProtocolFailure
-from shared.frame_checks import FrameChecks
-from shared.frames import DoneDigest, Frame
-from shared.kinds import ReplyKind
-from shared.reasons import Reason
-from shared.reply import validate_reply
-from shared.wire import NEED_DATA, NeedData, WireFormat, codec_for
-from shared.wire.buffer import ReceiveBuffer
-from shared.wire.lp import HEADER, HEADER_BYTES, LengthPrefixedDecoder, parse_frame
-from shared.wire.ndjson import NdjsonDecoder
+from replywire.native import PURE_ENV, is_compiled
+from replywire.shared import consumer_core, reply
+from replywire.shared.consumer_content import Content
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import CUT_MARK, MAX_DETAIL_CHARS, ProtocolFailure
+from replywire.shared.frame_checks import FrameChecks
+from replywire.shared.frames import DoneDigest, Frame
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.reasons import Reason
+from replywire.shared.reply import validate_reply
+from replywire.shared.wire import NEED_DATA, NeedData, WireFormat, codec_for
+from replywire.shared.wire.buffer import ReceiveBuffer
+from replywire.shared.wire.lp import HEADER, HEADER_BYTES, LengthPrefixedDecoder, parse_frame
+from replywire.shared.wire.ndjson import NdjsonDecoder
 
 Patch = tuple[object, str, Any]
 
@@ -451,7 +451,7 @@ MUTANTS: Final[dict[str, tuple[Patch, ...]]] = {
 
 
 def core_is_compiled() -> bool:
-    return is_compiled("shared.consumer_core")
+    return is_compiled("replywire.shared.consumer_core")
 
 
 @contextmanager

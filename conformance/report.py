@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from shared.vectors import CHAT_EXPECTED_KEYS, Vector
+from replywire.shared.vectors import CHAT_EXPECTED_KEYS, Vector
 
 #: What a consumer's answer must match, beside ``expected``'s own key when it differs.
 COMPARED: Final = (

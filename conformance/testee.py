@@ -31,14 +31,14 @@ from typing import IO, Any
 
 from conformance.mutants import MUTANTS, applied, core_is_compiled
 from conformance.vectors import chat_keys
-from native import PURE_ENV
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.errors import ConfigurationError
-from shared.faults import Ending, Transmission
-from shared.replay import consume
-from shared.vectors import LIMIT_KEYS, WIRES
-from shared.wire import WireFormat
+from replywire.native import PURE_ENV
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import ConfigurationError
+from replywire.shared.faults import Ending, Transmission
+from replywire.shared.replay import consume
+from replywire.shared.vectors import LIMIT_KEYS, WIRES
+from replywire.shared.wire import WireFormat
 
 
 class BadInput(ValueError):

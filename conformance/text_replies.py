@@ -15,15 +15,15 @@ from typing import Final
 
 from conformance import craft
 from conformance.vectors import Group
-from shared.digest import digest
-from shared.errors import RequestRefused
-from shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
-from shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
-from shared.recording import BoundCase
-from shared.texts import build_text_binding, text_case, text_deltas
-from shared.vectors import End
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkMode, ChunkPlan
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import TIMING_FAULTS, Ending, Fault, FaultKind, transmit
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, content_sha256, frames_from_deltas
+from replywire.shared.recording import BoundCase
+from replywire.shared.texts import build_text_binding, text_case, text_deltas
+from replywire.shared.vectors import End
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkMode, ChunkPlan
 
 #: Text replies carry on the default wires (the lab's wire is grounded-only).
 TEXT_WIRES: Final = (craft.LP, craft.NDJSON)

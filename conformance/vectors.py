@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import canonical_json
-from shared.faults import Ending, Transmission
-from shared.recording import BoundCase
-from shared.replay import consume
-from shared.result import StreamResult
-from shared.vectors import CHAT_EXPECTED_KEYS, End, Mode, Vector, load_vectors
-from shared.wire import WireFormat
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import canonical_json
+from replywire.shared.faults import Ending, Transmission
+from replywire.shared.recording import BoundCase
+from replywire.shared.replay import consume
+from replywire.shared.result import StreamResult
+from replywire.shared.vectors import CHAT_EXPECTED_KEYS, End, Mode, Vector, load_vectors
+from replywire.shared.wire import WireFormat
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 KIT: Final = ROOT / "fixtures" / "conformance"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from conformance.report import Outcome, compare, from_result_document, unanswered
-from shared.vectors import Mode, Vector
+from replywire.shared.vectors import Mode, Vector
 
 PLACEHOLDERS: Final = (
     "{target}",
@@ -127,7 +127,7 @@ class ConformanceProducer:
         self.ready = work / "producer.ready"
         self.trace = work / "producer.jsonl"
         argv = [
-            sys.executable, "-m", "producer", "--conformance", str(vectors_dir),
+            sys.executable, "-m", "replywire.producer", "--conformance", str(vectors_dir),
             "--host", "127.0.0.1", "--port", "0", "--ready-file", str(self.ready),
             "--trace-file", str(self.trace), "--log-format", "json",
         ]  # fmt: skip

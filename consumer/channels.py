@@ -24,9 +24,9 @@ from typing import Final, Self
 
 import grpc
 
-from consumer.options import StreamOptions
-from consumer.security import Security
-from shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.security import Security
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
 
 
 def announced_window(window_bytes: int) -> int:

@@ -24,9 +24,9 @@ from typing import Any, Final
 from rich.table import Table
 from rich.text import Text
 
-from shared.chat_reply import USAGE_TOTAL_MISMATCH
-from shared.chat_turn import ChatTurn
-from shared.terminal_text import shown_line, shown_text
+from replywire.shared.chat_reply import USAGE_TOTAL_MISMATCH
+from replywire.shared.chat_turn import ChatTurn
+from replywire.shared.terminal_text import shown_line, shown_text
 
 #: The longest call name or id, and the longest arguments, drawn (the arguments fold).
 NAME_CHARS: Final = 80

@@ -20,23 +20,23 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 import structlog
 
-from consumer.client import stream_reply
-from consumer.explain import Facts
-from consumer.flags import build_parser
-from consumer.interrupt import install_interrupt
-from consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
-from consumer.results import EXIT_USAGE, exit_code, refused_result
-from consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
-from consumer.targets import check_target
-from runtime.closed_pipe import stdout_closed
-from runtime.logs import configure_logging
-from runtime.output_paths import check_writable
-from runtime.recording_file import (
+from replywire.consumer.client import stream_reply
+from replywire.consumer.explain import Facts
+from replywire.consumer.flags import build_parser
+from replywire.consumer.interrupt import install_interrupt
+from replywire.consumer.options import DEFAULT_RESUME_BACKOFF_MAX_S, StreamOptions
+from replywire.consumer.results import EXIT_USAGE, exit_code, refused_result
+from replywire.consumer.security import GRPC_BUNDLED, SecurityFlags, load_security
+from replywire.consumer.targets import check_target
+from replywire.runtime.closed_pipe import stdout_closed
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.output_paths import check_writable
+from replywire.runtime.recording_file import (
     load_chat_recording_or_explain,
     load_recording_or_explain,
     load_text_recording_or_explain,
 )
-from runtime.tracing import (
+from replywire.runtime.tracing import (
     TRACEPARENT_ENV,
     TRACESTATE_ENV,
     TracingConfig,
@@ -45,23 +45,35 @@ from runtime.tracing import (
     start_tracing,
     stop_tracing,
 )
-from shared.chats import DEFAULT_CHAT_MODEL, chat_binding, chat_binding_problem, chat_request
-from shared.consumer_limits import Limits
-from shared.digest import bounded_json, canonical_json, within_depth
-from shared.errors import ConfigurationError, ReplywireError, RequestRefused
-from shared.faults import Fault, FaultKind
-from shared.kinds import ReplyKind, kind_of
-from shared.pinned_cases import PinnedCases
-from shared.questions import build_question_binding, parse_passages
-from shared.replay import replay
-from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, ReplyRequest, id_problem
-from shared.result import StreamResult
-from shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
-from shared.texts import MAX_ECHO_CHARS, build_text_binding
-from shared.wire import WireFormat
+from replywire.shared.chats import (
+    DEFAULT_CHAT_MODEL,
+    chat_binding,
+    chat_binding_problem,
+    chat_request,
+)
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import bounded_json, canonical_json, within_depth
+from replywire.shared.errors import ConfigurationError, ReplywireError, RequestRefused
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.kinds import ReplyKind, kind_of
+from replywire.shared.pinned_cases import PinnedCases
+from replywire.shared.questions import build_question_binding, parse_passages
+from replywire.shared.replay import replay
+from replywire.shared.requests import (
+    MAX_BINDING_BYTES,
+    MAX_BINDING_DEPTH,
+    MAX_CASE_ID_CHARS,
+    MAX_STREAM_ID_CHARS,
+    ReplyRequest,
+    id_problem,
+)
+from replywire.shared.result import StreamResult
+from replywire.shared.terminal_text import MAX_LINE_CHARS, shown_json, shown_line
+from replywire.shared.texts import MAX_ECHO_CHARS, build_text_binding
+from replywire.shared.wire import WireFormat
 
 if TYPE_CHECKING:  # the view (and rich) is imported only when it is wanted
-    from consumer.view import LiveView
+    from replywire.consumer.view import LiveView
 
 #: The longest error message printed (it may carry text from a file or a peer: shown).
 
@@ -348,7 +360,7 @@ def view_for(args: argparse.Namespace, out: TextIO) -> LiveView | None:
     )
     from rich.console import Console  # noqa: PLC0415 - only with a view
 
-    from consumer.view import LiveView  # noqa: PLC0415
+    from replywire.consumer.view import LiveView  # noqa: PLC0415
 
     # Log records on the same terminal are printed above the live area, not through it.
     same_terminal = out.isatty() and sys.stderr.isatty() and args.trace_file is None
@@ -434,15 +446,20 @@ def run_replay(args: argparse.Namespace, out: TextIO) -> int:
 def check_flags(args: argparse.Namespace) -> None:
     """What the flags say, checked before anything is written or connected (a
     ``ConfigurationError``, a usage error): the files written can be, the target is one
-    gRPC reads as meant, the stream id keeps the protocol's rule."""
+    gRPC reads as meant, the stream id and the case keep the protocol's rule."""
     check_writable("--result", args.result)
     check_writable("--trace-file", args.trace_file)
     if args.command == "stream":
         check_target(args.target)
-    if args.stream_id is not None:
-        problem = id_problem("--stream-id", args.stream_id)
+    ids = (
+        ("--stream-id", args.stream_id, MAX_STREAM_ID_CHARS),
+        ("--case", getattr(args, "case", None), MAX_CASE_ID_CHARS),
+    )
+    for flag, value, limit in ids:
+        problem = None if value is None else id_problem(flag, value, limit)
         if problem is not None:
-            raise ConfigurationError(f"{problem} (the protocol's rule: 0 to 128 visible ASCII)")
+            rule = f"the protocol's rule: 0 to {limit} visible ASCII"
+            raise ConfigurationError(f"{problem} ({rule})")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -464,7 +481,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return EXIT_USAGE
     stream: TextIO | None = trace
     if trace is None and args.command == "stream" and view_wanted(args, out):
-        from consumer.view import FollowStderr  # noqa: PLC0415 - only with a view
+        from replywire.consumer.view import FollowStderr  # noqa: PLC0415 - only with a view
 
         stream = cast(TextIO, FollowStderr())  # the view prints records above its live area
     configure_logging(

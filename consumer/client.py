@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from consumer.channels import ChannelPool
-from consumer.options import StreamOptions
-from consumer.session import StreamSession
-from consumer.spans import ConsumeSpan
-from runtime.tracing import active
-from shared.pb import replywire_pb2 as pb
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
+from replywire.consumer.channels import ChannelPool
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.session import StreamSession
+from replywire.consumer.spans import ConsumeSpan
+from replywire.runtime.tracing import active
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
 
 if TYPE_CHECKING:
-    from runtime.otel import Tracing
+    from replywire.runtime.otel import Tracing
 
 
 class ReplyClient(ChannelPool):

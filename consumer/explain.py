@@ -10,15 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from consumer.reader import NOT_A_GRPC_SERVER
-from consumer.security import TOKEN_ENV
-from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.questions import is_question
-from shared.reason_registry import REASONS
-from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
-from shared.recording import DEVELOPMENT_CASES
-from shared.result import StreamResult
-from shared.status import Status
+from replywire.consumer.reader import NOT_A_GRPC_SERVER
+from replywire.consumer.security import TOKEN_ENV
+from replywire.runtime.invocation import command, in_repository
+from replywire.shared.faults import EXPECTED_OUTCOMES, FaultKind
+from replywire.shared.questions import is_question
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason
+from replywire.shared.recording import DEVELOPMENT_CASES
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
 
 R = Reason
 
@@ -123,8 +124,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.PROVIDER_INVALID_EVENT: "The model provider sent a malformed event.",
     R.PROVIDER_CONNECTION_LOST: "The connection to the model provider broke mid-reply.",
     R.PROVIDER_EVENT_AFTER_FINISH: "The model provider kept sending after it had finished.",
-    R.KIND_UNSUPPORTED: "This producer's source serves no reply of the kind asked for (text "
-    "replies come from the development text source of the producer `make run-producer` starts).",
+    R.KIND_UNSUPPORTED: "This producer's source serves no reply of the kind asked for (the "
+    "development text and chat replies come from the recording source, the producer's default).",
     R.PROVIDER_PART_UNSUPPORTED: "The model's turn held a part this reply cannot carry (a "
     "function call, an image, code or a thought); the text before it is kept, unaccepted.",
     R.BUDGET_EXHAUSTED: "The call could cost more than the remaining budget allows.",
@@ -191,11 +192,14 @@ def sentence(reason: str | None) -> str:
 
 
 def start_producer(target: str, *args: str) -> str:
-    """The command that starts a producer at ``target`` (make's, on this machine)."""
+    """The command that starts a producer at ``target``: make's, on this machine and in the
+    repository; else the producer's own command (``runtime.invocation``)."""
     host, _, port = target.rpartition(":")
+    if not in_repository() and port.isdigit() and port != "50051":
+        args = ("--port", port, *args)
+    if not in_repository() or host not in {"127.0.0.1", "localhost"} or not port.isdigit():
+        return f"{command('producer')} {' '.join(args)}".rstrip()
     extra = f' ARGS="{" ".join(args)}"' if args else ""
-    if host not in {"127.0.0.1", "localhost"} or not port.isdigit():
-        return f"python -m producer {' '.join(args)}".rstrip()
     return f"make run-producer{'' if port == '50051' else f' PORT={port}'}{extra}"
 
 

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Final
 
-from consumer.options import (
+from replywire.consumer.options import (
     DEFAULT_DEADLINE_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_KEEPALIVE_S,
@@ -19,23 +19,36 @@ from consumer.options import (
     DEFAULT_WINDOW_BYTES,
     MIN_KEEPALIVE_S,
 )
-from consumer.security import GRPC_ROOTS_ENV, OPENSSL_ROOTS_ENV, TOKEN_ENV
-from native import version_line
-from runtime.flags import Count, Flag, FlagGroup, FlagTable, positive_seconds, seconds_at_least
-from runtime.help_format import DefaultsHelpFormatter
-from runtime.logs import DEFAULT_FLUSH_DELAY_S, LEVELS, flush_delay_ms
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from runtime.tracing import ENDPOINT_ENV, TRACEPARENT_ENV, TRACESTATE_ENV
-from runtime.usage import OneLineParser
-from shared.chats import DEFAULT_CHAT_MODEL
-from shared.consumer_limits import Limits
-from shared.errors import RequestRefused
-from shared.faults import DEFAULT_STALL_MS, DEFAULT_TARGET_FRAME, DEFAULT_TRUNCATE_BYTES, FaultKind
-from shared.recording import DEVELOPMENT_CASES
-from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH
-from shared.texts import MAX_ECHO_CHARS
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.security import GRPC_ROOTS_ENV, OPENSSL_ROOTS_ENV, TOKEN_ENV
+from replywire.native import version_line
+from replywire.runtime import invocation
+from replywire.runtime.flags import (
+    Count,
+    Flag,
+    FlagGroup,
+    FlagTable,
+    positive_seconds,
+    seconds_at_least,
+)
+from replywire.runtime.help_format import DefaultsHelpFormatter
+from replywire.runtime.logs import DEFAULT_FLUSH_DELAY_S, LEVELS, flush_delay_ms
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.runtime.tracing import ENDPOINT_ENV, TRACEPARENT_ENV, TRACESTATE_ENV
+from replywire.runtime.usage import OneLineParser
+from replywire.shared.chats import DEFAULT_CHAT_MODEL
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import (
+    DEFAULT_STALL_MS,
+    DEFAULT_TARGET_FRAME,
+    DEFAULT_TRUNCATE_BYTES,
+    FaultKind,
+)
+from replywire.shared.recording import DEVELOPMENT_CASES
+from replywire.shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH
+from replywire.shared.texts import MAX_ECHO_CHARS
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 
 def _chunk_plan(text: str) -> ChunkPlan:
@@ -269,7 +282,7 @@ COMMANDS: Final = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m consumer",
+        prog=invocation.command("consumer"),
         description="replywire consumer. Exit codes: 0 complete, 3 incomplete, 4 cancelled, "
         "5 error, 6 invalid, 7 refused, 2 usage or configuration error. "
         f"Development cases: {', '.join(DEVELOPMENT_CASES)}.",

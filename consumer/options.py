@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from consumer.security import Security
-from shared.requests import DEFAULT_MAX_METADATA_BYTES
+from replywire.consumer.security import Security
+from replywire.shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 DEFAULT_WINDOW_BYTES: Final = 64 * 1024
 DEFAULT_QUEUE_SIZE: Final = 8

@@ -20,12 +20,12 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from consumer.options import StreamOptions
-from consumer.reader_states import SPEC as READER_SPEC
-from consumer.reader_states import ReaderInput, ReaderState
-from shared.fsm import Machine
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason, registered
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader_states import SPEC as READER_SPEC
+from replywire.consumer.reader_states import ReaderInput, ReaderState
+from replywire.shared.fsm import Machine
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason, registered
 
 #: Named endings of the producer that are a broken transport, not a verdict: resumable
 #: (the transport faults' abort is one on purpose: its code named, it still resumes).

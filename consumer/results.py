@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.errors import ReplywireError
-from shared.result import StreamResult
-from shared.status import EXIT_CODES, EXIT_USAGE
+from replywire.shared.errors import ReplywireError
+from replywire.shared.result import StreamResult
+from replywire.shared.status import EXIT_CODES, EXIT_USAGE
 
 __all__ = ["EXIT_CODES", "EXIT_USAGE", "exit_code", "refused_result"]
 

@@ -38,8 +38,8 @@ from typing import Final, Literal
 
 import grpc
 
-from runtime.logs import register_secret
-from shared.errors import ConfigurationError
+from replywire.runtime.logs import register_secret
+from replywire.shared.errors import ConfigurationError
 
 TOKEN_ENV: Final = "REPLYWIRE_AUTH_TOKEN"
 MAX_TOKEN_CHARS: Final = 512

@@ -39,17 +39,17 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from consumer.channels import ChannelPool
-from consumer.interrupt import interrupted_within
-from consumer.options import StreamOptions
-from consumer.reader import NOT_A_GRPC_SERVER, QueueItem, Reader, StreamEnded
-from shared.consumer_core import ReplyConsumer
-from shared.errors import ProtocolFailure, scrubbed_detail
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.reason_registry import REASONS, REPLY_ENDINGS
-from shared.reasons import Reason, registered
-from shared.result import Flow, StreamResult
+from replywire.consumer.channels import ChannelPool
+from replywire.consumer.interrupt import interrupted_within
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import NOT_A_GRPC_SERVER, QueueItem, Reader, StreamEnded
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.errors import ProtocolFailure, scrubbed_detail
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.reason_registry import REASONS, REPLY_ENDINGS
+from replywire.shared.reasons import Reason, registered
+from replywire.shared.result import Flow, StreamResult
 
 #: How long a deliberate stop (Ctrl-C) waits for the producer to confirm ``Cancel``.
 CANCEL_TIMEOUT_S: Final = 2.0

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
-from consumer.session import StreamSession
-from shared.pb import replywire_pb2 as pb
-from shared.result import StreamResult
-from shared.status import Status
+from replywire.consumer.session import StreamSession
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
-    from runtime.otel import Tracing
+    from replywire.runtime.otel import Tracing
 
 SPAN_NAME: Final = "replywire.consume"
 RPC_SERVICE: Final = "replywire.v1.ReplyStream"

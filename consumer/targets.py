@@ -18,7 +18,7 @@ import ipaddress
 import re
 from typing import Final
 
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 MAX_PORT: Final = 65535
 KNOWN_SCHEMES: Final = ("dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock")

@@ -33,14 +33,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from consumer.chat_view import accepted_turn, live_turn, refused_call, turn_rows, turn_so_far
-from consumer.explain import HEADLINES, Facts, hint, sentence
-from consumer.reader_states import ReaderState
-from consumer.session import StreamSession
-from runtime.console_logs import OWN_STYLES
-from shared.result import StreamResult
-from shared.status import Status
-from shared.terminal_text import shown_line, shown_text
+from replywire.consumer.chat_view import (
+    accepted_turn,
+    live_turn,
+    refused_call,
+    turn_rows,
+    turn_so_far,
+)
+from replywire.consumer.explain import HEADLINES, Facts, hint, sentence
+from replywire.consumer.reader_states import ReaderState
+from replywire.consumer.session import StreamSession
+from replywire.runtime.console_logs import OWN_STYLES
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.terminal_text import shown_line, shown_text
 
 #: Draws per second while a reply streams.
 REFRESH_PER_S: Final = 12.0

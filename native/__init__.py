@@ -1,12 +1,12 @@
 """Which build of the hot modules is imported: the mypyc-compiled one or the pure-Python one.
 
 The hot modules (``HOT_MODULES``: the wire decoders and encoders, the consumer core and its
-checks) are plain, ``mypy --strict`` Python, and that source is
-the reference. ``make setup`` also compiles them with mypyc (``python -m native.build``) when it
-finds a C compiler and Python's headers, into ``.compiled/`` (git-ignored), never next to the
-``.py`` files: ``.compiled/shared/fsm.cpython-311-x86_64-linux-gnu.so`` and so on, and the
-group's shared runtime library ``.compiled/shared/native__mypyc.*.so`` that every module's
-``.so`` loads.
+checks) are plain, ``mypy --strict`` Python, and that source is the reference. ``make
+setup`` also compiles them with mypyc (``python -m replywire.native.build``) when it finds a
+C compiler and Python's headers, into ``.compiled/`` (git-ignored), never next to the ``.py``
+files: ``.compiled/replywire/shared/fsm.cpython-311-x86_64-linux-gnu.so`` and so on, and the
+group's shared runtime library ``.compiled/replywire/shared/native__mypyc.*.so`` that every
+module's ``.so`` loads. An installed wheel carries no compiled build: it runs pure.
 
 The packages that hold hot modules (``shared``, ``shared.wire``, ``runtime``) call
 ``package_path`` in their ``__init__``: it puts the compiled build's folder in front of the
@@ -41,28 +41,33 @@ from typing import Final
 #: pure, and why: docs/operations.md#the-compiled-build (``runtime.logs``,
 #: ``shared.consumer_limits``).
 HOT_MODULES: Final = (
-    "shared.digest",
-    "shared.frames",
-    "shared.reply",
-    "shared.fsm",
-    "shared.consumer_content",
-    "shared.frame_checks",
-    "shared.chat_turn",
-    "shared.consumer_machine",
-    "shared.consumer_core",
-    "shared.wire.base",
-    "shared.wire.buffer",
-    "shared.wire.lp",
-    "shared.wire.ndjson",
+    "replywire.shared.digest",
+    "replywire.shared.frames",
+    "replywire.shared.reply",
+    "replywire.shared.fsm",
+    "replywire.shared.consumer_content",
+    "replywire.shared.frame_checks",
+    "replywire.shared.chat_turn",
+    "replywire.shared.consumer_machine",
+    "replywire.shared.consumer_core",
+    "replywire.shared.wire.base",
+    "replywire.shared.wire.buffer",
+    "replywire.shared.wire.lp",
+    "replywire.shared.wire.ndjson",
 )
 #: mypyc's group name: its shared library is the module ``shared.native__mypyc``.
-GROUP: Final = "shared.native"
+GROUP: Final = "replywire.shared.native"
+#: The folder that holds the packages: in the repository its root (``replywire/shared`` is a
+#: link to ``shared/``), once installed the ``replywire`` package itself.
 ROOT: Final = Path(__file__).resolve().parents[1]
 BUILD_DIR: Final = ROOT / ".compiled"
 MANIFEST: Final = BUILD_DIR / "manifest.json"
 PURE_ENV: Final = "REPLYWIRE_PURE"
 #: This interpreter's suffix of extension modules (``.cpython-311-x86_64-linux-gnu.so``).
 EXTENSION_SUFFIX: Final = importlib.machinery.EXTENSION_SUFFIXES[0]
+#: Where a compiled build comes from: ``make setup``, in the repository (an installed wheel
+#: carries none).
+NO_BUILD_HINT: Final = ": make setup makes one" if (ROOT / "Makefile").is_file() else ""
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,8 @@ class Selection:
 
 
 def source_of(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    """A hot module's source: ``replywire.shared.frames`` is ``shared/frames.py`` under ``ROOT``."""
+    return ROOT.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
 def sources_digest() -> dict[str, str]:
@@ -96,7 +102,7 @@ def selected() -> Selection:
     try:
         manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return Selection(compiled=False, why="no compiled build: make setup makes one")
+        return Selection(compiled=False, why=f"no compiled build{NO_BUILD_HINT}")
     if manifest != manifest_for(sources_digest()):
         return Selection(compiled=False, why="the compiled build is stale: make setup rebuilds it")
     return Selection(compiled=True, why="")
@@ -126,16 +132,21 @@ class Running:
         return "compiled" if not self.pure else "mixed"
 
     def describe(self) -> str:
-        """One line: the build, and which modules (or why pure)."""
+        """One line: the build, and which modules (or why pure), named within ``replywire``."""
         if self.build == "pure":
             return f"pure ({self.why})" if self.why else "pure"
+        compiled, pure = _short(self.compiled), _short(self.pure)
         if self.build == "compiled":
-            return f"compiled (mypyc: {', '.join(self.compiled)})"
-        return f"mixed (compiled: {', '.join(self.compiled)}; pure: {', '.join(self.pure)})"
+            return f"compiled (mypyc: {compiled})"
+        return f"mixed (compiled: {compiled}; pure: {pure})"
 
     def as_record(self) -> dict[str, object]:
         """The start record's fields: the build (which modules: ``--version``)."""
         return {"build": self.build}
+
+
+def _short(modules: tuple[str, ...]) -> str:
+    return ", ".join(module.removeprefix("replywire.") for module in modules)
 
 
 def is_compiled(module: str) -> bool:

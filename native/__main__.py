@@ -1,5 +1,5 @@
 """``python -m native``: which build of the hot modules this interpreter imports."""
 
-from native import running
+from replywire.native import running
 
 print(running().describe())

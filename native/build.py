@@ -1,5 +1,5 @@
-"""``python -m native.build``: compile the hot modules with mypyc into ``.compiled/`` (what
-``make setup`` runs), or say why the pure build stays.
+"""``python -m replywire.native.build``: compile the hot modules with mypyc into
+``.compiled/`` (what ``make setup`` runs), or say why the pure build stays.
 
 It compiles when a C compiler (``cc``, or ``$CC``) and Python's headers (``Python.h``) are
 there and ``REPLYWIRE_PURE`` is not ``1``; otherwise it says so and exits 0: the pure build
@@ -23,7 +23,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from native import (
+from replywire.native import (
     BUILD_DIR,
     GROUP,
     HOT_MODULES,
@@ -31,7 +31,6 @@ from native import (
     PURE_ENV,
     ROOT,
     manifest_for,
-    source_of,
     sources_digest,
 )
 
@@ -72,7 +71,8 @@ def compile_hot_modules() -> None:
     digests = sources_digest()
     os.chdir(ROOT)  # mypy reads pyproject.toml's [tool.mypy] from here
     extensions = mypycify(
-        [str(source_of(module).relative_to(ROOT)) for module in HOT_MODULES],
+        # by the package's links, so that mypyc names each module as it is imported
+        [str(Path(*module.split(".")).with_suffix(".py")) for module in HOT_MODULES],
         target_dir=str(work / "c"),
         group_name=GROUP,
         opt_level="3",
@@ -87,7 +87,7 @@ def compile_hot_modules() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m native.build", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m replywire.native.build", description=__doc__)
     parser.add_argument(
         "--check",
         action="store_true",

@@ -28,8 +28,8 @@ from typing import Final
 
 import structlog
 
-from producer.generation import Generation, Opened, Opener, PlanUpstream, Upstream
-from producer.replylog.interface import (
+from replywire.producer.generation import Generation, Opened, Opener, PlanUpstream, Upstream
+from replywire.producer.replylog.interface import (
     Entry,
     LogEnded,
     LoggedReply,
@@ -38,15 +38,15 @@ from producer.replylog.interface import (
     ReplyLog,
     log_entries,
 )
-from producer.sources import Source, StreamPlan
-from producer.spans import relayed_cancel_span
-from runtime.tracing import active
-from shared.errors import RequestRefused
-from shared.reason_registry import REASONS, REPLY_ENDINGS
-from shared.reasons import Reason
-from shared.requests import CheckedRequest
-from shared.status import Status
-from shared.wire import codec_for
+from replywire.producer.sources import Source, StreamPlan
+from replywire.producer.spans import relayed_cancel_span
+from replywire.runtime.tracing import active
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reason_registry import REASONS, REPLY_ENDINGS
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import CheckedRequest
+from replywire.shared.status import Status
+from replywire.shared.wire import codec_for
 
 #: Tries to attach to or claim a live reply that keeps changing hands before giving up.
 MAX_CLAIM_ATTEMPTS: Final = 3

@@ -20,60 +20,60 @@ from pathlib import Path
 
 import structlog
 
-from native import running
-from producer.budget.keeper import (
+from replywire.native import running
+from replywire.producer.budget.keeper import (
     LedgerPolicy,
 )
-from producer.budget.ledger import Ledger, Owner
-from producer.budget.options import RedisOptions
-from producer.budget.stores import open_ledger
-from producer.budget.usage import Rates
-from producer.edge import conformance
-from producer.edge.admission import default_per_identity
-from producer.edge.security import TokenAuthenticator, is_loopback, server_credentials
-from producer.edge.server import start_server, stop_server
-from producer.files import write_atomically
-from producer.flags import build_parser
-from producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
-from producer.replylog.interface import LogLimits, ReaderLimits, ReplyLog
-from producer.replylog.memory import MemoryReplyLog
-from producer.settings import (
+from replywire.producer.budget.ledger import Ledger, Owner
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.stores import open_ledger
+from replywire.producer.budget.usage import Rates
+from replywire.producer.edge import conformance
+from replywire.producer.edge.admission import default_per_identity
+from replywire.producer.edge.security import TokenAuthenticator, is_loopback, server_credentials
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.files import write_atomically
+from replywire.producer.flags import build_parser
+from replywire.producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
+from replywire.producer.replylog.interface import LogLimits, ReaderLimits, ReplyLog
+from replywire.producer.replylog.memory import MemoryReplyLog
+from replywire.producer.settings import (
     Exposure,
     ServerSettings,
 )
-from producer.sources import Source
-from producer.sources.gemini.capture import RunCapture
-from producer.sources.gemini.settings import GeminiSettings
-from producer.sources.gemini.source import GeminiSource
-from producer.sources.recording import RecordingSource
-from producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store
-from runtime.library_logs import (
+from replywire.producer.sources import Source
+from replywire.producer.sources.gemini.capture import RunCapture
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.producer.sources.gemini.source import GeminiSource
+from replywire.producer.sources.recording import RecordingSource
+from replywire.producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store
+from replywire.runtime.library_logs import (
     LibraryLogBounds,
     counts,
     flush_suppressed,
     route_stdlib_logging,
     set_library_log_bounds,
 )
-from runtime.logs import (
+from replywire.runtime.logs import (
     configure_logging,
     flush_trace,
     register_secret,
 )
-from runtime.output_paths import check_writable
-from runtime.recording_file import (
+from replywire.runtime.output_paths import check_writable
+from replywire.runtime.recording_file import (
     load_chat_recording_or_explain,
     load_recording_or_explain,
     load_text_recording_or_explain,
 )
-from runtime.tracing import (
+from replywire.runtime.tracing import (
     TracingConfig,
     endpoint_from,
     start_tracing,
     stop_tracing,
 )
-from shared.errors import ConfigurationError, RequestRefused
-from shared.recording import Recording
-from shared.status import EXIT_USAGE
+from replywire.shared.errors import ConfigurationError, RequestRefused
+from replywire.shared.recording import Recording
+from replywire.shared.status import EXIT_USAGE
 
 
 def exposure_from(args: argparse.Namespace) -> Exposure:
@@ -232,7 +232,7 @@ async def open_reply_log(
     # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
     import redis  # noqa: PLC0415
 
-    from producer.replylog.redis_log import RedisReplyLog  # noqa: PLC0415
+    from replywire.producer.replylog.redis_log import RedisReplyLog  # noqa: PLC0415
 
     try:
         # Without tokens every caller is the one identity: its bound would be the whole.

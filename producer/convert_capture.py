@@ -6,7 +6,7 @@ README's command name.
 
 from __future__ import annotations
 
-from producer.sources.gemini.convert import main
+from replywire.producer.sources.gemini.convert import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Final
 
-from producer.states import StreamState
+from replywire.producer.states import StreamState
 
 #: The counter each final state adds to.
 _COUNTER_OF: Final = {

@@ -17,18 +17,18 @@ from typing import Final
 import grpc
 import structlog
 
-from producer.claims import Attached, Generations
-from producer.counters import ProducerCounters
-from producer.delivery_plan import Origin
-from producer.metrics import ProducerMetrics
-from producer.replylog.interface import LogEnded
-from producer.sources import Stall, StreamPlan
-from producer.states import ProducerStream, StreamInput
-from shared.pb import replywire_pb2 as pb
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.requests import CheckedRequest
-from shared.wire.chunking import Chunker
+from replywire.producer.claims import Attached, Generations
+from replywire.producer.counters import ProducerCounters
+from replywire.producer.delivery_plan import Origin
+from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.replylog.interface import LogEnded
+from replywire.producer.sources import Stall, StreamPlan
+from replywire.producer.states import ProducerStream, StreamInput
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import CheckedRequest
+from replywire.shared.wire.chunking import Chunker
 
 #: Takeovers of a reply whose generator was lost, per delivery (each needs a lapsed lease).
 MAX_TAKEOVERS: Final = 3

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.reasons import Reason
+from replywire.shared.reasons import Reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

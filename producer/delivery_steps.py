@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from producer.claims import Attached, Generations
-from producer.delivery import Delivery, close_even_if_cancelled, delivery_of
-from producer.delivery_plan import (
+from replywire.producer.claims import Attached, Generations
+from replywire.producer.delivery import Delivery, close_even_if_cancelled, delivery_of
+from replywire.producer.delivery_plan import (
     ClaimLive,
     Deliver,
     Facts,
@@ -21,11 +21,11 @@ from producer.delivery_plan import (
     Step,
     decide,
 )
-from producer.replylog.interface import ReplyKey
-from producer.sources import Source, StreamPlan
-from producer.states import StreamState
-from shared.errors import RequestRefused
-from shared.requests import CheckedRequest
+from replywire.producer.replylog.interface import ReplyKey
+from replywire.producer.sources import Source, StreamPlan
+from replywire.producer.states import StreamState
+from replywire.shared.errors import RequestRefused
+from replywire.shared.requests import CheckedRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,20 +8,20 @@ import argparse
 from pathlib import Path
 from typing import Final
 
-from native import version_line
-from producer.budget.keeper import (
+from replywire.native import version_line
+from replywire.producer.budget.keeper import (
     DEFAULT_FINAL_TRY_S,
     DEFAULT_RECONCILE_S,
     DEFAULT_RETRY_CAP_S,
     DEFAULT_RETRY_JITTER,
     DEFAULT_RETRY_S,
 )
-from producer.budget.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
-from producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
-from producer.budget.options import DEFAULT_PREFIX
-from producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
-from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
-from producer.replylog.interface import (
+from replywire.producer.budget.ledger import DEFAULT_LEASE_S as DEFAULT_LEDGER_LEASE_S
+from replywire.producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
+from replywire.producer.budget.options import DEFAULT_PREFIX
+from replywire.producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
+from replywire.producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from replywire.producer.replylog.interface import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_BYTES,
@@ -32,8 +32,8 @@ from producer.replylog.interface import (
     DEFAULT_REPLIES_READ_PER_IDENTITY,
     DEFAULT_WRITER_CONNECTIONS,
 )
-from producer.replylog.interface import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
-from producer.settings import (
+from replywire.producer.replylog.interface import DEFAULT_TTL_S as DEFAULT_REPLY_TTL_S
+from replywire.producer.settings import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTION_AGE_S,
@@ -42,13 +42,14 @@ from producer.settings import (
     DEFAULT_MAX_STREAMS,
     MIN_PING_INTERVAL_S,
 )
-from producer.sources.gemini.protocol import (
+from replywire.producer.sources.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL,
 )
-from producer.store_urls import redacted
-from runtime.flags import (
+from replywire.producer.store_urls import redacted
+from replywire.runtime import invocation
+from replywire.runtime.flags import (
     ENV_PREFIX,
     Count,
     Flag,
@@ -62,22 +63,22 @@ from runtime.flags import (
     seconds_at_least,
     seconds_or_zero,
 )
-from runtime.help_format import DefaultsHelpFormatter
-from runtime.library_logs import DEFAULT_BURST as DEFAULT_LIBRARY_LOG_BURST
-from runtime.library_logs import DEFAULT_CHARS as DEFAULT_LIBRARY_LOG_CHARS
-from runtime.library_logs import DEFAULT_INTERVAL_S as DEFAULT_LIBRARY_LOG_INTERVAL_S
-from runtime.logs import (
+from replywire.runtime.help_format import DefaultsHelpFormatter
+from replywire.runtime.library_logs import DEFAULT_BURST as DEFAULT_LIBRARY_LOG_BURST
+from replywire.runtime.library_logs import DEFAULT_CHARS as DEFAULT_LIBRARY_LOG_CHARS
+from replywire.runtime.library_logs import DEFAULT_INTERVAL_S as DEFAULT_LIBRARY_LOG_INTERVAL_S
+from replywire.runtime.logs import (
     DEFAULT_FLUSH_DELAY_S,
     LEVELS,
     flush_delay_ms,
 )
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from runtime.tracing import (
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.runtime.tracing import (
     ENDPOINT_ENV,
 )
-from runtime.usage import OneLineParser
-from shared.recording import RECORDING_SHA256
-from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES
+from replywire.runtime.usage import OneLineParser
+from replywire.shared.recording import RECORDING_SHA256
+from replywire.shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES
 
 SHUTDOWN_GRACE_S: Final = 5.0
 
@@ -396,7 +397,7 @@ FLAGS: Final = FlagTable(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m producer",
+        prog=invocation.command("producer"),
         description="replywire producer: a grpc.aio server of replywire.v1.ReplyStream. "
         f"Each flag may also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT=0).",
         formatter_class=DefaultsHelpFormatter,

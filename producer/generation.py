@@ -36,14 +36,14 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from producer.replylog.interface import Entry, LogEnded, LoggedReply, ReplyLogFailed
-from producer.sources import StreamPlan
-from producer.spans import GenerationSpan
-from runtime.tracing import active
-from shared.errors import ReplywireError, RequestRefused
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.wire import WireCodec
+from replywire.producer.replylog.interface import Entry, LogEnded, LoggedReply, ReplyLogFailed
+from replywire.producer.sources import StreamPlan
+from replywire.producer.spans import GenerationSpan
+from replywire.runtime.tracing import active
+from replywire.shared.errors import ReplywireError, RequestRefused
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import WireCodec
 
 #: A generation's outcome when its reply was made whole.
 COMPLETED: Final = "completed"

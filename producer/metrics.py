@@ -55,7 +55,7 @@ from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.reasons import CODES, Reason
+from replywire.shared.reasons import CODES, Reason
 
 #: Seconds a write may wait for the window: sub-millisecond on a reading consumer,
 #: up to the connection's age on one that stopped reading.

@@ -8,11 +8,11 @@ from typing import Final
 
 import grpc
 
-from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
-from producer.edge.security import TokenAuthenticator
-from producer.metrics import ProducerMetrics
-from producer.replylog.interface import LogLimits, ReplyLog
-from shared.requests import DEFAULT_MAX_METADATA_BYTES
+from replywire.producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from replywire.producer.edge.security import TokenAuthenticator
+from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.replylog.interface import LogLimits, ReplyLog
+from replywire.shared.requests import DEFAULT_MAX_METADATA_BYTES
 
 #: Streams served at once by default: 3,000 concurrent streams on one producer complete,
 #: and one more than this is refused RESOURCE_EXHAUSTED / stream_limit.

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 import structlog
 
-from producer.replylog.interface import ReplyKey
-from producer.states import ProducerStream, StreamState
+from replywire.producer.replylog.interface import ReplyKey
+from replywire.producer.states import ProducerStream, StreamState
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
     from opentelemetry.trace import Link, Span
 
-    from runtime.otel import Tracing
+    from replywire.runtime.otel import Tracing
 
 SPAN_NAME: Final = "replywire.serve"
 CANCEL_SPAN_NAME: Final = "replywire.cancel"

@@ -30,9 +30,9 @@ from typing import Any, Final
 
 import structlog
 
-from shared.errors import scrubbed_detail
-from shared.fsm import Machine, MachineSpec
-from shared.reasons import CODES, Reason
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.fsm import Machine, MachineSpec
+from replywire.shared.reasons import CODES, Reason
 
 
 class StreamState(StrEnum):

@@ -1,8 +1,3 @@
-from runtime.grpc_env import quiet_grpc_core
+from replywire.commands import replywire
 
-quiet_grpc_core()  # before grpc is first imported
-
-from replywire.cli import main  # noqa: E402 - after quiet_grpc_core()
-from runtime.closed_pipe import run_printing  # noqa: E402
-
-raise SystemExit(run_printing(main))
+raise SystemExit(replywire())

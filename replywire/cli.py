@@ -1,6 +1,6 @@
 """``python -m replywire``: the commands above both processes. ``demo`` (``make demo``)
 starts a producer and streams the cases and the fault catalogue through it
-(``harness.demo``); ``join-traces`` and ``trace`` read both sides' traces as one
+(``replywire.demo``); ``join-traces`` and ``trace`` read both sides' traces as one
 (``traces.commands``); ``health`` and ``services`` ask a running producer
 (``replywire.probes``). The flags are ``replywire.flags``'.
 
@@ -14,16 +14,16 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from harness.demo import run_demo
+from replywire.demo import run_demo
 from replywire.flags import build_parser
 from replywire.probes import run_probe
-from runtime.closed_pipe import stdout_closed
-from runtime.logs import configure_logging
-from runtime.output_paths import check_writable
-from shared.errors import ConfigurationError, ReplywireError
-from shared.status import EXIT_USAGE
-from shared.terminal_text import MAX_LINE_CHARS, shown_line
-from traces.commands import TraceRequest, UnknownStream, run_join, run_trace
+from replywire.runtime.closed_pipe import stdout_closed
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.output_paths import check_writable
+from replywire.shared.errors import ConfigurationError, ReplywireError
+from replywire.shared.status import EXIT_USAGE
+from replywire.shared.terminal_text import MAX_LINE_CHARS, shown_line
+from replywire.traces.commands import TraceRequest, UnknownStream, run_join, run_trace
 
 
 def complain(message: str) -> None:

@@ -8,13 +8,14 @@ import argparse
 from pathlib import Path
 from typing import Final
 
-from native import version_line
-from runtime.flags import Count, Flag, FlagGroup, FlagTable, Number
-from runtime.help_format import DefaultsHelpFormatter
-from runtime.logs import LEVELS
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from runtime.usage import OneLineParser
-from traces.svg import DEFAULT_MAX_MARKS
+from replywire.native import version_line
+from replywire.runtime import invocation
+from replywire.runtime.flags import Count, Flag, FlagGroup, FlagTable, Number
+from replywire.runtime.help_format import DefaultsHelpFormatter
+from replywire.runtime.logs import LEVELS
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.runtime.usage import OneLineParser
+from replywire.traces.svg import DEFAULT_MAX_MARKS
 
 #: Every flag of ``python -m replywire``, by the commands that take it (no environment
 #: variables).
@@ -109,7 +110,7 @@ COMMANDS: Final = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m replywire",
+        prog=invocation.command("replywire"),
         description="replywire: the commands above both processes, the demo, both sides' "
         "traces read as one, and a running producer's health and services. Exit codes: 0 "
         "done, 2 usage error or trace files that cannot be read (health and services: see "

@@ -19,10 +19,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from consumer.targets import check_target
-from shared.errors import ConfigurationError
-from shared.status import EXIT_USAGE
-from shared.terminal_text import MAX_LINE_CHARS, shown_line
+from replywire.consumer.targets import check_target
+from replywire.shared.errors import ConfigurationError
+from replywire.shared.status import EXIT_USAGE
+from replywire.shared.terminal_text import MAX_LINE_CHARS, shown_line
 
 EXIT_SERVING: Final = 0
 EXIT_NOT_SERVING: Final = 1

@@ -9,6 +9,6 @@ which each process's argparse and environment defaults are made
 (``runtime.flags``).
 """
 
-from native import package_path
+from replywire.native import package_path
 
 __path__ = package_path(__path__, __name__)

@@ -41,7 +41,7 @@ from typing import Any, Final, TextIO
 
 import structlog
 
-from shared.terminal_text import shown_line, shown_text
+from replywire.shared.terminal_text import shown_line, shown_text
 
 ExceptionFormatter = Callable[[TextIO, structlog.typing.ExcInfo], None]
 

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import structlog
 
-from shared.errors import MAX_DETAIL_CHARS, scrubbed_detail
+from replywire.shared.errors import MAX_DETAIL_CHARS, scrubbed_detail
 
 #: The one event name of every record a library's standard ``logging`` call becomes.
 FOREIGN_LOG_EVENT: Final = "library_log"

@@ -26,8 +26,8 @@ from typing import Any, Final, Literal, TextIO
 import orjson
 import structlog
 
-from runtime.console_logs import ConsoleLines
-from shared.terminal_text import shown_json
+from replywire.runtime.console_logs import ConsoleLines
+from replywire.shared.terminal_text import shown_json
 
 LogFormat = Literal["auto", "json", "console"]
 LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from runtime.library_logs import route_stdlib_logging
+from replywire.runtime.library_logs import route_stdlib_logging
 
 #: The longest ``traceparent`` read (version 00 is 55 characters; a later version may
 #: add fields, which a reader of version 00 accepts, but not without bound).

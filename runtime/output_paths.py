@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 
 def writable_problem(path: Path, *, directory: bool = False) -> str | None:

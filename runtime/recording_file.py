@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from shared.chat_recording import ChatRecording
-from shared.errors import ConfigurationError, ReplywireError
-from shared.pinned_cases import PinnedCases
-from shared.recording import RECORDING_SHA256, Recording
-from shared.text_recording import TextRecording
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.errors import ConfigurationError, ReplywireError
+from replywire.shared.pinned_cases import PinnedCases
+from replywire.shared.recording import RECORDING_SHA256, Recording
+from replywire.shared.text_recording import TextRecording
 
 DEFAULT_RECORDING_PATH: Final = Path(__file__).resolve().parent.parent / "fixtures/recording.json"
 DEFAULT_TEXT_RECORDING_PATH: Final = DEFAULT_RECORDING_PATH.with_name("text-recording.json")

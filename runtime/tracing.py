@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # imported only when tracing is on
-    from runtime.otel import Tracing
+    from replywire.runtime.otel import Tracing
 
 #: The standard variables: the collector, the switch that overrides everything.
 ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -69,7 +69,7 @@ def disabled(environ: Mapping[str, str] | None = None) -> bool:
 def start_tracing(config: TracingConfig) -> Tracing:
     """Turn tracing on for this process (once, at start-up)."""
     global _active  # noqa: PLW0603 - one tracing per process, read by active()
-    from runtime.otel import Tracing  # noqa: PLC0415 - OpenTelemetry only when it is on
+    from replywire.runtime.otel import Tracing  # noqa: PLC0415 - OpenTelemetry only when it is on
 
     if _active is not None:
         _active.shutdown()

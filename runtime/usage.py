@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Final, NoReturn
 
-from shared.status import EXIT_USAGE
-from shared.terminal_text import shown_line
+from replywire.shared.status import EXIT_USAGE
+from replywire.shared.terminal_text import shown_line
 
 #: The longest usage line printed: a flag's value is echoed in it, cut with ``…``.
 MAX_USAGE_CHARS: Final = 300

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
-from shared.chat_parts import (
+from replywire.shared.chat_parts import (
     INTEGER_FIELDS,
     PART_CLASSES,
     PART_FIELDS,
@@ -22,9 +22,9 @@ from shared.chat_parts import (
     ChatPart,
     part_values,
 )
-from shared.errors import RequestRefused
-from shared.frames import TERMINAL_KINDS, DoneDigest, Frame, FrameKind
-from shared.reasons import Reason
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import TERMINAL_KINDS, DoneDigest, Frame, FrameKind
+from replywire.shared.reasons import Reason
 
 #: One content frame of a turn: a text, or a part of one of the five chat kinds.
 ChatItem: TypeAlias = tuple[FrameKind, str | ChatPart]

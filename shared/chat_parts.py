@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from shared.digest import canonical_json
+from replywire.shared.digest import canonical_json
 
 #: A field as the wire gave it (see ``shared.frames.AsSent``).
 AsSent: TypeAlias = object

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from shared.chat_frames import ChatItem, chat_item_of
-from shared.chats import chat_binding, chat_binding_problem, is_chat_case
-from shared.digest import digest
-from shared.pinned_cases import PinnedCases
-from shared.recording import BoundCase
+from replywire.shared.chat_frames import ChatItem, chat_item_of
+from replywire.shared.chats import chat_binding, chat_binding_problem, is_chat_case
+from replywire.shared.digest import digest
+from replywire.shared.pinned_cases import PinnedCases
+from replywire.shared.recording import BoundCase
 
 CHAT_RECORDING_SHA256: Final = "36bc05973c1ca4679d2ea766fb51eb035c57ef0ba10983a4718aac649b15ce38"
 FORMAT: Final = "replywire-chat-recording/1"

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from shared.chat_parts import USAGE_COMPONENTS
-from shared.digest import canonical_json, strict_json
-from shared.errors import ProtocolFailure
-from shared.reasons import Reason
+from replywire.shared.chat_parts import USAGE_COMPONENTS
+from replywire.shared.digest import canonical_json, strict_json
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.reasons import Reason
 
 #: The notes a chat reply may carry, in the order the result lists them.
 USAGE_TOTAL_MISMATCH: Final = "usage_total_mismatch"

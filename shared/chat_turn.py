@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final, TypeGuard
 
-from shared.chat_parts import (
+from replywire.shared.chat_parts import (
     PART_FIELDS,
     SIGNED_PARTS,
     ChatDigest,
@@ -26,9 +26,9 @@ from shared.chat_parts import (
     ToolCallPart,
     UsagePart,
 )
-from shared.errors import ProtocolFailure
-from shared.frames import DoneDigest
-from shared.reasons import Reason
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import DoneDigest
+from replywire.shared.reasons import Reason
 
 #: The usage counts are uint64 on lp; NDJSON's integers are held to the same range.
 _COUNT_END: Final = 1 << 64

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
-from shared.chat_binding_schema import SCHEMA_TEXT
-from shared.digest import digest
-from shared.errors import RequestRefused
-from shared.kinds import KIND_KEY, ReplyKind
-from shared.reasons import Reason
+from replywire.shared.chat_binding_schema import SCHEMA_TEXT
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
+from replywire.shared.kinds import KIND_KEY, ReplyKind
+from replywire.shared.reasons import Reason
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator

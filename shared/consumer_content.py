@@ -10,8 +10,8 @@ import hashlib
 from array import array
 from typing import Final
 
-from shared.frames import DoneDigest
-from shared.result import Event, content_received
+from replywire.shared.frames import DoneDigest
+from replywire.shared.result import Event, content_received
 
 #: Content parts joined into one every this many frames (``Content``).
 JOIN_EVERY: Final = 16

@@ -51,14 +51,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from shared.chat_reply import CallRefused, notes, validate_turn
-from shared.chat_turn import ChatTurn
-from shared.consumer_content import Content, EventLog
+from replywire.shared.chat_reply import CallRefused, notes, validate_turn
+from replywire.shared.chat_turn import ChatTurn
+from replywire.shared.consumer_content import Content, EventLog
 
 # Limits lives in a module mypyc leaves pure: a compiled dataclass would refuse a field of
 # the wrong type with its own TypeError before __post_init__ says which limit is wrong.
-from shared.consumer_limits import Limits
-from shared.consumer_machine import (
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.consumer_machine import (
     FINAL_STATES,
     SPEC,
     STATUS_OF,
@@ -67,14 +67,14 @@ from shared.consumer_machine import (
     Input,
     Verdict,
 )
-from shared.digest import digest
-from shared.errors import ProtocolFailure, scrubbed_detail
-from shared.frame_checks import FrameChecks, check_terminal_reason
-from shared.frames import TERMINAL_KINDS, Frame, FrameKind
-from shared.kinds import ReplyKind, kind_of
-from shared.reasons import Reason, registered
-from shared.reply import validate_reply
-from shared.result import (
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure, scrubbed_detail
+from replywire.shared.frame_checks import FrameChecks, check_terminal_reason
+from replywire.shared.frames import TERMINAL_KINDS, Frame, FrameKind
+from replywire.shared.kinds import ReplyKind, kind_of
+from replywire.shared.reasons import Reason, registered
+from replywire.shared.reply import validate_reply
+from replywire.shared.result import (
     AnswerValidated,
     ConsumerAborted,
     DuplicateDropped,
@@ -86,8 +86,8 @@ from shared.result import (
     TransportFailed,
     TurnValidated,
 )
-from shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
-from shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
+from replywire.shared.trace_logger import DEBUG, NULL_LOGGER, TraceLogger
+from replywire.shared.wire import NEED_DATA, Integrity, WireFormat, codec_for
 
 #: The machine's names are the core's too (``shared.consumer_core.SPEC``, ``Input``, ...).
 __all__ = [

@@ -9,9 +9,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-from shared.fsm import Machine, MachineSpec
-from shared.status import Status
-from shared.trace_logger import TraceLogger
+from replywire.shared.fsm import Machine, MachineSpec
+from replywire.shared.status import Status
+from replywire.shared.trace_logger import TraceLogger
 
 
 class ConsumerState(StrEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from shared.reasons import Reason
+from replywire.shared.reasons import Reason
 
 #: The longest ``detail`` of a result (and of a trace record that carries text from elsewhere).
 MAX_DETAIL_CHARS: Final = 256

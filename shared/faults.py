@@ -26,14 +26,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from shared.chat_frames import chat_frames
-from shared.errors import RequestRefused
-from shared.frames import CONTENT_KINDS, Frame, FrameKind, derive_frames, frames_from_deltas
-from shared.reasons import Reason
-from shared.recording import BoundCase
-from shared.status import Status
-from shared.wire import WireCodec, WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan, cut
+from replywire.shared.chat_frames import chat_frames
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import (
+    CONTENT_KINDS,
+    Frame,
+    FrameKind,
+    derive_frames,
+    frames_from_deltas,
+)
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase
+from replywire.shared.status import Status
+from replywire.shared.wire import WireCodec, WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan, cut
 
 DEFAULT_TARGET_FRAME: Final = 3
 DEFAULT_TRUNCATE_BYTES: Final = 3

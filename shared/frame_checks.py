@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 
-from shared.consumer_limits import Limits
-from shared.errors import ProtocolFailure
-from shared.frames import Frame
-from shared.reasons import Reason
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import Frame
+from replywire.shared.reasons import Reason
 
 
 class FrameChecks:

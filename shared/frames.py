@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, TypeAlias
 
-from shared.chat_parts import ChatPart
-from shared.errors import ProtocolFailure, RequestRefused
-from shared.reasons import Reason
+from replywire.shared.chat_parts import ChatPart
+from replywire.shared.errors import ProtocolFailure, RequestRefused
+from replywire.shared.reasons import Reason
 
 #: The lab derives 13-character content deltas from a saved reply.
 DELTA_CHARS = 13

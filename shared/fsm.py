@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from shared.errors import InvalidTransition
-from shared.trace_logger import NULL_LOGGER, TraceLogger
+from replywire.shared.errors import InvalidTransition
+from replywire.shared.trace_logger import NULL_LOGGER, TraceLogger
 
 S = TypeVar("S", bound=StrEnum)
 I = TypeVar("I", bound=StrEnum)  # noqa: E741 - the conventional name of an input type

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 
 class ReplyKind(StrEnum):

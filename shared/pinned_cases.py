@@ -10,10 +10,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from shared.digest import digest, strict_json
-from shared.errors import RequestRefused
-from shared.reasons import Reason
-from shared.recording import BoundCase
+from replywire.shared.digest import digest, strict_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase
 
 
 class PinnedCases:

@@ -21,9 +21,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from shared.digest import digest, strict_json
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.digest import digest, strict_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 QUESTION_PREFIX: Final = "question-"
 MAX_QUESTION_CHARS: Final = 2000

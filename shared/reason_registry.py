@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from shared.reasons import Reason, provider_value
-from shared.status import Status
+from replywire.shared.reasons import Reason, provider_value
+from replywire.shared.status import Status
 
 
 @dataclass(frozen=True, slots=True)

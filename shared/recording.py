@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.chat_frames import ChatItem
-from shared.digest import digest, strict_json
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.chat_frames import ChatItem
+from replywire.shared.digest import digest, strict_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 #: SHA-256 of fixtures/recording.json (this project's rebuild; see fixtures/PROVENANCE.md).
 RECORDING_SHA256: Final = "f018294e73fd2e5dcb8d770475ee3d0c8a8c5c1a7ab0bec4bb908ff656a0cf35"

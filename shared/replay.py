@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from shared.consumer_core import ReplyConsumer
-from shared.errors import ProtocolFailure
-from shared.faults import Ending, Transmission, transmit
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.trace_logger import TraceLogger
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.faults import Ending, Transmission, transmit
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.trace_logger import TraceLogger
 
 
 def consume(consumer: ReplyConsumer, transmission: Transmission) -> StreamResult:

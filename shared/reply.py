@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.digest import strict_json
-from shared.errors import ProtocolFailure
-from shared.reasons import Reason
+from replywire.shared.digest import strict_json
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.reasons import Reason
 
 REPLY_KEYS = frozenset({"status", "answer", "source_ids"})
 REPLY_STATUSES = ("answered", "not_in_docs")

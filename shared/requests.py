@@ -10,18 +10,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import canonical_digest, canonical_json, strict_json, within_depth
-from shared.errors import ConfigurationError, RequestRefused
-from shared.faults import Fault, FaultKind
-from shared.kinds import ReplyKind, kind_of
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.trace_logger import TraceLogger
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkMode, ChunkPlan
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import canonical_digest, canonical_json, strict_json, within_depth
+from replywire.shared.errors import ConfigurationError, RequestRefused
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.kinds import ReplyKind, kind_of
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.trace_logger import TraceLogger
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkMode, ChunkPlan
 
 MAX_CHUNK_INTERVAL_MS: Final = 60_000
 #: Bindings are about 3 KB (the recording's) or a question with up to 20 passages.

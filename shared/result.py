@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from shared.errors import ReplywireError, scrubbed_detail
-from shared.status import Status
+from replywire.shared.errors import ReplywireError, scrubbed_detail
+from replywire.shared.status import Status
 
 #: The result document's keys: the lab's, then ours.
 LAB_RESULT_KEYS: Final = (

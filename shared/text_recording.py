@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from shared.pinned_cases import PinnedCases
-from shared.recording import BoundCase
-from shared.texts import are_messages, text_binding, text_case
+from replywire.shared.pinned_cases import PinnedCases
+from replywire.shared.recording import BoundCase
+from replywire.shared.texts import are_messages, text_binding, text_case
 
 TEXT_RECORDING_SHA256: Final = "563c3895d4b53bef83ba3bd955848969631467199933bba1b95e449522c21e5b"
 FORMAT: Final = "replywire-text-recording/1"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
-from shared.digest import digest
-from shared.errors import RequestRefused
-from shared.kinds import KIND_KEY, ReplyKind
-from shared.reasons import Reason
-from shared.recording import BoundCase
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
+from replywire.shared.kinds import KIND_KEY, ReplyKind
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase
 
 TEXT_PREFIX: Final = "text-"
 BINDING_KEYS: Final = frozenset({KIND_KEY, "case_id", "request_sha256", "messages"})

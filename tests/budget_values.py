@@ -3,9 +3,9 @@ a case's worst case."""
 
 from __future__ import annotations
 
-from producer.budget.usage import Rates, estimate_prompt_tokens
-from producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
-from shared.recording import Recording
+from replywire.producer.budget.usage import Rates, estimate_prompt_tokens
+from replywire.producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, request_body
+from replywire.shared.recording import Recording
 from tests.runs import CASE
 
 

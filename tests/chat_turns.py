@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from shared.chat_parts import (
+from replywire.shared.chat_parts import (
     ChatDigest,
     ChatPart,
     FinishPart,
@@ -19,12 +19,12 @@ from shared.chat_parts import (
     ToolCallPart,
     UsagePart,
 )
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import digest
-from shared.errors import ProtocolFailure
-from shared.frames import DoneDigest, Frame, FrameKind
-from shared.wire import WireFormat, codec_for, ndjson
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import DoneDigest, Frame, FrameKind
+from replywire.shared.wire import WireFormat, codec_for, ndjson
 
 #: The wires whose done carries the content digest (a chat reply's only wires).
 WIRES: Final = (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from runtime.recording_file import load_recording
+from replywire.runtime.recording_file import load_recording
 from tests.processes import concurrent_replies
 
 

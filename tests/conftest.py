@@ -32,8 +32,8 @@ import grpc.aio
 import pytest
 import structlog
 
-from runtime.recording_file import load_recording
-from shared.recording import Recording
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.recording import Recording
 from tests.runs import COVERAGE_HOOK
 
 # `make test` runs pytest inside make: a `make` command a test runs (the README's) would

@@ -36,12 +36,12 @@ from typing import Any, Final
 
 import grpc
 
-from shared.digest import canonical_digest
-from shared.frames import Frame, FrameKind, frames_from_deltas
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.wire import WireFormat, codec_for
-from shared.wire.lp import encode_frame
+from replywire.shared.digest import canonical_digest
+from replywire.shared.frames import Frame, FrameKind, frames_from_deltas
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.lp import encode_frame
 
 #: Each kind of sequence a terminal would obey, and text that would be read as markup.
 CSI: Final = "\x1b[2J"  # clear the screen
@@ -85,8 +85,8 @@ def _chat_turn(binding_json: bytes) -> list[Frame]:
 
     from harness.fake_gemini.checks import validate  # noqa: PLC0415
     from harness.fake_gemini.scripts import Scripts  # noqa: PLC0415
-    from producer.sources.gemini.chat import ChatFrames, chat_request_body  # noqa: PLC0415
-    from producer.sources.gemini.protocol import ProviderStream  # noqa: PLC0415
+    from replywire.producer.sources.gemini.chat import ChatFrames, chat_request_body  # noqa: PLC0415
+    from replywire.producer.sources.gemini.protocol import ProviderStream  # noqa: PLC0415
 
     binding = json.loads(binding_json)
     model = binding["request"]["model"]

@@ -7,10 +7,10 @@ from typing import Any
 
 import structlog
 
-from producer.budget.keeper import Job, LedgerPolicy
-from producer.budget.ledger import Ledger
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.keeper import Job, LedgerPolicy
+from replywire.producer.budget.ledger import Ledger
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.budget_values import GOOD_USAGE
 
 #: Short enough that a paused server makes an operation fail at once, long enough for a

@@ -28,13 +28,13 @@ from typing import Any
 
 import structlog
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from harness.children import read_listening_port, stop_process
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.children import read_listening_port, stop_process
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0
@@ -110,7 +110,7 @@ def producer(
     trace_path = tmp_path / f"{name}.trace.jsonl"
     # Records written at the end of each event-loop pass (not held the default 5 ms): a
     # test reads what the producer logged as soon as an RPC returns.
-    command = [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json",
+    command = [sys.executable, "-m", "replywire.producer", "--port", "0", "--log-format", "json",
                "--trace-flush-ms", "0", *args]  # fmt: skip
     with trace_path.open("w") as trace_file:
         process = subprocess.Popen(

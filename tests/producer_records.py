@@ -13,7 +13,7 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from producer.states import FINAL_STATES
+from replywire.producer.states import FINAL_STATES
 from tests.processes import (
     Producer,
     wait_for,

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from harness.children import stop_process
+from replywire.children import stop_process
 
 START_TIMEOUT_S = 10.0
 #: The port on a test host (a fresh network namespace: nothing else listens there).

@@ -25,23 +25,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from consumer.flags import FLAGS as CONSUMER_FLAGS
-from consumer.reader_states import SPEC as READER_SPEC
-from producer.flags import FLAGS as PRODUCER_FLAGS
-from producer.states import SPEC as PRODUCER_SPEC
+from replywire.consumer.flags import FLAGS as CONSUMER_FLAGS
+from replywire.consumer.reader_states import SPEC as READER_SPEC
 from replywire.flags import FLAGS as REPLYWIRE_FLAGS
-from runtime.flags import Flag, FlagGroup, FlagTable
-from shared.consumer_core import SPEC as CORE_SPEC
-from shared.faults import (
+from replywire.producer.flags import FLAGS as PRODUCER_FLAGS
+from replywire.producer.states import SPEC as PRODUCER_SPEC
+from replywire.runtime.flags import Flag, FlagGroup, FlagTable
+from replywire.shared.consumer_core import SPEC as CORE_SPEC
+from replywire.shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_DESCRIPTIONS,
     RESUMED_OUTCOMES,
     RESUMED_RECONNECTS,
 )
-from shared.fsm import MachineSpec
-from shared.reason_registry import REASONS
-from shared.status import EXIT_CODES
-from shared.wire import WireFormat
+from replywire.shared.fsm import MachineSpec
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.status import EXIT_CODES
+from replywire.shared.wire import WireFormat
 from tools import view_samples
 
 

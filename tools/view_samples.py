@@ -39,14 +39,14 @@ from typing import Final
 import structlog
 from rich.console import Console
 
-from consumer.client import stream_reply
-from consumer.explain import Facts
-from consumer.options import StreamOptions
-from consumer.view import LiveView
-from harness.children import read_listening_port, stop_process, stop_producer
-from runtime.recording_file import load_recording
-from shared.faults import Fault, FaultKind
-from shared.requests import ReplyRequest
+from replywire.children import read_listening_port, stop_process, stop_producer
+from replywire.consumer.client import stream_reply
+from replywire.consumer.explain import Facts
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.view import LiveView
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.requests import ReplyRequest
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 #: The ports the tour shows: the default producer's, and one where nothing listens.
@@ -94,7 +94,7 @@ NAMES: Final = (
 def console_producer(trace: Path) -> Iterator[str]:
     """A producer on a free port, faults allowed, tracing in the console format to ``trace``."""
     command = [
-        sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
+        sys.executable, "-m", "replywire.producer", "--port", "0", "--allow-faults",
         "--log-format", "console",
     ]  # fmt: skip
     with trace.open("w") as trace_file:
@@ -135,8 +135,8 @@ def consumer_screen(target: str, *args: str) -> str:
     """``consumer stream`` as a terminal shows it at the end: the console trace, then the
     view's verdict (``--view``: the live part is transient, so it leaves nothing)."""
     run = subprocess.run(
-        [sys.executable, "-m", "consumer", "stream", "--case", "replace-file", "--target", target,
-         "--view", "--log-format", "console", *args],
+        [sys.executable, "-m", "replywire.consumer", "stream", "--case", "replace-file",
+         "--target", target, "--view", "--log-format", "console", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
         check=False,
     )  # fmt: skip
@@ -189,7 +189,7 @@ class TourProducer:
 
     def __init__(self, port: str, trace: Path) -> None:
         self.command = [
-            sys.executable, "-m", "producer", "--port", port, "--allow-faults",
+            sys.executable, "-m", "replywire.producer", "--port", port, "--allow-faults",
             *TRACED, str(trace),
         ]  # fmt: skip
         self.target = f"127.0.0.1:{port}"
@@ -221,8 +221,8 @@ def tour_screen(target: str, trace: Path, *flags: str) -> str:
 
 def start_tour_consumer(target: str, trace: Path, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "consumer", "stream", "--case", "replace-file", "--target", target,
-         "--view", *flags, *TRACED, str(trace)],
+        [sys.executable, "-m", "replywire.consumer", "stream", "--case", "replace-file",
+         "--target", target, "--view", *flags, *TRACED, str(trace)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 

@@ -24,13 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from shared.terminal_text import shown_json
-from traces.page import render_html, render_index
-from traces.result_events import render_result_events, result_events
-from traces.streams import stream_summaries
-from traces.svg import DEFAULT_MAX_MARKS
-from traces.table import fit, render_summaries, render_table, table_rows, terminal_summary_line
-from traces.timeline import Timeline, build_timeline
+from replywire.shared.terminal_text import shown_json
+from replywire.traces.page import render_html, render_index
+from replywire.traces.result_events import render_result_events, result_events
+from replywire.traces.streams import stream_summaries
+from replywire.traces.svg import DEFAULT_MAX_MARKS
+from replywire.traces.table import (
+    fit,
+    render_summaries,
+    render_table,
+    table_rows,
+    terminal_summary_line,
+)
+from replywire.traces.timeline import Timeline, build_timeline
 
 TRACE_SUFFIX = ".jsonl"
 LEADING_KEYS = ("timestamp", "side", "stream_id", "event")

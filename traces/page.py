@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
-from traces.result_events import result_events
-from traces.streams import StreamSummary
-from traces.svg import DEFAULT_MAX_MARKS, render_svg
-from traces.table import Row, summary_line, table_rows
-from traces.timeline import CONSUMER, PRODUCER, Timeline
+from replywire.traces.result_events import result_events
+from replywire.traces.streams import StreamSummary
+from replywire.traces.svg import DEFAULT_MAX_MARKS, render_svg
+from replywire.traces.table import Row, summary_line, table_rows
+from replywire.traces.timeline import CONSUMER, PRODUCER, Timeline
 
 STYLE: Final = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1f24; }

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.consumer_core import Input
-from shared.frames import CHAT_KINDS
-from shared.reasons import Reason
-from shared.result import (
+from replywire.shared.consumer_core import Input
+from replywire.shared.frames import CHAT_KINDS
+from replywire.shared.reasons import Reason
+from replywire.shared.result import (
     AnswerValidated,
     ConsumerAborted,
     ContentReceived,
@@ -32,9 +32,9 @@ from shared.result import (
     TransportFailed,
     TurnValidated,
 )
-from shared.terminal_text import shown_line
-from traces.table import MAX_LINE_CHARS
-from traces.timeline import CONSUMER, Entry, MarkKind, Timeline
+from replywire.shared.terminal_text import shown_line
+from replywire.traces.table import MAX_LINE_CHARS
+from replywire.traces.timeline import CONSUMER, Entry, MarkKind, Timeline
 
 #: The core's inputs that make a result event, and the event's kind.
 RESULT_EVENT_OF_INPUT: Final[dict[str, str]] = {

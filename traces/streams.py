@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from traces.timeline import CONSUMER, PRODUCER, SIDES, classify
-from traces.timestamps import microseconds
+from replywire.traces.timeline import CONSUMER, PRODUCER, SIDES, classify
+from replywire.traces.timestamps import microseconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,8 @@ from enum import StrEnum
 from html import escape
 from typing import Final
 
-from traces.table import format_fields
-from traces.timeline import (
+from replywire.traces.table import format_fields
+from replywire.traces.timeline import (
     CONSUMER,
     PRODUCER,
     SIDES,

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.terminal_text import shown_line
-from traces.streams import StreamSummary
-from traces.timeline import (
+from replywire.shared.terminal_text import shown_line
+from replywire.traces.streams import StreamSummary
+from replywire.traces.timeline import (
     CONSUMER,
     PRODUCER,
     Entry,

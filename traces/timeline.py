@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from consumer.reader_states import ReaderState
-from producer.states import FINAL_STATES, StreamInput, StreamState
-from shared.consumer_core import Input
-from traces.timestamps import microseconds
+from replywire.consumer.reader_states import ReaderState
+from replywire.producer.states import FINAL_STATES, StreamInput, StreamState
+from replywire.shared.consumer_core import Input
+from replywire.traces.timestamps import microseconds
 
 PRODUCER: Final = "producer"
 CONSUMER: Final = "consumer"

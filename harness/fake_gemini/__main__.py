@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.fake_gemini.server import FakeGemini, Pacing
-from producer.files import write_atomically
+from replywire.producer.files import write_atomically
 
 
 async def _serve(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from producer.budget.entry_states import (
+from replywire.producer.budget.entry_states import (
     RELEASED,
     RESERVED,
     SETTLED,
@@ -21,7 +21,7 @@ from producer.budget.entry_states import (
     EntryState,
     allowed,
 )
-from producer.budget.ledger import (
+from replywire.producer.budget.ledger import (
     ANONYMOUS,
     LEASE_LAPSED,
     TIMEOUT_S,
@@ -30,10 +30,16 @@ from producer.budget.ledger import (
     Owner,
     Settlement,
 )
-from producer.budget.usage import Rates, check_usage, estimate_prompt_tokens, shown, usage_cost
-from producer.files import write_atomically
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.usage import (
+    Rates,
+    check_usage,
+    estimate_prompt_tokens,
+    shown,
+    usage_cost,
+)
+from replywire.producer.files import write_atomically
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 FORMAT: Final = "replywire-ledger/1"
 #: How often the file ledger tries its lock while another process holds it.

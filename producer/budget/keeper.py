@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import structlog
 
-from producer.budget.ledger import DEFAULT_LEASE_S, TIMEOUT_S, AlreadyLeft, Ledger
+from replywire.producer.budget.ledger import DEFAULT_LEASE_S, TIMEOUT_S, AlreadyLeft, Ledger
 
 DEFAULT_RECONCILE_S: Final = 10.0
 DEFAULT_RETRY_S: Final = 0.2

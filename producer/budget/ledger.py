@@ -62,8 +62,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 #: Who is charged when the caller is not authenticated.
 ANONYMOUS: Final = "anonymous"

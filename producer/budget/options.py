@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from producer.budget.ledger import TIMEOUT_S
+from replywire.producer.budget.ledger import TIMEOUT_S
 
 DEFAULT_PREFIX: Final = "replywire:ledger:"
 #: A settled or released call's hash is kept this long (7 days).

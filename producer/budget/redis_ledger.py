@@ -43,17 +43,17 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from producer.budget.entry_states import FAILED, RELEASED, RESERVED, SETTLED
-from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Owner, Settlement
-from producer.budget.options import RedisOptions
-from producer.budget.redis_scripts import (
+from replywire.producer.budget.entry_states import FAILED, RELEASED, RESERVED, SETTLED
+from replywire.producer.budget.ledger import ANONYMOUS, AlreadyLeft, Owner, Settlement
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_scripts import (
     ABANDON,
     LEAVE_RESERVED,
     MARK_SENDING,
     RECONCILE,
     RESERVE,
 )
-from producer.budget.redis_values import (
+from replywire.producer.budget.redis_values import (
     MAX_BUDGET_USD,
     PICO_PER_USD,
     decoded,
@@ -63,11 +63,17 @@ from producer.budget.redis_values import (
     seq_of,
     text,
 )
-from producer.budget.usage import Rates, charged_tokens, check_usage, estimate_prompt_tokens, shown
-from producer.store_urls import redacted as safe_location
-from producer.store_urls import refuse_cluster
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.usage import (
+    Rates,
+    charged_tokens,
+    check_usage,
+    estimate_prompt_tokens,
+    shown,
+)
+from replywire.producer.store_urls import redacted as safe_location
+from replywire.producer.store_urls import refuse_cluster
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 T = TypeVar("T")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producer.budget.file_ledger import BudgetLedger
-from producer.budget.ledger import Ledger, Owner
-from producer.budget.options import RedisOptions
-from producer.budget.usage import Rates
-from producer.store_urls import StoreKind, parse_store
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.budget.ledger import Ledger, Owner
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.usage import Rates
+from replywire.producer.store_urls import StoreKind, parse_store
 
 
 def is_redis_url(spec: str) -> bool:
@@ -36,7 +36,7 @@ def open_ledger(
     store = parse_store(spec, files=True)
     if store.kind is StoreKind.REDIS:
         # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
-        from producer.budget.redis_ledger import RedisLedger  # noqa: PLC0415
+        from replywire.producer.budget.redis_ledger import RedisLedger  # noqa: PLC0415
 
         return RedisLedger(
             store.target,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from producer.sources.gemini.protocol import USAGE_KEYS
+from replywire.producer.sources.gemini.protocol import USAGE_KEYS
 
 #: A deliberately high estimate: about 3 bytes per token (Gemini averages about 4 characters).
 BYTES_PER_TOKEN_ESTIMATE: Final = 3

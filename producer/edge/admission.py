@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Final
 
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 #: The share of ``--max-streams`` one identity may hold by default (with tokens).
 DEFAULT_IDENTITY_SHARE: Final = 4

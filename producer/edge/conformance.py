@@ -26,22 +26,22 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from producer.edge.rpc import (
+from replywire.producer.edge.rpc import (
     MalformedRequest,
     add_servicer,
 )
-from producer.edge.security import is_loopback
-from producer.edge.server import server_options
-from producer.files import write_atomically
-from runtime.logs import flush_trace
-from shared.errors import ConfigurationError, RequestRefused
-from shared.kinds import kind_of
-from shared.pb import replywire_pb2 as pb
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.requests import KIND_CODES, WIRE_CODES, check_envelope
-from shared.vectors import End, Vector, VectorError, load_vectors
-from shared.wire import WireFormat
+from replywire.producer.edge.security import is_loopback
+from replywire.producer.edge.server import server_options
+from replywire.producer.files import write_atomically
+from replywire.runtime.logs import flush_trace
+from replywire.shared.errors import ConfigurationError, RequestRefused
+from replywire.shared.kinds import kind_of
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import KIND_CODES, WIRE_CODES, check_envelope
+from replywire.shared.vectors import End, Vector, VectorError, load_vectors
+from replywire.shared.wire import WireFormat
 
 #: The wire a request's ``wire_format`` names (unspecified is the length-prefixed wire).
 _WIRES: Final = {code: wire.value for wire, code in WIRE_CODES.items()} | {

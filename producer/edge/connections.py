@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from producer.states import StreamInput
-from shared.errors import scrubbed_detail
-from shared.reasons import Reason
+from replywire.producer.states import StreamInput
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.reasons import Reason
 
 #: gRPC draws each connection's max age from ``age * (1 +/- 0.1)`` (chttp2's
 #: ``kMaxConnectionAgeJitter``); the grace that follows is not jittered.

@@ -29,9 +29,9 @@ import structlog
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2
 
-from producer.edge.connections import peer_of
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
+from replywire.producer.edge.connections import peer_of
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
 
 DEFAULT_MAX_HEALTH_WATCHES: Final = 100
 #: The most services ``List`` answers (gRPC's A90: more is ``RESOURCE_EXHAUSTED``).

@@ -11,8 +11,8 @@ from typing import Any, Final, Protocol
 import grpc
 from google.protobuf.message import DecodeError
 
-from shared.pb import replywire_pb2 as pb
-from shared.requests import MAX_REQUEST_BYTES
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.requests import MAX_REQUEST_BYTES
 
 #: What HTTP/2 adds to each header's name and value when it sizes a header list.
 HEADER_OVERHEAD_BYTES: Final = 32

@@ -26,7 +26,7 @@ from typing import Final
 
 import grpc
 
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 #: The token file's limits: a name is short and plain; a token is long enough to guess at no rate.
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")

@@ -16,9 +16,9 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from producer.edge.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
-from producer.edge.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
-from producer.settings import (
+from replywire.producer.edge.rpc import SERVICE_NAME, add_servicer, grpc_metadata_limit
+from replywire.producer.edge.servicer import SHUTDOWN_ABORT_S, ReplyStreamServicer
+from replywire.producer.settings import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTION_AGE_S,
@@ -30,11 +30,11 @@ from producer.settings import (
     MIN_PING_INTERVAL_S,
     ServerSettings,
 )
-from producer.sources import Source
-from producer.sources.recording import RecordingSource
-from shared.recording import Recording
-from shared.requests import DEFAULT_MAX_METADATA_BYTES
-from shared.wire.chunking import MAX_CHUNK_BYTES
+from replywire.producer.sources import Source
+from replywire.producer.sources.recording import RecordingSource
+from replywire.shared.recording import Recording
+from replywire.shared.requests import DEFAULT_MAX_METADATA_BYTES
+from replywire.shared.wire.chunking import MAX_CHUNK_BYTES
 
 MAX_MESSAGE_BYTES: Final = 4 * MAX_CHUNK_BYTES
 

@@ -29,9 +29,9 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2
 
-from producer.claims import Generations
-from producer.counters import ProducerCounters
-from producer.delivery import (
+from replywire.producer.claims import Generations
+from replywire.producer.counters import ProducerCounters
+from replywire.producer.delivery import (
     ConsumerGone,
     Delivery,
     FromLog,
@@ -39,27 +39,27 @@ from producer.delivery import (
     Writer,
     close_even_if_cancelled,
 )
-from producer.delivery_plan import Record
-from producer.delivery_steps import DeliverySteps
-from producer.edge.admission import Admission
-from producer.edge.connections import ConnectionAges, peer_of
-from producer.edge.health import BoundedHealthServicer
-from producer.edge.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
-from producer.edge.security import ANONYMOUS
-from producer.metrics import ProducerMetrics
-from producer.replylog.interface import ReplyKey, ReplyLog
-from producer.replylog.memory import MemoryReplyLog
-from producer.settings import ServerSettings
-from producer.sources import Source
-from producer.spans import ServeSpan, cancel_span
-from producer.states import ProducerStream, StreamInput, StreamState
-from runtime.tracing import active
-from shared.errors import ReplywireError, RequestRefused, scrubbed_detail
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.requests import CheckedRequest, check_envelope, check_request
+from replywire.producer.delivery_plan import Record
+from replywire.producer.delivery_steps import DeliverySteps
+from replywire.producer.edge.admission import Admission
+from replywire.producer.edge.connections import ConnectionAges, peer_of
+from replywire.producer.edge.health import BoundedHealthServicer
+from replywire.producer.edge.rpc import HEALTH_SERVICES, MalformedRequest, metadata_bytes
+from replywire.producer.edge.security import ANONYMOUS
+from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.replylog.interface import ReplyKey, ReplyLog
+from replywire.producer.replylog.memory import MemoryReplyLog
+from replywire.producer.settings import ServerSettings
+from replywire.producer.sources import Source
+from replywire.producer.spans import ServeSpan, cancel_span
+from replywire.producer.states import ProducerStream, StreamInput, StreamState
+from replywire.runtime.tracing import active
+from replywire.shared.errors import ReplywireError, RequestRefused, scrubbed_detail
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import CheckedRequest, check_envelope, check_request
 
 #: How long the shutdown path waits for the streams it ended to say so.
 SHUTDOWN_ABORT_S: Final = 2.0

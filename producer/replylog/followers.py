@@ -53,10 +53,10 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
-from producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
-from producer.replylog.notify import Notifier
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
+from replywire.producer.replylog.notify import Notifier
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 #: The longest ``aclose`` waits for the followers to end when cancelled.
 STOP_WAIT_S: Final = 2.0

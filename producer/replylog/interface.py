@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import quote
 
-from shared.errors import ReplywireError, scrubbed_detail
-from shared.frames import Frame
-from shared.reasons import Reason, registered
+from replywire.shared.errors import ReplywireError, scrubbed_detail
+from replywire.shared.frames import Frame
+from replywire.shared.reasons import Reason, registered
 
 DEFAULT_MAX_FRAMES: Final = 10_000
 DEFAULT_MAX_BYTES: Final = 4 << 20

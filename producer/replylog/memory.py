@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from producer.replylog.interface import (
+from replywire.producer.replylog.interface import (
     Entries,
     Entry,
     LogEnded,
@@ -25,9 +25,9 @@ from producer.replylog.interface import (
     ReplyKey,
     ReplyLogFailed,
 )
-from producer.replylog.states import ReplyInput, ReplyState, allowed
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.replylog.states import ReplyInput, ReplyState, allowed
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 
 class MemoryReply:

@@ -92,14 +92,27 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from producer.replylog.followers import READERS_CLIENT_NAME, Followers
-from producer.replylog.interface import LogLimits, ReaderLimits, ReplyBusy, ReplyKey, ReplyLogFailed
-from producer.replylog.notify import NOTIFY_CLIENT_NAME, Notifier
-from producer.replylog.redis_reply import RedisReply
-from producer.replylog.scripts import CANCEL, MAX_CANCEL_REQUESTS, Scripts, bounded, ms, relay_value
-from producer.replylog.states import ReplyInput, ReplyState, allowed
-from producer.store_urls import refuse_cluster
-from shared.reasons import Reason
+from replywire.producer.replylog.followers import READERS_CLIENT_NAME, Followers
+from replywire.producer.replylog.interface import (
+    LogLimits,
+    ReaderLimits,
+    ReplyBusy,
+    ReplyKey,
+    ReplyLogFailed,
+)
+from replywire.producer.replylog.notify import NOTIFY_CLIENT_NAME, Notifier
+from replywire.producer.replylog.redis_reply import RedisReply
+from replywire.producer.replylog.scripts import (
+    CANCEL,
+    MAX_CANCEL_REQUESTS,
+    Scripts,
+    bounded,
+    ms,
+    relay_value,
+)
+from replywire.producer.replylog.states import ReplyInput, ReplyState, allowed
+from replywire.producer.store_urls import refuse_cluster
+from replywire.shared.reasons import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
 TIMEOUT_S: Final = 5.0

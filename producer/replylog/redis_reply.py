@@ -19,12 +19,12 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 import structlog
 
-from producer.replylog.followers import Followers
-from producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
-from producer.replylog.notify import Notifier
-from producer.replylog.scripts import MAX_CANCEL_REQUESTS, Scripts, ms, relayed_cancel
-from shared.errors import scrubbed_detail
-from shared.reasons import Reason
+from replywire.producer.replylog.followers import Followers
+from replywire.producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
+from replywire.producer.replylog.notify import Notifier
+from replywire.producer.replylog.scripts import MAX_CANCEL_REQUESTS, Scripts, ms, relayed_cancel
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.reasons import Reason
 
 
 class ReplyStore(Protocol):

@@ -37,7 +37,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-from shared.fsm import MachineSpec
+from replywire.shared.fsm import MachineSpec
 
 
 class ReplyState(StrEnum):

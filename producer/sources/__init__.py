@@ -12,12 +12,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producer.replylog.interface import Entry
-from shared.errors import RequestRefused
-from shared.frames import Frame
-from shared.kinds import ReplyKind
-from shared.reasons import Reason
-from shared.requests import CheckedRequest
+from replywire.producer.replylog.interface import Entry
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import Frame
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import CheckedRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,21 +17,26 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
-from producer.replylog.interface import Entry, log_entries
-from producer.sources import Stall, check_kind
-from shared.chat_recording import ChatRecording
-from shared.digest import canonical_json, within_depth
-from shared.errors import RequestRefused
-from shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
-from shared.frames import Frame
-from shared.kinds import ReplyKind
-from shared.reasons import Reason
-from shared.recording import BoundCase, Recording
-from shared.requests import MAX_BINDING_BYTES, MAX_BINDING_DEPTH, CheckedRequest, parse_binding
-from shared.text_recording import TextRecording
-from shared.texts import check_text_binding, is_text_case, text_case
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.replylog.interface import Entry, log_entries
+from replywire.producer.sources import Stall, check_kind
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.digest import canonical_json, within_depth
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import TRANSPORT_FAULTS, Ending, Transmission, transmit
+from replywire.shared.frames import Frame
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase, Recording
+from replywire.shared.requests import (
+    MAX_BINDING_BYTES,
+    MAX_BINDING_DEPTH,
+    CheckedRequest,
+    parse_binding,
+)
+from replywire.shared.text_recording import TextRecording
+from replywire.shared.texts import check_text_binding, is_text_case, text_case
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 #: Fault-free transmissions kept (cases x wires x chunkings; the oldest goes first).
 MAX_KEPT_TRANSMISSIONS: Final = 256

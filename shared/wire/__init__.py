@@ -1,10 +1,10 @@
 """Wire formats: encoders and sans-IO decoders for length-prefixed frames and NDJSON."""
 
-from native import package_path
+from replywire.native import package_path
 
 __path__ = package_path(__path__, __name__)
 
-from shared.wire.base import (
+from replywire.shared.wire.base import (
     DEFAULT_WIRES,
     NEED_DATA,
     FrameDecoder,
@@ -13,8 +13,8 @@ from shared.wire.base import (
     WireCodec,
     WireFormat,
 )
-from shared.wire.lp import LengthPrefixedCodec
-from shared.wire.ndjson import NdjsonCodec
+from replywire.shared.wire.lp import LengthPrefixedCodec
+from replywire.shared.wire.ndjson import NdjsonCodec
 
 _CODECS: dict[WireFormat, WireCodec] = {
     WireFormat.LENGTH_PREFIXED: LengthPrefixedCodec(),

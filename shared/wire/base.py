@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 from typing import Final, Protocol
 
-from shared.frames import Frame
+from replywire.shared.frames import Frame
 
 
 class Integrity(StrEnum):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import cycle
 
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 #: The lab's fragment pattern.
 LAB_PATTERN = (1, 2, 7, 3, 11)

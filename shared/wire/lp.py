@@ -34,9 +34,15 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from shared.chat_parts import INTEGER_FIELDS, PART_CLASSES, PART_FIELDS, ChatPart, part_values
-from shared.errors import ProtocolFailure
-from shared.frames import (
+from replywire.shared.chat_parts import (
+    INTEGER_FIELDS,
+    PART_CLASSES,
+    PART_FIELDS,
+    ChatPart,
+    part_values,
+)
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import (
     CHAT_KINDS,
     DoneDigest,
     Frame,
@@ -44,9 +50,9 @@ from shared.frames import (
     checked_done_digest,
     decoded_frame,
 )
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.wire.base import NEED_DATA, NeedData, WireFormat
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.wire.base import NEED_DATA, NeedData, WireFormat
 
 HEADER: Final = struct.Struct(">BI")
 HEADER_BYTES: Final = HEADER.size

@@ -33,13 +33,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
-from shared.chat_parts import PART_CLASSES, PART_FIELDS, part_values
-from shared.digest import strict_json
-from shared.errors import ProtocolFailure
-from shared.frames import CHAT_KINDS, Frame, FrameKind, checked_done_digest, decoded_frame
-from shared.reasons import Reason
-from shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
-from shared.wire.buffer import ReceiveBuffer
+from replywire.shared.chat_parts import PART_CLASSES, PART_FIELDS, part_values
+from replywire.shared.digest import strict_json
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import CHAT_KINDS, Frame, FrameKind, checked_done_digest, decoded_frame
+from replywire.shared.reasons import Reason
+from replywire.shared.wire.base import NEED_DATA, Integrity, NeedData, WireFormat
+from replywire.shared.wire.buffer import ReceiveBuffer
 
 _CONTENT_KEYS = frozenset({"sequence", "kind", "binding_sha256", "text"})
 _LAB_DONE_KEYS = frozenset({"sequence", "kind", "binding_sha256"})

@@ -21,15 +21,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from bench.loopback import LoopbackProxy
-from producer.edge.server import start_server, stop_server
-from producer.settings import ServerSettings
-from shared.faults import Fault, FaultKind
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.settings import ServerSettings
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.producer_records import FINAL_VALUES
 from tests.redis_server import free_port
 from tests.runs import CASE

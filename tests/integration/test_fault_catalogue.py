@@ -14,21 +14,21 @@ from typing import Any
 
 import pytest
 
-from consumer.client import stream_reply
-from consumer.options import DEFAULT_RESUME_ATTEMPTS, StreamOptions
-from producer.edge.server import start_server
-from producer.settings import ServerSettings
-from shared.faults import (
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import DEFAULT_RESUME_ATTEMPTS, StreamOptions
+from replywire.producer.edge.server import start_server
+from replywire.producer.settings import ServerSettings
+from replywire.shared.faults import (
     EXPECTED_OUTCOMES,
     RESUMED_OUTCOMES,
     RESUMED_RECONNECTS,
     Fault,
     FaultKind,
 )
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 pytestmark = pytest.mark.timeout(120)
 

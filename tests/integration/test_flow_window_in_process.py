@@ -19,10 +19,10 @@ import grpc
 from bench import memory
 from bench.flow_window import Firehose
 from bench.window_proxy import FrameReader, initial_window
-from consumer.channels import channel_options
-from consumer.options import StreamOptions
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.consumer.channels import channel_options
+from replywire.consumer.options import StreamOptions
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.gemini_runs import HOLD_S
 from tests.http2 import PREFACE, frame
 

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 
 from harness.fake_gemini.server import FakeGemini
-from producer.budget.file_ledger import BudgetLedger
-from producer.sources.gemini.chat import ledger_usage
-from producer.sources.gemini.settings import GeminiSettings
-from producer.sources.gemini.source import GeminiSource
-from shared.chat_parts import UsagePart
-from shared.chats import chat_binding, chat_request
-from shared.digest import canonical_json
-from shared.errors import RequestRefused
-from shared.frames import Frame, FrameKind
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import check_request
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.sources.gemini.chat import ledger_usage
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.producer.sources.gemini.source import GeminiSource
+from replywire.shared.chat_parts import UsagePart
+from replywire.shared.chats import chat_binding, chat_request
+from replywire.shared.digest import canonical_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import Frame, FrameKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.requests import check_request
 
 KEY = "chat-test-key"
 WEATHER: dict[str, Any] = {

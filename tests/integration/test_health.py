@@ -16,11 +16,11 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from producer.edge.health import MAX_LIST_SERVICES
-from producer.edge.rpc import HEALTH_SERVICES
-from producer.edge.server import start_server
-from producer.settings import ServerSettings
-from shared.recording import Recording
+from replywire.producer.edge.health import MAX_LIST_SERVICES
+from replywire.producer.edge.rpc import HEALTH_SERVICES
+from replywire.producer.edge.server import start_server
+from replywire.producer.settings import ServerSettings
+from replywire.shared.recording import Recording
 
 pytestmark = pytest.mark.timeout(60)
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -16,21 +16,21 @@ from contextlib import contextmanager
 
 import pytest
 
-from consumer.channels import channel_options
-from consumer.client import stream_reply
-from consumer.options import (
+from replywire.consumer.channels import channel_options
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import (
     DEFAULT_KEEPALIVE_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     MIN_KEEPALIVE_S,
     StreamOptions,
 )
-from producer.edge.server import start_server, stop_server
-from producer.settings import MIN_PING_INTERVAL_S, ServerSettings
-from shared.faults import Fault, FaultKind
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.settings import MIN_PING_INTERVAL_S, ServerSettings
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests import http2
 from tests.runs import CASE
 

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from producer.budget.file_ledger import BudgetLedger
-from producer.budget.keeper import LedgerKeeper
-from producer.budget.ledger import AlreadyLeft, Ledger, Owner, Settlement
-from producer.budget.options import RedisOptions
-from producer.budget.redis_ledger import RedisLedger
-from producer.budget.stores import open_ledger
-from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.budget.keeper import LedgerKeeper
+from replywire.producer.budget.ledger import AlreadyLeft, Ledger, Owner, Settlement
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_ledger import RedisLedger
+from replywire.producer.budget.stores import open_ledger
+from replywire.producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.budget_values import BODY
 from tests.budget_values import GOOD_USAGE as USAGE
 from tests.ledger_keeping import TIMEOUT_S, policy, settle_job, unavailable

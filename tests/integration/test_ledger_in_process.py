@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from producer.budget.ledger import Ledger
-from producer.budget.options import RedisOptions
-from producer.budget.redis_ledger import RedisLedger
-from producer.budget.stores import open_ledger
-from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.ledger import Ledger
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_ledger import RedisLedger
+from replywire.producer.budget.stores import open_ledger
+from replywire.producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.budget_values import BODY, GOOD_USAGE, PROMPT_ESTIMATE
 from tests.redis_server import RedisServer, free_port, redis_server
 

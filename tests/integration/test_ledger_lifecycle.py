@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from producer.budget import redis_scripts
-from producer.budget.entry_states import ENTRY, EntryInput, EntryState
-from producer.budget.ledger import AlreadyLeft, Ledger, Owner
-from producer.budget.options import RedisOptions
-from producer.budget.stores import open_ledger
+from replywire.producer.budget import redis_scripts
+from replywire.producer.budget.entry_states import ENTRY, EntryInput, EntryState
+from replywire.producer.budget.ledger import AlreadyLeft, Ledger, Owner
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.stores import open_ledger
 from tests.budget_values import BODY, GOOD_USAGE
 from tests.redis_server import RedisServer, redis_server
 

@@ -18,21 +18,25 @@ import pytest
 from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.security import MAX_TOKEN_CHARS
-from consumer.session import StreamSession
-from producer.edge.rpc import HEADER_OVERHEAD_BYTES, grpc_metadata_limit, metadata_bytes
-from producer.edge.server import start_server, stop_server
-from producer.edge.servicer import ReplyStreamServicer
-from producer.metrics import ProducerMetrics
-from producer.settings import ServerSettings
-from runtime.otel import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS
-from shared.recording import Recording
-from shared.requests import DEFAULT_MAX_METADATA_BYTES, MIN_MAX_METADATA_BYTES, ReplyRequest
-from shared.result import StreamResult
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.security import MAX_TOKEN_CHARS
+from replywire.consumer.session import StreamSession
+from replywire.producer.edge.rpc import HEADER_OVERHEAD_BYTES, grpc_metadata_limit, metadata_bytes
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.edge.servicer import ReplyStreamServicer
+from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.settings import ServerSettings
+from replywire.runtime.otel import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS
+from replywire.shared.recording import Recording
+from replywire.shared.requests import (
+    DEFAULT_MAX_METADATA_BYTES,
+    MIN_MAX_METADATA_BYTES,
+    ReplyRequest,
+)
+from replywire.shared.result import StreamResult
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.runs import CASE
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,16 +10,16 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from producer.edge.server import start_server
-from producer.settings import ServerSettings
-from shared.digest import canonical_json
-from shared.faults import transmit
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.edge.server import start_server
+from replywire.producer.settings import ServerSettings
+from replywire.shared.digest import canonical_json
+from replywire.shared.faults import transmit
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 pytestmark = pytest.mark.timeout(60)
 

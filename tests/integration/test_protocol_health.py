@@ -11,9 +11,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from producer.edge.server import start_server, stop_server
-from producer.settings import ServerSettings
-from shared.recording import Recording
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.settings import ServerSettings
+from replywire.shared.recording import Recording
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from redis.exceptions import MaxConnectionsError
 
-from producer.replylog.followers import READERS_CLIENT_NAME
-from producer.replylog.interface import (
+from replywire.producer.replylog.followers import READERS_CLIENT_NAME
+from replywire.producer.replylog.interface import (
     Entry,
     LogEnded,
     LogLimits,
@@ -27,11 +27,11 @@ from producer.replylog.interface import (
     ReplyKey,
     ReplyLogFailed,
 )
-from producer.replylog.notify import NOTIFY_CLIENT_NAME
-from producer.replylog.redis_log import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReplyLog
-from producer.replylog.redis_reply import RedisReply
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.replylog.notify import NOTIFY_CLIENT_NAME
+from replywire.producer.replylog.redis_log import LOOKUP_CONNECTIONS, WRITERS_NAME, RedisReplyLog
+from replywire.producer.replylog.redis_reply import RedisReply
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: As tests/integration/test_redis_replylog.py: long enough for a busy machine.

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer.replylog.interface import (
+from replywire.producer.replylog.interface import (
     Entry,
     LogEnded,
     LogLimits,
@@ -19,15 +19,15 @@ from producer.replylog.interface import (
     ReplyKey,
     ReplyLogFailed,
 )
-from producer.replylog.redis_log import RedisReplyLog
-from producer.replylog.redis_reply import RedisReply
-from producer.replylog.scripts import (
+from replywire.producer.replylog.redis_log import RedisReplyLog
+from replywire.producer.replylog.redis_reply import RedisReply
+from replywire.producer.replylog.scripts import (
     MAX_CANCEL_REQUESTS,
     MAX_RELAYED_TRACEPARENT_CHARS,
     relay_value,
     relayed_cancel,
 )
-from shared.reasons import Reason
+from replywire.shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 #: Refreshed every third of it: a test that needs the lease held must not lose it to a busy

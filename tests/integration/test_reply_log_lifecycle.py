@@ -19,12 +19,18 @@ from typing import Any, Protocol
 
 import pytest
 
-from producer.replylog import scripts
-from producer.replylog.interface import Entry, LogLimits, ReplyBusy, ReplyKey, ReplyLogFailed
-from producer.replylog.memory import MemoryReplyLog
-from producer.replylog.redis_log import RedisReplyLog
-from producer.replylog.scripts import MAX_CANCEL_REQUESTS, ms
-from producer.replylog.states import (
+from replywire.producer.replylog import scripts
+from replywire.producer.replylog.interface import (
+    Entry,
+    LogLimits,
+    ReplyBusy,
+    ReplyKey,
+    ReplyLogFailed,
+)
+from replywire.producer.replylog.memory import MemoryReplyLog
+from replywire.producer.replylog.redis_log import RedisReplyLog
+from replywire.producer.replylog.scripts import MAX_CANCEL_REQUESTS, ms
+from replywire.producer.replylog.states import (
     MEMORY_LOG_ONLY,
     REPLY,
     SHARED_LOG_ONLY,
@@ -32,8 +38,8 @@ from producer.replylog.states import (
     ReplyInput,
     ReplyState,
 )
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.redis_server import RedisServer, redis_server
 
 S, I = ReplyState, ReplyInput  # noqa: E741 - as in producer/replylog/states.py

@@ -17,15 +17,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
-from producer.edge.server import start_server, stop_server
-from producer.settings import ServerSettings
-from producer.spans import SPAN_NAME
-from runtime.tracing import TracingConfig, start_tracing, stop_tracing
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.settings import ServerSettings
+from replywire.producer.spans import SPAN_NAME
+from replywire.runtime.tracing import TracingConfig, start_tracing, stop_tracing
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.runs import CASE
 
 pytestmark = pytest.mark.timeout(60)

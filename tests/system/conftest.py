@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.children import read_listening_port, stop_process
+from replywire.children import read_listening_port, stop_process
 from tests.processes import ROOT
 from tests.runs import once_per_run
 from tests.typescript import build

@@ -34,11 +34,11 @@ from bench.streams import (
     shares_channel,
 )
 from bench.streams import PLANS as STREAM_PLANS
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from harness.children import stop_process
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.children import stop_process
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import wait_for
 from tests.runs import unmeasured_environ
 

@@ -14,13 +14,13 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.children import stop_process
-from producer.edge.security import TokenAuthenticator
-from producer.edge.server import start_server
-from producer.settings import Exposure, ServerSettings
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
+from replywire.children import stop_process
+from replywire.producer.edge.security import TokenAuthenticator
+from replywire.producer.edge.server import start_server
+from replywire.producer.settings import Exposure, ServerSettings
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
 from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.status import Status
+from replywire.shared.status import Status
 from tests.chat_turns import WEATHER
 from tests.experiment_tables import reason_on, table_rows
 from tests.processes import Producer, producer, run_consumer

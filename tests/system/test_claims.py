@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 import structlog
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from producer.budget.file_ledger import BudgetLedger
-from producer.edge.server import start_server, stop_server
-from producer.settings import ServerSettings
-from producer.sources.gemini.settings import GeminiSettings
-from producer.sources.gemini.source import GeminiSource
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.settings import ServerSettings
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.producer.sources.gemini.source import GeminiSource
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import API_KEY
 from tests.processes import (
     FakeGeminiProcess,

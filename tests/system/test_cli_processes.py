@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from shared.faults import EXPECTED_OUTCOMES, FaultKind
-from shared.recording import DEVELOPMENT_CASES
-from shared.wire import WireFormat
+from replywire.shared.faults import EXPECTED_OUTCOMES, FaultKind
+from replywire.shared.recording import DEVELOPMENT_CASES
+from replywire.shared.wire import WireFormat
 from tools.docs import demo_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ EXIT = {"complete": 0, "incomplete": 3, "cancelled": 4, "error": 5, "invalid": 6
 
 def consumer(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "consumer", *args],
+        [sys.executable, "-m", "replywire.consumer", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -239,7 +239,7 @@ def test_help_shows_the_defaults_and_the_case_ids() -> None:
         assert shown in text
     assert "--stall-ms" in text
     producer_help = subprocess.run(
-        [sys.executable, "-m", "producer", "--help"],
+        [sys.executable, "-m", "replywire.producer", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,

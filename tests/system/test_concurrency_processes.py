@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client import ReplyClient, stream_reply
-from consumer.options import StreamOptions
-from producer.settings import DEFAULT_MAX_STREAMS
-from shared.recording import Recording
-from shared.requests import ReplyRequest
+from replywire.consumer.client import ReplyClient, stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.producer.settings import DEFAULT_MAX_STREAMS
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
 from tests.processes import producer
 from tests.producer_records import finals, stopped_record
 from tests.runs import UTF8_CASE as CASE

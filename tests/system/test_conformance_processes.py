@@ -17,8 +17,8 @@ import pytest
 
 from conformance.line_checks import line_checks
 from conformance.vectors import VECTORS_DIR, load_all
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.processes import ROOT, producer
 
 pytestmark = pytest.mark.timeout(300)

@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from producer.budget.options import RedisOptions
-from producer.budget.redis_ledger import RedisLedger
-from producer.states import FINAL_STATES
-from shared.recording import Recording
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_ledger import RedisLedger
+from replywire.producer.states import FINAL_STATES
+from replywire.shared.recording import Recording
 from tests.budget_values import worst_case
 from tests.certs import make_pki
 from tests.gemini_runs import API_KEY

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.children import read_listening_port
 from harness.fake_gemini.scripts import DEFAULT_MODEL
+from replywire.children import read_listening_port
 from tests.gemini_runs import FIRST, HEADERS, split_events, text_of
 from tests.gemini_runs import fake_request_body as request_body
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_usage_error_from_the_environment_is_exit_2_without_a_traceback() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer"],
+        [sys.executable, "-m", "replywire.producer"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "REPLYWIRE_MAX_STREAMS": "0", "REPLYWIRE_PORT": "0"},
     )  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 
 from bench import memory
 from bench.window_proxy import StreamWindow
-from consumer.channels import announced_window
+from replywire.consumer.channels import announced_window
 from tests.gemini_runs import HOLD_S
 from tests.processes import Producer, producer
 

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.digest import canonical_json
-from shared.pb import replywire_pb2 as pb
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import DEVELOPMENT_CASES, Recording
+from replywire.shared.digest import canonical_json
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import DEVELOPMENT_CASES, Recording
 from tests.processes import Producer, producer
 
 #: Examples per strategy (two strategies): REPLYWIRE_FUZZ_EXAMPLES in all.

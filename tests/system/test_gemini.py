@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from harness.children import stop_process
 from harness.fake_gemini.scripts import TEXT_REPLY
-from producer.budget.file_ledger import BudgetLedger
-from shared.recording import Recording
-from shared.result import lab_view
+from replywire.children import stop_process
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.shared.recording import Recording
+from replywire.shared.result import lab_view
 from tests.gemini_runs import API_KEY, SCRIPTS, gemini_producer
 from tests.processes import (
     ROOT,
@@ -165,7 +165,7 @@ def test_faults_are_refused_by_the_gemini_source(live_run: tuple[Producer, Path]
 def test_the_producer_needs_an_api_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GEMINI_API_KEY"}
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--source", "gemini", "--port", "0"],
+        [sys.executable, "-m", "replywire.producer", "--source", "gemini", "--port", "0"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -315,7 +315,7 @@ def test_a_run_directory_is_never_overwritten(tmp_path: Path) -> None:
     used.mkdir()
     (used / "manifest.json").write_text("{}")
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--source", "gemini", "--port", "0",
+        [sys.executable, "-m", "replywire.producer", "--source", "gemini", "--port", "0",
          "--record", str(used)],
         cwd=ROOT, env={**os.environ, "GEMINI_API_KEY": API_KEY},
         capture_output=True, text=True, timeout=30, check=False,
@@ -335,7 +335,7 @@ def test_a_captured_run_replays_offline_with_the_providers_boundaries(
         assert run_consumer(running.target, "--case", case_id).returncode == 0
     out = tmp_path / "replay"
     converted = subprocess.run(
-        [sys.executable, "-m", "producer.convert_capture", str(run_dir), str(out)],
+        [sys.executable, "-m", "replywire.producer.convert_capture", str(run_dir), str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert converted.returncode == 0, converted.stderr
@@ -350,7 +350,7 @@ def test_a_captured_run_replays_offline_with_the_providers_boundaries(
             assert lab_view(run.result) == published["result"]
     # Without its own pin the converted file is refused: the default pin is the fixture's.
     unpinned = subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0",
+        [sys.executable, "-m", "replywire.producer", "--port", "0",
          "--recording", str(out / "recording.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from harness.fake_gemini.scripts import BAD_USAGE
-from producer.budget.options import RedisOptions
-from producer.budget.redis_ledger import RedisLedger
-from shared.recording import Recording
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_ledger import RedisLedger
+from replywire.shared.recording import Recording
 from tests.budget_values import worst_case
 from tests.processes import (
     ROOT,
@@ -281,7 +281,7 @@ def test_a_provider_that_echoes_the_key_leaves_no_key_in_the_capture(
 
 def test_the_producer_refuses_a_plain_http_provider(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--source", "gemini", "--port", "0",
+        [sys.executable, "-m", "replywire.producer", "--source", "gemini", "--port", "0",
          "--gemini-base-url", "http://example.com", "--ledger", str(tmp_path / "ledger.json")],
         cwd=ROOT, env={**os.environ, "GEMINI_API_KEY": API_KEY},
         capture_output=True, text=True, timeout=30, check=False,
@@ -337,7 +337,7 @@ def test_a_broken_ledger_stops_the_producer_at_start(
         ledger.write_text('{"format": "replywire-ledger/1", "entr')
     done = subprocess.run(
         [
-            sys.executable, "-m", "producer", "--port", "0", "--source", "gemini",
+            sys.executable, "-m", "replywire.producer", "--port", "0", "--source", "gemini",
             "--gemini-base-url", fake.base_url, "--ledger", str(ledger),
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
@@ -380,7 +380,7 @@ def test_an_unreachable_redis_ledger_stops_the_producer_at_start(
     port = free_port()
     done = subprocess.run(
         [
-            sys.executable, "-m", "producer", "--port", "0", "--source", "gemini",
+            sys.executable, "-m", "replywire.producer", "--port", "0", "--source", "gemini",
             "--gemini-base-url", fake.base_url,
             "--ledger", f"redis://:redis-password-0123456789@127.0.0.1:{port}/0",
         ],

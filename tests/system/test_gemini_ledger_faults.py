@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from harness.children import stop_process
 from harness.fake_gemini.checks import validate
 from harness.fake_gemini.scripts import Scripts
-from producer.budget.file_ledger import BudgetLedger
-from producer.budget.ledger import Ledger
-from producer.budget.options import RedisOptions
-from producer.budget.redis_ledger import RedisLedger
-from producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
+from replywire.children import stop_process
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.budget.ledger import Ledger
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_ledger import RedisLedger
+from replywire.producer.budget.usage import Rates, estimate_prompt_tokens, usage_cost
 from tests.processes import (
     FakeGeminiProcess,
     Producer,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.children import stop_process
+from replywire.children import stop_process
 from tests.gemini_runs import API_KEY, gemini_producer
 from tests.processes import (
     FakeGeminiProcess,

@@ -28,14 +28,14 @@ import grpc
 import pytest
 import redis
 
-from producer.edge.security import ANONYMOUS
-from producer.replylog.interface import ReplyKey
-from producer.replylog.redis_log import DEFAULT_PREFIX
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.edge.security import ANONYMOUS
+from replywire.producer.replylog.interface import ReplyKey
+from replywire.producer.replylog.redis_log import DEFAULT_PREFIX
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import API_KEY
 from tests.processes import (
     FakeGeminiProcess,

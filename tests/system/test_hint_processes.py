@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client import stream_reply
-from consumer.explain import Facts, hint
-from consumer.options import StreamOptions
-from runtime.recording_file import load_recording
-from shared.faults import Fault, FaultKind
-from shared.questions import build_question_binding
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import stream_reply
+from replywire.consumer.explain import Facts, hint
+from replywire.consumer.options import StreamOptions
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.questions import build_question_binding
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import producer
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ from tests.runs import CASE
 )
 def test_keepalive_flags_past_the_edge_are_usage_errors(flag: str, value: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "consumer", "stream", "--case", CASE, flag, value],
+        [sys.executable, "-m", "replywire.consumer", "stream", "--case", CASE, flag, value],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -31,7 +31,7 @@ def test_keepalive_flags_past_the_edge_are_usage_errors(flag: str, value: str) -
 @pytest.mark.parametrize("value", ["0", "0.0009", "-1", "nan"])
 def test_a_min_ping_interval_past_the_edge_stops_the_producer(value: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0", "--min-ping-interval-s", value],
+        [sys.executable, "-m", "replywire.producer", "--port", "0", "--min-ping-interval-s", value],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2

@@ -34,7 +34,7 @@ def test_a_ledger_setting_past_its_edge_stops_the_producer(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0", "--source", "gemini",
+        [sys.executable, "-m", "replywire.producer", "--port", "0", "--source", "gemini",
          "--gemini-base-url", "http://127.0.0.1:1", "--ledger", str(tmp_path / "l.json"), *args],
         cwd=ROOT, env={**os.environ, "GEMINI_API_KEY": "k" * 30},
         capture_output=True, text=True, timeout=30, check=False,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from producer.budget.options import RedisOptions
-from producer.budget.stores import open_ledger
-from producer.budget.usage import Rates, estimate_prompt_tokens
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.stores import open_ledger
+from replywire.producer.budget.usage import Rates, estimate_prompt_tokens
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.budget_values import BODY
 from tests.redis_server import redis_server
 

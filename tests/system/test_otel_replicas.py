@@ -20,12 +20,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.children import stop_process
-from runtime.recording_file import load_recording
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.children import stop_process
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import API_KEY
 from tests.otlp_collector import KIND_CONSUMER, KIND_SERVER, Collector, otlp_collector
 from tests.processes import (

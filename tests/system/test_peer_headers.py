@@ -17,13 +17,13 @@ import sys
 import pytest
 
 from bench.peer_headers import CASES, LIFECYCLE, Measured, measure
-from runtime.library_logs import (
+from replywire.runtime.library_logs import (
     FOREIGN_LOG_EVENT,
     RECORD_FRAME_BYTES,
     SUPPRESSED_EVENT,
     LibraryLogBounds,
 )
-from shared.errors import MAX_DETAIL_CHARS
+from replywire.shared.errors import MAX_DETAIL_CHARS
 from tests.processes import ROOT
 
 pytestmark = pytest.mark.timeout(180)

@@ -24,16 +24,16 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.children import stop_process
-from harness.demo import demo_runs, stream_all
-from producer.cli import stopping_line
-from producer.flags import build_parser
-from producer.states import FINAL_STATES, OPEN_STATES
-from runtime.logs import configure_logging
-from shared.digest import canonical_json
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
+from replywire.children import stop_process
+from replywire.demo import demo_runs, stream_all
+from replywire.producer.cli import stopping_line
+from replywire.producer.flags import build_parser
+from replywire.producer.states import FINAL_STATES, OPEN_STATES
+from replywire.runtime.logs import configure_logging
+from replywire.shared.digest import canonical_json
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
 from tests.processes import ROOT, producer, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -279,7 +279,7 @@ def _accepts(port: int) -> bool:
 
 def _producer_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producer", *args],
+        [sys.executable, "-m", "replywire.producer", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import native
-from harness.children import stop_process
+from replywire import native
+from replywire.children import stop_process
 from tests.processes import ROOT, producer, read_trace, wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,7 +35,7 @@ def test_environment_variables_configure_the_producer(tmp_path: Path) -> None:
            "REPLYWIRE_LOG_FORMAT": "json"}  # fmt: skip
     with trace.open("w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "producer"],
+            [sys.executable, "-m", "replywire.producer"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -55,7 +55,7 @@ def test_environment_variables_configure_the_producer(tmp_path: Path) -> None:
 )
 def test_producer_usage_errors_exit_2(args: list[str]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", *args],
+        [sys.executable, "-m", "replywire.producer", *args],
         cwd=ROOT,
         capture_output=True,
         timeout=30,

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from producer.sources.gemini.protocol import frames_from_sse
-from shared.digest import digest
-from shared.frames import Frame, FrameKind
-from shared.recording import Recording
+from replywire.producer.sources.gemini.protocol import frames_from_sse
+from replywire.shared.digest import digest
+from replywire.shared.frames import Frame, FrameKind
+from replywire.shared.recording import Recording
 from tests.processes import ROOT, FakeGeminiProcess, fake_gemini, producer, run_consumer
 
 pytestmark = pytest.mark.timeout(180)
@@ -122,7 +122,7 @@ def test_live_and_converter_give_the_same_frames(
 
 def convert(run_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producer.convert_capture", str(run_dir), str(out)],
+        [sys.executable, "-m", "replywire.producer.convert_capture", str(run_dir), str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 

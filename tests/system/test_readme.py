@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from native import running
+from replywire.native import running
 from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
 from tests.redis_server import redis_server
+from tests.system import test_distribution as distribution
 from tests.timeline_reading import parse_table
 from tools import view_samples
 from tools.docs import doc_files
@@ -51,6 +52,7 @@ BUILD = f"{HERE}::test_build_commands"
 REPLICAS = f"{HERE}::test_replicas_recipe"
 TIMELINE = f"{HERE}::test_timeline_recipe"
 OTEL = f"{HERE}::test_opentelemetry_recipe"
+DISTRIBUTION = "tests/system/test_distribution.py"
 OPERATOR = f"{HERE}::test_operator_recipe"
 TYPESCRIPT = "tests/system/test_typescript.py"
 
@@ -177,6 +179,11 @@ RUN_BY = {
     ".venv/bin/python clients/typescript/scripts/make_fixtures.py": (
         f"{TYPESCRIPT}::test_regenerating_finds_the_committed_files"
     ),
+    distribution.INSTALL: f"{DISTRIBUTION} (in a fresh virtual environment, in a copy of the "
+    "tree a clean clone has)",
+    distribution.BUILD: f"{DISTRIBUTION} (in the same copy; the sdist and the wheel installed)",
+    distribution.REPLAY: f"{DISTRIBUTION} (from a folder of decoys, each installation)",
+    distribution.DEMO: f"{DISTRIBUTION} (from a folder of decoys, each installation)",
 }
 # The tour's `make trace ... STREAM=ID`, one per stream, with the id of the sample's run.
 RUN_BY.update(

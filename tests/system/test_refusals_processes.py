@@ -17,7 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2 as pb
 from tests.processes import producer
 from tests.producer_records import (
     check_exposition,

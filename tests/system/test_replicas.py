@@ -26,22 +26,22 @@ from typing import Any
 import pytest
 import redis
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from harness.children import stop_process
-from producer.edge.security import ANONYMOUS
-from producer.edge.server import start_server, stop_server
-from producer.replylog.interface import Entry, LogLimits, ReplyKey
-from producer.replylog.redis_log import RedisReplyLog
-from producer.settings import ServerSettings
-from producer.sources.recording import RecordingSource
-from producer.states import StreamState
-from shared.digest import digest
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest, check_request, parse_binding
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire.children import stop_process
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.producer.edge.security import ANONYMOUS
+from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.replylog.interface import Entry, LogLimits, ReplyKey
+from replywire.producer.replylog.redis_log import RedisReplyLog
+from replywire.producer.settings import ServerSettings
+from replywire.producer.sources.recording import RecordingSource
+from replywire.producer.states import StreamState
+from replywire.shared.digest import digest
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest, check_request, parse_binding
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import (
     ROOT,
     Producer,
@@ -174,7 +174,7 @@ async def abandon(log: RedisReplyLog, request: ReplyRequest, recording: Recordin
 
 def test_a_reply_log_that_does_not_answer_stops_the_producer() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0",
+        [sys.executable, "-m", "replywire.producer", "--port", "0",
          "--reply-log", f"redis://:hunter2@127.0.0.1:{free_port()}/0"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -25,9 +25,9 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.children import stop_process
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.children import stop_process
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
 from tests.gemini_runs import API_KEY
 from tests.processes import (
     REPLICA_GRACE_S,

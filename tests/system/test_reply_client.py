@@ -14,13 +14,13 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.client import ReplyClient, stream_reply
-from consumer.options import StreamOptions
-from consumer.reader import IdleWatch
-from shared.faults import Fault, FaultKind
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import ReplyClient, stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import IdleWatch
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import Producer, producer
 from tests.reset_proxy import ResetProxy
 

@@ -44,14 +44,17 @@ from bench.replylog_readers import (
     read_stream,
     run_row,
 )
-from producer.replylog.interface import DEFAULT_READER_CONNECTIONS, DEFAULT_WRITER_CONNECTIONS
-from producer.replylog.notify import NOTIFY_CLIENT_NAME
-from producer.replylog.redis_log import LOOKUP_CONNECTIONS, LOOKUPS_NAME, WRITERS_NAME
-from runtime.recording_file import load_recording
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.requests import ReplyRequest
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.replylog.interface import (
+    DEFAULT_READER_CONNECTIONS,
+    DEFAULT_WRITER_CONNECTIONS,
+)
+from replywire.producer.replylog.notify import NOTIFY_CLIENT_NAME
+from replywire.producer.replylog.redis_log import LOOKUP_CONNECTIONS, LOOKUPS_NAME, WRITERS_NAME
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import wait_for
 from tests.producer_records import metrics_port, scrape
 

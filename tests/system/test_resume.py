@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from harness.children import stop_process
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.children import stop_process
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import (
     consumer_process,
     producer,

@@ -23,10 +23,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from shared.digest import canonical_json
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import (
+from replywire.shared.digest import canonical_json
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.requests import (
     MAX_CASE_ID_CHARS,
     MAX_REQUEST_BYTES,
     MAX_STREAM_ID_CHARS,
@@ -91,7 +91,7 @@ def test_tokens_let_callers_in_and_keep_others_out(tmp_path: Path, token_file: P
 def _run_with_env(target: str, env: dict[str, str], stream_id: str) -> tuple[int, str]:
     done = subprocess.run(
         [
-            sys.executable, "-m", "consumer", "stream", "--target", target,
+            sys.executable, "-m", "replywire.consumer", "stream", "--target", target,
             "--case", "replace-file", "--stream-id", stream_id, "--log-format", "json",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
@@ -166,7 +166,7 @@ def test_consumer_security_flags_are_checked_before_anything_runs(args: list[str
 
 def _start(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0", *args],
+        [sys.executable, "-m", "replywire.producer", "--port", "0", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
 
@@ -321,7 +321,8 @@ def test_a_message_that_is_not_a_chunk_ends_the_stream_at_once() -> None:
         if not ports:
             await server  # it failed to start: its error
         consumer = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "consumer", "stream", "--target", f"127.0.0.1:{ports[0]}",
+            sys.executable, "-m", "replywire.consumer", "stream",
+            "--target", f"127.0.0.1:{ports[0]}",
             "--case", "replace-file", "--log-format", "json",
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
@@ -438,7 +439,7 @@ def test_the_consumer_trace_can_go_to_its_own_file(tmp_path: Path) -> None:
     trace = tmp_path / "consumer.jsonl"
     done = subprocess.run(
         [
-            sys.executable, "-m", "consumer", "replay", "--case", "replace-file",
+            sys.executable, "-m", "replywire.consumer", "replay", "--case", "replace-file",
             "--stream-id", "to-file", "--trace-file", str(trace), "--log-format", "console",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,

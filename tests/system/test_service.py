@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from harness.children import stop_process
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.result import lab_view
+from replywire.children import stop_process
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.result import lab_view
 from tests.processes import (
     Producer,
     consumer_process,
@@ -439,7 +439,7 @@ def test_producer_refuses_to_start_on_a_tampered_recording(tmp_path: Path) -> No
     tampered = tmp_path / "recording.json"
     tampered.write_bytes((HERE.parent / "fixtures/recording.json").read_bytes() + b"\n")
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0", "--recording", str(tampered)],
+        [sys.executable, "-m", "replywire.producer", "--port", "0", "--recording", str(tampered)],
         cwd=HERE.parent,
         capture_output=True,
         text=True,

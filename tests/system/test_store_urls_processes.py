@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(180)
 def start(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m producer`` in ``cwd``, its trace in ``cwd/trace.jsonl``; bounded."""
     return subprocess.run(
-        [sys.executable, "-m", "producer", "--port", "0", "--log-format", "json",
+        [sys.executable, "-m", "replywire.producer", "--port", "0", "--log-format", "json",
          "--trace-file", str(cwd / "trace.jsonl"), *args],
         cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "GEMINI_API_KEY": API_KEY},
@@ -89,7 +89,7 @@ def test_a_store_flag_that_cannot_be_used_is_one_line_exit_2_and_no_password(
 
 def test_help_shows_a_store_default_from_the_environment_without_its_password() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer", "--help"],
+        [sys.executable, "-m", "replywire.producer", "--help"],
         capture_output=True, text=True, timeout=60, check=True,
         env={
             **os.environ,

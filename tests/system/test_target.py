@@ -7,7 +7,7 @@ import json
 import signal
 from pathlib import Path
 
-from harness.children import stop_process
+from replywire.children import stop_process
 from tests.processes import Producer, consumer_process, producer, run_consumer, wait_for
 from tests.runs import CASE, essence
 

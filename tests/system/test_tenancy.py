@@ -33,15 +33,15 @@ import grpc
 import pytest
 import structlog
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from consumer.security import Security
-from shared.pb import replywire_pb2 as pb
-from shared.pb import replywire_pb2_grpc as pb_grpc
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.security import Security
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.pb import replywire_pb2_grpc as pb_grpc
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import API_KEY
 from tests.processes import FakeGeminiProcess, Producer, fake_gemini, producer, wait_for
 from tests.redis_server import RedisServer, redis_server

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import scrubbed_detail
-from shared.questions import build_question_binding
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.questions import build_question_binding
 from tests import hostile_producer as hostile
 from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused, stream_id
 from tests.processes import consumer_on_a_pty
@@ -95,19 +95,22 @@ def streamed(
     return code, obeys_nothing(written), json.loads(document.read_text(encoding="utf-8"))
 
 
-def test_a_stream_id_a_person_typed_with_controls_is_refused_before_it_is_drawn(
-    hostile_target: str,
+@pytest.mark.parametrize(
+    ("flag", "other"),
+    [("--stream-id", ("--case", "utf8-write")), ("--case", ("--stream-id", "typed"))],
+)
+def test_an_id_a_person_typed_with_controls_is_refused_before_it_is_drawn(
+    hostile_target: str, flag: str, other: tuple[str, str]
 ) -> None:
-    """The protocol's ids are visible ASCII: such a stream id is one usage line, that does
-    not repeat it, before any connection (so no view, trace or result ever draws it)."""
+    """The protocol's ids are visible ASCII: such a stream id or case is one usage line,
+    that does not repeat it, before any connection (so no view, trace or result draws it)."""
     code, written = on_a_pty(
-        ["stream", "--view", "--target", hostile_target, "--case", "utf8-write",
-         "--stream-id", stream_id("answer")]
+        ["stream", "--view", "--target", hostile_target, *other, flag, stream_id("answer")]
     )  # fmt: skip
     seen = obeys_nothing(written)
     assert code == 2, seen
     assert seen.strip().splitlines() == [
-        "consumer: --stream-id is not visible ASCII (the protocol's rule: 0 to 128 visible ASCII)"
+        f"consumer: {flag} is not visible ASCII (the protocol's rule: 0 to 128 visible ASCII)"
     ]
 
 
@@ -160,11 +163,11 @@ def test_console_log_lines_and_the_document_on_a_terminal_obey_nothing(
     hostile_target: str, tmp_path: Path
 ) -> None:
     """No view: the trace's console lines (debug) and the JSON document, both on the
-    terminal; the request's case id hostile too."""
+    terminal. (A hostile case id a person types is a usage line: the test above.)"""
     binding = tmp_path / "binding.json"
     passages = [{"id": PASSAGE["id"], "text": PASSAGE["text"], "url": PASSAGE["url"]}]
     binding.write_text(json.dumps(build_question_binding("Q?", passages)), encoding="utf-8")
-    case = "case\x1b]0;CASE\x07\u202e"
+    case = "question-case"
     code, written = on_a_pty(
         ["stream", "--no-view", "--log-format", "console", "--log-level", "debug",
          "--target", hostile_target, "--case", case, "--binding", str(binding),
@@ -174,7 +177,7 @@ def test_console_log_lines_and_the_document_on_a_terminal_obey_nothing(
     assert code == 6, seen
     lines = seen.splitlines()
     opening = next(line for line in lines if " stream_opening " in line)
-    assert "case_id=case\\x1b]0;CASE\\x07\\u202e " in opening
+    assert "case_id=question-case " in opening
     assert "· provisio" in opening  # the stream id, as the console line shows one
     # The document on the terminal: the refused characters as JSON escapes, the same JSON.
     start = lines.index("{")

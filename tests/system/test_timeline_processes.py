@@ -29,17 +29,17 @@ from typing import Any
 
 import pytest
 
-from consumer.reader_states import ReaderState
-from producer.states import StreamInput, StreamState
 from replywire.cli import main
-from shared.consumer_core import Input
+from replywire.consumer.reader_states import ReaderState
+from replywire.producer.states import StreamInput, StreamState
+from replywire.shared.consumer_core import Input
+from replywire.traces.page import render_html
+from replywire.traces.result_events import render_result_events, result_events
+from replywire.traces.svg import PLOT_LEFT, PLOT_RIGHT
+from replywire.traces.timeline import MarkKind, SpanKind, build_timeline
+from replywire.traces.timestamps import microseconds
 from tests.processes import producer, read_trace
 from tests.timeline_reading import SVG, counted, parse_table, svg_of
-from traces.page import render_html
-from traces.result_events import render_result_events, result_events
-from traces.svg import PLOT_LEFT, PLOT_RIGHT
-from traces.timeline import MarkKind, SpanKind, build_timeline
-from traces.timestamps import microseconds
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,7 +86,14 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         for stream_id, flags in STREAMS.items():
             done = subprocess.run(
                 [
-                    *(sys.executable, "-m", "consumer", "stream", "--target", served.target),
+                    *(
+                        sys.executable,
+                        "-m",
+                        "replywire.consumer",
+                        "stream",
+                        "--target",
+                        served.target,
+                    ),
                     *("--stream-id", stream_id, "--log-level", "debug"),
                     *("--trace-file", str(consumer_trace), *flags),
                     *("--result", str(directory / f"{stream_id}.json")),

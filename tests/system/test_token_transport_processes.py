@@ -44,16 +44,16 @@ from typing import Any
 import grpc
 import pytest
 
-from consumer.client import stream_reply
-from consumer.options import StreamOptions
-from consumer.security import (
+from replywire.children import stop_process
+from replywire.consumer.client import stream_reply
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.security import (
     Security,
 )
-from harness.children import stop_process
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.certs import SERVER_NAME, Pki, make_pki
 from tests.hostile_input import TOKEN
 from tests.netns import Host, hosts

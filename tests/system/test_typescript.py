@@ -240,7 +240,7 @@ def both_consumers(
     for side, command in (
         ("ts", ["node", "dist/cli.js", "stream", "--binding",
                 str(TS / f"test/fixtures/bindings/{case}.json")]),
-        ("py", [sys.executable, "-m", "consumer", "stream", "--log-level", "warning"]),
+        ("py", [sys.executable, "-m", "replywire.consumer", "stream", "--log-level", "warning"]),
     ):  # fmt: skip
         result = tmp_path / f"{name}.{side}.json"
         done = run_bounded(

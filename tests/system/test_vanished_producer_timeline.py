@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.children import stop_process
-from producer.states import StreamState
+from replywire.children import stop_process
 from replywire.cli import main
+from replywire.producer.states import StreamState
+from replywire.traces.svg import render_svg
+from replywire.traces.timeline import SpanKind, build_timeline
 from tests.processes import ROOT, producer, read_trace, wait_for
 from tests.timeline_reading import SVG, parse_table, svg_of
-from traces.svg import render_svg
-from traces.timeline import SpanKind, build_timeline
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,7 +40,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     with producer(directory, "--allow-faults", "--log-level", "debug") as served:
         consumer = subprocess.Popen(
             [
-                *(sys.executable, "-m", "consumer", "stream", "--target", served.target),
+                *(sys.executable, "-m", "replywire.consumer", "stream", "--target", served.target),
                 *("--stream-id", STREAM, "--case", "replace-file", "--log-level", "debug"),
                 *("--fault", "stall", "--stall-ms", "60000", "--idle-timeout-s", "90"),
                 *("--resume-attempts", "1", "--resume-backoff-s", "0.05"),

@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from consumer.client import stream_reply
-from consumer.explain import Facts
-from consumer.options import StreamOptions
-from consumer.view import LiveView
-from runtime.recording_file import load_chat_recording_or_explain, load_recording
-from shared.faults import Fault, FaultKind
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import stream_reply
+from replywire.consumer.explain import Facts
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.view import LiveView
+from replywire.runtime.recording_file import load_chat_recording_or_explain, load_recording
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, consumer_on_a_pty, producer
 from tests.runs import once_per_run
 from tests.timeline_reading import masked, rejected_rows, timeline_shape

@@ -99,6 +99,9 @@ CONSUMER_CASES = [
     (["stream", "--stream-id", "s" * 100_000], "--stream-id over 128 characters"),
     (["stream", "--stream-id", "a b"], "--stream-id is not visible ASCII"),
     (["stream", "--stream-id", "é"], "--stream-id is not visible ASCII"),
+    (["stream", "--case", "c" * 129], "--case over 128 characters"),
+    (["stream", "--case", "replace file"], "--case is not visible ASCII"),
+    (["replay", "--case", "replace-file\x1b[2J"], "--case is not visible ASCII"),
     (["stream", "--queue-size", "0"], f"--queue-size: must be at least 1: 0 {TRY} stream --help)"),
     (["stream", "--wire", "bogus"], "argument --wire: invalid choice: 'bogus'"),
     (["stream", "--deadline-s", "inf"], "argument --deadline-s: must be a finite number > 0"),
@@ -121,7 +124,7 @@ def test_a_wrong_consumer_input_is_one_line_before_anything(
     result, trace = tmp_path / "result.json", tmp_path / "trace.jsonl"
     argv = [arg.format(port=listener.port, tmp=tmp_path) for arg in argv]
     given = set(argv)
-    extra = [] if not argv else ["--case", "utf8-write"]
+    extra = [] if not argv or "--case" in given else ["--case", "utf8-write"]
     if argv and argv[0] == "stream" and "--target" not in given:
         extra += ["--target", f"127.0.0.1:{listener.port}"]
     if argv and "--result" not in given:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from bench.paced import CASE_ID, Search, paced_recording, search
-from runtime.recording_file import load_recording
-from shared.faults import transmit
-from shared.recording import RECORDING_SHA256
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.faults import transmit
+from replywire.shared.recording import RECORDING_SHA256
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 
 @pytest.mark.parametrize("frames", [60, 80, 300])

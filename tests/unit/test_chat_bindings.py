@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from shared.chat_binding_schema import SCHEMA_TEXT
-from shared.chats import (
+from replywire.shared.chat_binding_schema import SCHEMA_TEXT
+from replywire.shared.chats import (
     chat_binding,
     chat_request,
     check_chat_binding,
     declared_tools,
     is_chat_case,
 )
-from shared.digest import digest
-from shared.errors import RequestRefused
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
 from tests.chat_turns import WEATHER
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,20 +12,20 @@ import structlog
 
 from harness.fake_gemini.checks import validate
 from harness.fake_gemini.scripts import Scripts
-from producer.sources.gemini.chat import ChatFrames, chat_request_body
-from producer.sources.gemini.protocol import ProviderStream
-from runtime.recording_file import DEFAULT_CHAT_RECORDING_PATH
-from shared.chat_parts import ToolCallPart
-from shared.chat_recording import ChatRecording
-from shared.chats import chat_binding, chat_request
-from shared.consumer_core import ReplyConsumer
-from shared.digest import digest
-from shared.errors import ProtocolFailure
-from shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, Fault, FaultKind, transmit
-from shared.frames import Frame
-from shared.replay import consume
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.sources.gemini.chat import ChatFrames, chat_request_body
+from replywire.producer.sources.gemini.protocol import ProviderStream
+from replywire.runtime.recording_file import DEFAULT_CHAT_RECORDING_PATH
+from replywire.shared.chat_parts import ToolCallPart
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.chats import chat_binding, chat_request
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.faults import EXPECTED_OUTCOMES, TIMING_FAULTS, Fault, FaultKind, transmit
+from replywire.shared.frames import Frame
+from replywire.shared.replay import consume
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.chat_turns import WEATHER
 
 WIRES = (WireFormat.LENGTH_PREFIXED, WireFormat.NDJSON)

@@ -9,21 +9,21 @@ from typing import Any
 
 import pytest
 
-from producer.sources.recording import SERVED, RecordingSource
-from runtime.recording_file import DEFAULT_CHAT_RECORDING_PATH
-from shared.chat_frames import ChatItem, chat_frames, chat_item_json, chat_item_of
-from shared.chat_parts import ChatDigest, FinishPart, ToolCallPart, UsagePart
-from shared.chat_recording import ChatRecording
-from shared.chats import chat_binding_problem
-from shared.digest import canonical_json
-from shared.errors import RequestRefused
-from shared.faults import Fault, FaultKind, faulted_frames
-from shared.frames import CONTENT_KINDS, FrameKind
-from shared.kinds import ReplyKind
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import check_request
-from shared.wire import WireFormat, codec_for
+from replywire.producer.sources.recording import SERVED, RecordingSource
+from replywire.runtime.recording_file import DEFAULT_CHAT_RECORDING_PATH
+from replywire.shared.chat_frames import ChatItem, chat_frames, chat_item_json, chat_item_of
+from replywire.shared.chat_parts import ChatDigest, FinishPart, ToolCallPart, UsagePart
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.chats import chat_binding_problem
+from replywire.shared.digest import canonical_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import Fault, FaultKind, faulted_frames
+from replywire.shared.frames import CONTENT_KINDS, FrameKind
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.requests import check_request
+from replywire.shared.wire import WireFormat, codec_for
 
 BINDING_SHA256 = "b" * 64
 TURN: tuple[ChatItem, ...] = (

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.chat_parts import PART_FIELDS, USAGE_COMPONENTS
-from shared.digest import digest
+from replywire.shared.chat_parts import PART_FIELDS, USAGE_COMPONENTS
+from replywire.shared.digest import digest
 from tests.chat_turns import (
     WIRES,
     Item,

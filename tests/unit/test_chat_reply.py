@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared.chat_parts import SignaturePart, ThoughtPart
-from shared.consumer_core import ReplyConsumer
-from shared.digest import digest
-from shared.frames import FrameKind
-from shared.reasons import Reason
-from shared.wire import WireFormat
+from replywire.shared.chat_parts import SignaturePart, ThoughtPart
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.digest import digest
+from replywire.shared.frames import FrameKind
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import WireFormat
 from tests.chat_turns import (
     EXAMPLE,
     EXAMPLE_CALLS,

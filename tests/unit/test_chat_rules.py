@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from consumer import flags as consumer_flags
-from consumer.cli import limits_from
-from shared.chat_parts import ChatDigest, ToolCallPart
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import digest
-from shared.errors import ProtocolFailure
-from shared.frames import Frame, FrameKind
-from shared.reasons import Reason
-from shared.wire import WireFormat
+from replywire.consumer import flags as consumer_flags
+from replywire.consumer.cli import limits_from
+from replywire.shared.chat_parts import ChatDigest, ToolCallPart
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import Frame, FrameKind
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import WireFormat
 from tests.chat_turns import (
     EXAMPLE,
     WIRES,

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 import pytest
 from rich.console import Console
 
-from consumer.chat_view import turn_so_far
-from consumer.explain import Facts
-from consumer.view import LiveView, Progress, live_renderable
-from shared.consumer_core import ReplyConsumer
-from shared.digest import digest
-from shared.errors import ProtocolFailure
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire import WireFormat
+from replywire.consumer.chat_view import turn_so_far
+from replywire.consumer.explain import Facts
+from replywire.consumer.view import LiveView, Progress, live_renderable
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat
 from tests import chat_turns as turns
 from tests.hostile_input import H_SHOWN, H, refused
 from tests.timeline_reading import rejected_rows

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.chat_parts import (
+from replywire.shared.chat_parts import (
     PART_CLASSES,
     PART_FIELDS,
     FinishPart,
@@ -21,11 +21,11 @@ from shared.chat_parts import (
     ToolCallPart,
     UsagePart,
 )
-from shared.errors import ProtocolFailure
-from shared.frames import Frame, FrameKind
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.wire import WireFormat, codec_for, lp, ndjson
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import Frame, FrameKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import WireFormat, codec_for, lp, ndjson
 from tests.unit.test_wire_lp import LEN, VARINT, lfield, tag, varint, vfield
 
 BINDING = "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70"

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from consumer import cli as consumer_cli
-from consumer.flags import build_parser
-from harness.demo import demo_runs
-from runtime.recording_file import load_recording
-from shared.errors import ConfigurationError
-from shared.requests import ReplyRequest
-from shared.texts import build_text_binding
-from shared.wire import DEFAULT_WIRES
+from replywire.consumer import cli as consumer_cli
+from replywire.consumer.flags import build_parser
+from replywire.demo import demo_runs
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.errors import ConfigurationError
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.texts import build_text_binding
+from replywire.shared.wire import DEFAULT_WIRES
 
 
 def test_the_demo_streams_the_default_wires_only() -> None:

@@ -36,33 +36,42 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.reader import StreamEnded
-from consumer.session import StreamSession
 from harness.fake_gemini.checks import validate
 from harness.fake_gemini.protocol import HttpError, error_body
 from harness.fake_gemini.scripts import DEFAULT_MODEL, SCRIPTS, Scripts
-from producer.metrics import ProducerMetrics
-from producer.sources.gemini.protocol import DEFAULT_MAX_OUTPUT_TOKENS, ProviderStream, request_body
-from producer.sources.gemini.protocol import provider_error as provider_refusal
-from producer.sources.recording import RecordingSource
-from producer.states import ProducerStream, StreamInput, StreamState
-from runtime.recording_file import load_recording
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import MAX_REASON_CHARS
-from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure, ReplywireError, scrubbed_detail
-from shared.faults import Fault, FaultKind
-from shared.frames import Frame, FrameKind, content_frames
-from shared.pb import replywire_pb2 as pb
-from shared.reason_registry import REASONS
-from shared.reasons import CODES, Reason
-from shared.replay import replay
-from shared.requests import ReplyRequest, check_request
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import StreamEnded
+from replywire.consumer.session import StreamSession
+from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.sources.gemini.protocol import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    ProviderStream,
+    request_body,
+)
+from replywire.producer.sources.gemini.protocol import provider_error as provider_refusal
+from replywire.producer.sources.recording import RecordingSource
+from replywire.producer.states import ProducerStream, StreamInput, StreamState
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import MAX_REASON_CHARS
+from replywire.shared.errors import (
+    MAX_DETAIL_CHARS,
+    ProtocolFailure,
+    ReplywireError,
+    scrubbed_detail,
+)
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.frames import Frame, FrameKind, content_frames
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import CODES, Reason
+from replywire.shared.replay import replay
+from replywire.shared.requests import ReplyRequest, check_request
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 from tests.gemini_runs import SCRIPTS as LIVE_GEMINI_OUTCOMES
 
 ROOT: Final = Path(__file__).resolve().parents[2]

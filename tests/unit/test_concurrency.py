@@ -8,18 +8,18 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.reader import StreamEnded
-from consumer.session import StreamSession
-from producer.edge.server import server_options
-from producer.flags import build_parser
-from producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.status import Status
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import StreamEnded
+from replywire.consumer.session import StreamSession
+from replywire.producer.edge.server import server_options
+from replywire.producer.flags import build_parser
+from replywire.producer.settings import DEFAULT_MAX_PENDING, MAX_PENDING_S
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.status import Status
 from tests.runs import UTF8_CASE as CASE
 from tests.runs import quiet
 

@@ -26,14 +26,21 @@ from conformance.report import Outcome, Report, compare, from_result_document
 from conformance.testee import answer
 from conformance.vectors import SCHEMA, VECTORS_DIR, load_all
 from conformance.wire_mode import expand, limit_flags
-from producer.edge.conformance import load_folder, refusal
-from producer.edge.rpc import MalformedRequest
-from shared.digest import digest
-from shared.frames import frames_from_deltas
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.vectors import FORMAT, LIMIT_KEYS, Mode, VectorError, load_vectors, parse_vector
-from shared.wire.lp import encode_frame
+from replywire.producer.edge.conformance import load_folder, refusal
+from replywire.producer.edge.rpc import MalformedRequest
+from replywire.shared.digest import digest
+from replywire.shared.frames import frames_from_deltas
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.vectors import (
+    FORMAT,
+    LIMIT_KEYS,
+    Mode,
+    VectorError,
+    load_vectors,
+    parse_vector,
+)
+from replywire.shared.wire.lp import encode_frame
 
 VECTORS = load_all()
 BY_ID = {vector.id: vector for vector in VECTORS}

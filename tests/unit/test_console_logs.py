@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import structlog
 
-from runtime.console_logs import ConsoleLines
-from runtime.logs import configure_logging
+from replywire.runtime.console_logs import ConsoleLines
+from replywire.runtime.logs import configure_logging
 
 STREAM = "5f1c0de0a1b2c3d4e5f6"
 

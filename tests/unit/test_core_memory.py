@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.consumer_content import JOIN_EVERY, Content, EventLog
-from shared.result import DuplicateDropped, Event, TerminalReceived, content_received
+from replywire.shared.consumer_content import JOIN_EVERY, Content, EventLog
+from replywire.shared.result import DuplicateDropped, Event, TerminalReceived, content_received
 
 
 @settings(max_examples=200, deadline=None)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from producer.delivery_plan import (
+from replywire.producer.delivery_plan import (
     ClaimLive,
     Deliver,
     Facts,
@@ -24,7 +24,7 @@ from producer.delivery_plan import (
     Step,
     decide,
 )
-from shared.reasons import Reason
+from replywire.shared.reasons import Reason
 
 #: The facts each question adds, by the answer it gets.
 ANSWER_FIELDS: dict[type[Any], tuple[str, ...]] = {

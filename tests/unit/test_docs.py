@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
 from tests.tree import tree
 from tools.docs import RUN_SECTIONS, SECTIONS, doc_files
 

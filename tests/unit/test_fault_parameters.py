@@ -24,10 +24,10 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from runtime.recording_file import load_recording
-from shared.consumer_core import ReplyConsumer
-from shared.errors import RequestRefused
-from shared.faults import (
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import (
     DEFAULT_TARGET_FRAME,
     DEFAULT_TRUNCATE_BYTES,
     EXPECTED_OUTCOMES,
@@ -41,14 +41,14 @@ from shared.faults import (
     transmit,
     truncate_tail,
 )
-from shared.frames import FrameKind
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.replay import consume, replay
-from shared.requests import ReplyRequest
-from shared.status import Status
-from shared.wire import WireFormat
-from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan, cut
+from replywire.shared.frames import FrameKind
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.replay import consume, replay
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan, cut
 
 RECORDING: Final = load_recording()
 CASE_IDS: Final = RECORDING.case_ids

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import RequestRefused
-from shared.faults import (
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_DESCRIPTIONS,
     TIMING_FAULTS,
@@ -16,13 +16,13 @@ from shared.faults import (
     transmit,
     truncate_tail,
 )
-from shared.frames import FrameKind, derive_frames
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.replay import replay
-from shared.requests import ReplyRequest
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.shared.frames import FrameKind, derive_frames
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.replay import replay
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 PLANS = ["frame", "whole", "1", "3", "1,2,7,3,11", "4096"]
 

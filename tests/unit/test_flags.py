@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from consumer import flags as consumer_table
-from producer import cli as producer_cli
-from producer import flags as producer_table
 from replywire import flags as replywire_table
-from runtime.flags import (
+from replywire.consumer import flags as consumer_table
+from replywire.producer import cli as producer_cli
+from replywire.producer import flags as producer_table
+from replywire.runtime.flags import (
     MAX_PORT,
     Count,
     Flag,
@@ -30,7 +30,7 @@ from runtime.flags import (
     seconds_at_least,
     seconds_or_zero,
 )
-from runtime.logs import flush_delay_ms
+from replywire.runtime.logs import flush_delay_ms
 from tools.docs import consumer_flags, producer_flags, replywire_flags
 
 ACCEPTED: list[tuple[Callable[[str], Any], str, Any]] = [

@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from consumer.reader_states import SPEC as READER_SPEC
-from producer.replylog.states import REPLY as REPLY_SPEC
-from producer.states import SPEC as PRODUCER_SPEC
-from shared.consumer_core import SPEC as CORE_SPEC
-from shared.errors import InvalidTransition
-from shared.fsm import Machine, MachineSpec
+from replywire.consumer.reader_states import SPEC as READER_SPEC
+from replywire.producer.replylog.states import REPLY as REPLY_SPEC
+from replywire.producer.states import SPEC as PRODUCER_SPEC
+from replywire.shared.consumer_core import SPEC as CORE_SPEC
+from replywire.shared.errors import InvalidTransition
+from replywire.shared.fsm import Machine, MachineSpec
 
 SPECS: list[MachineSpec[Any, Any]] = [PRODUCER_SPEC, CORE_SPEC, READER_SPEC, REPLY_SPEC]
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from producer.sources.gemini.capture import RunCapture
-from producer.sources.gemini.protocol import request_body
-from producer.sources.gemini.settings import GeminiSettings, check_base_url
-from runtime.logs import register_secret
-from shared.errors import ConfigurationError
+from replywire.producer.sources.gemini.capture import RunCapture
+from replywire.producer.sources.gemini.protocol import request_body
+from replywire.producer.sources.gemini.settings import GeminiSettings, check_base_url
+from replywire.runtime.logs import register_secret
+from replywire.shared.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(180)
 

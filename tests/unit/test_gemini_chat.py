@@ -14,10 +14,10 @@ from harness.fake_gemini.chat_scripts import CALLS, SIGNATURE, TEXT, THOUGHT
 from harness.fake_gemini.checks import validate
 from harness.fake_gemini.protocol import HttpError, sse_event
 from harness.fake_gemini.scripts import CHAT_MODELS, Scripts
-from producer.sources.gemini.chat import ChatFrames, chat_request_body, ledger_usage
-from producer.sources.gemini.protocol import ProviderStream, request_body
-from runtime.recording_file import load_recording
-from shared.chat_parts import (
+from replywire.producer.sources.gemini.chat import ChatFrames, chat_request_body, ledger_usage
+from replywire.producer.sources.gemini.protocol import ProviderStream, request_body
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.chat_parts import (
     ChatDigest,
     FinishPart,
     SignaturePart,
@@ -25,9 +25,9 @@ from shared.chat_parts import (
     ToolCallPart,
     UsagePart,
 )
-from shared.chats import chat_binding, chat_request
-from shared.digest import digest
-from shared.frames import Frame, FrameKind
+from replywire.shared.chats import chat_binding, chat_request
+from replywire.shared.digest import digest
+from replywire.shared.frames import Frame, FrameKind
 
 RECORDING = load_recording()
 WEATHER: dict[str, Any] = {

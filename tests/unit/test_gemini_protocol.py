@@ -10,19 +10,19 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
-from producer.sources.gemini.protocol import (
+from replywire.producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
+from replywire.producer.sources.gemini.protocol import (
     ProviderFrames,
     frames_from_sse,
     provider_error,
     text_request_body,
 )
-from shared.errors import RequestRefused
-from shared.frames import FrameKind
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.status import Status
-from shared.texts import build_text_binding
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import FrameKind
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.status import Status
+from replywire.shared.texts import build_text_binding
 
 RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
 

@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 import structlog
 
-from producer.claims import Generations
-from producer.generation import COMPLETED, Generation, Upstream
-from producer.replylog.interface import Entry, LogEnded, LogLimits, ReplyKey
-from producer.replylog.memory import MemoryReplyLog
-from producer.sources.recording import RecordingSource
-from shared.errors import RequestRefused
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest, check_request
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.claims import Generations
+from replywire.producer.generation import COMPLETED, Generation, Upstream
+from replywire.producer.replylog.interface import Entry, LogEnded, LogLimits, ReplyKey
+from replywire.producer.replylog.memory import MemoryReplyLog
+from replywire.producer.sources.recording import RecordingSource
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest, check_request
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 KEY = ReplyKey("alice", "s")
 

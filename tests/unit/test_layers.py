@@ -14,12 +14,13 @@ timeline reads the state names from the machines themselves, so it cannot live i
 ``shared/`` or in one process. Its timeline and drawing are pure, like ``shared/``.
 Neither process imports it.
 
-``harness/`` (the demo, child processes, the fake Gemini server) runs the processes, so
-it sits above them and ``traces/``: it may import them all, and nothing below imports it.
+``replywire/`` is the one import namespace (``replywire.shared`` is ``shared/``): the layers
+below are named here by their folders. Its own modules (the commands, the demo, children)
+sit on top: they may import every other package, and none imports them, so no process
+reaches up for a command; only a process's ``__main__.py`` (``python -m producer`` in the
+repository) calls its command in ``replywire.commands``.
 
-``replywire/`` (``python -m replywire demo | join-traces | trace``) sits on top: the
-commands that need both processes, ``traces/`` and ``harness/`` at once. It may import
-every other package, and none imports it, so no process reaches up for a command.
+``harness/`` (the fake Gemini server, the OTLP collector the tests use) may import them all.
 
 ``conformance/`` (the conformance kit) sits above both processes too, like ``harness/``,
 but runs them only as commands (a consumer under test, the producer's ``--conformance``
@@ -43,6 +44,8 @@ from typing import Final
 import pytest
 
 ROOT: Final = Path(__file__).resolve().parents[2]
+#: The folders that are packages of the namespace (``replywire.shared`` is ``shared/``).
+LINKED: Final = ("shared", "runtime", "producer", "consumer", "traces", "native")
 #: Modules that reach the network, files, processes, threads or the clock (and gRPC's).
 IO_MODULES: Final = frozenset(
     {
@@ -72,18 +75,26 @@ def sources(folder: str) -> list[Path]:
     return sorted(
         path
         for path in (ROOT / folder).rglob("*.py")
-        if "pb" not in path.relative_to(ROOT).parts[:2]
+        if "pb" not in path.relative_to(ROOT).parts[:2] and path.name != "__main__.py"
     )
+
+
+def layer_name(module: str) -> str:
+    """``replywire.shared.frames`` is ``shared.frames``; ``replywire.cli`` stays."""
+    head, _, rest = module.partition(".")
+    if head == "replywire" and rest.split(".")[0] in LINKED:
+        return rest
+    return module
 
 
 def imports(path: Path) -> Iterator[str]:
     """Every module ``path`` imports, with ``from a import b`` also as ``a.b``."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            yield from (layer_name(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+            yield layer_name(node.module)
+            yield from (layer_name(f"{node.module}.{alias.name}") for alias in node.names)
 
 
 def names(paths: list[Path]) -> list[str]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from producer.budget.file_ledger import BudgetLedger
-from producer.budget.usage import Rates, check_usage, usage_cost
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.budget.usage import Rates, check_usage, usage_cost
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 from tests.budget_values import GOOD_USAGE, PROMPT_ESTIMATE
 
 

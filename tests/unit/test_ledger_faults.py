@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 import structlog
 
-from producer.budget.file_ledger import BudgetLedger
-from producer.budget.keeper import LedgerPolicy
-from producer.budget.ledger import Ledger, NotWritten, Owner
-from producer.flags import build_parser
-from producer.sources.gemini.call_ledger import Call
-from producer.sources.gemini.settings import GeminiSettings
-from producer.sources.gemini.source import GeminiSource
-from shared.errors import RequestRefused
-from shared.reasons import Reason
-from shared.recording import Recording
+from replywire.producer.budget.file_ledger import BudgetLedger
+from replywire.producer.budget.keeper import LedgerPolicy
+from replywire.producer.budget.ledger import Ledger, NotWritten, Owner
+from replywire.producer.flags import build_parser
+from replywire.producer.sources.gemini.call_ledger import Call
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.producer.sources.gemini.source import GeminiSource
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
 from tests.budget_values import BODY
 from tests.ledger_keeping import policy, settle_job, unavailable
 

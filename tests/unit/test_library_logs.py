@@ -13,7 +13,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.library_logs import (
+from replywire.runtime.library_logs import (
     FOREIGN_LOG_EVENT,
     LOGGER_CHARS,
     MAX_KINDS,
@@ -26,8 +26,8 @@ from runtime.library_logs import (
     route_stdlib_logging,
     set_library_log_bounds,
 )
-from runtime.logs import configure_logging
-from shared.errors import CUT_MARK
+from replywire.runtime.logs import configure_logging
+from replywire.shared.errors import CUT_MARK
 
 LIBRARY = "replywire-test-library"
 

@@ -12,11 +12,11 @@ from typing import Any, Final
 import pytest
 import structlog
 
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.frames import FrameKind, content_frames, terminal_frame
-from shared.recording import Recording
-from shared.wire import WireFormat, codec_for
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.frames import FrameKind, content_frames, terminal_frame
+from replywire.shared.recording import Recording
+from replywire.shared.wire import WireFormat, codec_for
 
 # Not traced by coverage: tens of thousands of frames and chunks per test run the same
 # lines again and again, five times slower under the tracer (make test); the wire, machine

@@ -17,7 +17,7 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.logs import (
+from replywire.runtime.logs import (
     MAX_FLUSH_DELAY_MS,
     REDACTED,
     JsonLine,

@@ -11,7 +11,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from shared.consumer_core import (
+from replywire.shared.consumer_core import (
     FINAL_STATES,
     SPEC,
     TRANSITIONS,
@@ -19,9 +19,9 @@ from shared.consumer_core import (
     Input,
     ReplyConsumer,
 )
-from shared.consumer_limits import Limits
-from shared.errors import ProtocolFailure
-from shared.frames import (
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import (
     DoneDigest,
     Frame,
     FrameKind,
@@ -29,12 +29,12 @@ from shared.frames import (
     derive_frames,
     terminal_frame,
 )
-from shared.reasons import Reason
-from shared.recording import BoundCase, Recording
-from shared.replay import replay
-from shared.requests import ReplyRequest
-from shared.result import LAB_RESULT_KEYS
-from shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase, Recording
+from replywire.shared.replay import replay
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import LAB_RESULT_KEYS
+from replywire.shared.wire import DEFAULT_WIRES, WireCodec, WireFormat, codec_for, lp, ndjson
 
 WIRES = list(WireFormat)
 

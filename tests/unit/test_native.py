@@ -8,18 +8,18 @@ import os
 
 import pytest
 
-import native
-import shared.consumer_core
-from native import HOT_MODULES, PURE_ENV, Selection, package_path, running, selected
-from native.build import fresh, missing_toolchain
-from native.build import main as build_main
+from replywire import native
+from replywire.native import HOT_MODULES, PURE_ENV, Selection, package_path, running, selected
+from replywire.native.build import fresh, missing_toolchain
+from replywire.native.build import main as build_main
+from replywire.shared import consumer_core
 
 FORCED_PURE = os.environ.get(PURE_ENV) == "1"
 
 
 @pytest.mark.skipif(not FORCED_PURE, reason=f"for the pure build ({PURE_ENV}=1)")
 def test_the_pure_build_imports_no_compiled_module() -> None:
-    assert shared.consumer_core.__file__.endswith(".py")
+    assert consumer_core.__file__.endswith(".py")
     assert running().compiled == ()
     assert running().build == "pure"
     assert selected() == Selection(compiled=False, why=f"{PURE_ENV}=1")
@@ -35,7 +35,7 @@ def test_with_a_compiler_the_compiled_modules_are_imported() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    assert shared.consumer_core.__file__.endswith(native.EXTENSION_SUFFIX)
+    assert consumer_core.__file__.endswith(native.EXTENSION_SUFFIX)
     assert running().compiled == HOT_MODULES
     assert running().build == "compiled"
     assert running().describe().startswith("compiled (mypyc: shared.digest, ")
@@ -52,8 +52,8 @@ def test_the_pure_build_leaves_a_package_path_as_it_is(monkeypatch: pytest.Monke
 
 def test_the_compiled_build_comes_first_in_a_package_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "selected", lambda: Selection(compiled=True, why=""))
-    assert package_path(["/src/shared/wire"], "shared.wire") == [
-        str(native.BUILD_DIR / "shared" / "wire"),
+    assert package_path(["/src/shared/wire"], "replywire.shared.wire") == [
+        str(native.BUILD_DIR / "replywire" / "shared" / "wire"),
         "/src/shared/wire",
     ]
 

@@ -16,18 +16,18 @@ import pytest
 import structlog
 import structlog.testing
 
-from producer.edge.connections import ConnectionAges
-from producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
-from producer.edge.server import server_options
-from producer.flags import build_parser
-from producer.metrics import ProducerMetrics, install, record_ledger_spend
-from producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
-from producer.states import FINAL_STATES, StreamInput, StreamState
-from runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging
-from runtime.logs import configure_logging
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.status import Status
+from replywire.producer.edge.connections import ConnectionAges
+from replywire.producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES, BoundedHealthServicer
+from replywire.producer.edge.server import server_options
+from replywire.producer.flags import build_parser
+from replywire.producer.metrics import ProducerMetrics, install, record_ledger_spend
+from replywire.producer.settings import DEFAULT_MAX_PENDING, DEFAULT_MAX_STREAMS
+from replywire.producer.states import FINAL_STATES, StreamInput, StreamState
+from replywire.runtime.library_logs import FOREIGN_LOG_EVENT, route_stdlib_logging
+from replywire.runtime.logs import configure_logging
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.status import Status
 from tests.hostile_input import INJECTED
 from tests.producer_records import NOT_SERVING, SERVING
 
@@ -238,7 +238,7 @@ def test_grpc_python_logging_becomes_one_record() -> None:
 def test_write_waits_fall_in_prometheus_buckets_at_and_past_each_bound() -> None:
     from prometheus_client import generate_latest  # noqa: PLC0415 - this test only
 
-    from producer.metrics import WRITE_WAIT_BUCKETS, ProducerMetrics  # noqa: PLC0415
+    from replywire.producer.metrics import WRITE_WAIT_BUCKETS, ProducerMetrics  # noqa: PLC0415
 
     metrics = ProducerMetrics()
     # One write exactly at each bound (le: at or below it), one just past the last.

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from producer.states import FINAL_STATES, OPEN_STATES, TRANSITIONS, StreamInput, StreamState
-from shared.faults import Fault, FaultKind
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import ReplyRequest, check_request
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.producer.states import (
+    FINAL_STATES,
+    OPEN_STATES,
+    TRANSITIONS,
+    StreamInput,
+    StreamState,
+)
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest, check_request
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,11 +20,11 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.recording_file import load_recording
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.errors import MAX_DETAIL_CHARS, ProtocolFailure
-from shared.faults import (
+from replywire.runtime.recording_file import load_recording
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import MAX_DETAIL_CHARS, ProtocolFailure
+from replywire.shared.faults import (
     EXPECTED_OUTCOMES,
     REPEAT_WITH_DUPLICATE_POLICY,
     Ending,
@@ -33,7 +33,7 @@ from shared.faults import (
     Transmission,
     transmit,
 )
-from shared.frames import (
+from replywire.shared.frames import (
     TERMINAL_KINDS,
     DoneDigest,
     Frame,
@@ -42,14 +42,14 @@ from shared.frames import (
     derive_frames,
     terminal_frame,
 )
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.reply import validate_reply
-from shared.result import LAB_RESULT_KEYS
-from shared.status import Status
-from shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
-from shared.wire.lp import frame_with_header
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.reply import validate_reply
+from replywire.shared.result import LAB_RESULT_KEYS
+from replywire.shared.status import Status
+from replywire.shared.wire import DEFAULT_WIRES, Integrity, WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
+from replywire.shared.wire.lp import frame_with_header
 
 # Not traced by coverage: hundreds of generated examples per test run the same lines again
 # and again, twice as slow under the tracer (make test); the wire, machine and SSE

@@ -29,31 +29,31 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.reader import StreamEnded
-from consumer.session import StreamSession
-from shared import faults
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import canonical_digest, canonical_json, strict_json
-from shared.errors import ProtocolFailure, RequestRefused, scrubbed_detail
-from shared.faults import (
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import StreamEnded
+from replywire.consumer.session import StreamSession
+from replywire.shared import faults
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import canonical_digest, canonical_json, strict_json
+from replywire.shared.errors import ProtocolFailure, RequestRefused, scrubbed_detail
+from replywire.shared.faults import (
     EXPECTED_OUTCOMES,
     FAULT_PARAMETERS,
     TIMING_FAULTS,
     TRANSPORT_FAULTS,
     Outcome,
 )
-from shared.frames import Frame, FrameKind, content_sha256, derive_frames
-from shared.questions import build_question_binding
-from shared.reasons import Reason
-from shared.recording import BoundCase, Recording
-from shared.reply import validate_reply
-from shared.requests import ReplyRequest, binding_sha256
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire import WireFormat, lp, ndjson
+from replywire.shared.frames import Frame, FrameKind, content_sha256, derive_frames
+from replywire.shared.questions import build_question_binding
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import BoundCase, Recording
+from replywire.shared.reply import validate_reply
+from replywire.shared.requests import ReplyRequest, binding_sha256
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat, lp, ndjson
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")

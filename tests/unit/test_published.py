@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from shared.faults import Fault, FaultKind
-from shared.recording import RECORDING_SHA256, Recording
-from shared.replay import replay
-from shared.requests import ReplyRequest
-from shared.result import lab_view
-from shared.wire import WireFormat
-from shared.wire.chunking import ChunkPlan
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.recording import RECORDING_SHA256, Recording
+from replywire.shared.replay import replay
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import lab_view
+from replywire.shared.wire import WireFormat
+from replywire.shared.wire.chunking import ChunkPlan
 
 HERE = Path(__file__).resolve().parents[1]
 PUBLISHED = json.loads((HERE / "published/offline-replay.json").read_text(encoding="utf-8"))

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from runtime.recording_file import DEFAULT_RECORDING_PATH
-from shared.digest import digest
-from shared.errors import RequestRefused
-from shared.reasons import Reason
-from shared.recording import (
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
+from replywire.shared.digest import digest
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import (
     DEVELOPMENT_CASES,
     RECORDING_SHA256,
     Recording,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from producer.generation import Generation
-from producer.replylog.interface import (
+from replywire.producer.generation import Generation
+from replywire.producer.replylog.interface import (
     Entries,
     Entry,
     LogEnded,
@@ -17,9 +17,9 @@ from producer.replylog.interface import (
     ReplyKey,
     ReplyLogFailed,
 )
-from producer.replylog.memory import MemoryReply, MemoryReplyLog
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.replylog.memory import MemoryReply, MemoryReplyLog
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 
 def key(stream_id: str, identity: str = "anonymous") -> ReplyKey:

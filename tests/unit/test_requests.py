@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.digest import canonical_json
-from shared.errors import RequestRefused
-from shared.faults import Fault, FaultKind
-from shared.pb import replywire_pb2 as pb
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest, binding_sha256, check_request
+from replywire.shared.digest import canonical_json
+from replywire.shared.errors import RequestRefused
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest, binding_sha256, check_request
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -14,21 +14,21 @@ import grpc
 import pytest
 import structlog
 
-from consumer.cli import main
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from consumer.reader import StreamEnded
-from consumer.session import StreamSession
-from shared.consumer_core import ReplyConsumer
-from shared.errors import RequestRefused
-from shared.frames import FrameKind, content_frames, derive_frames, terminal_frame
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.result import Flow, StreamResult
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire.consumer.cli import main
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.reader import StreamEnded
+from replywire.consumer.session import StreamSession
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.errors import RequestRefused
+from replywire.shared.frames import FrameKind, content_frames, derive_frames, terminal_frame
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import Flow, StreamResult
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "result"
 

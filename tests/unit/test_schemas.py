@@ -16,21 +16,21 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from shared.consumer_core import ReplyConsumer
-from shared.digest import digest
-from shared.errors import ProtocolFailure, RequestRefused
-from shared.faults import Fault, FaultKind
-from shared.frames import FrameKind, frames_from_deltas
-from shared.questions import build_question_binding
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.replay import replay
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.status import Status
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.digest import digest
+from replywire.shared.errors import ProtocolFailure, RequestRefused
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.frames import FrameKind, frames_from_deltas
+from replywire.shared.questions import build_question_binding
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.replay import replay
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.status import Status
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "protos" / "schemas"

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from producer.edge.security import TokenAuthenticator, is_loopback, parse_token_lines
-from shared.errors import ConfigurationError, RequestRefused
-from shared.pb import replywire_pb2 as pb
-from shared.questions import build_question_binding, check_question_binding
-from shared.reasons import Reason
-from shared.requests import (
+from replywire.producer.edge.security import TokenAuthenticator, is_loopback, parse_token_lines
+from replywire.shared.errors import ConfigurationError, RequestRefused
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.questions import build_question_binding, check_question_binding
+from replywire.shared.reasons import Reason
+from replywire.shared.requests import (
     MAX_BINDING_BYTES,
     MAX_BINDING_DEPTH,
     MAX_CASE_ID_CHARS,

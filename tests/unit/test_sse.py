@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.sources.gemini.sse import SseError, SseEvent, SseParser
-from shared.errors import ReplywireError
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.status import Status
-from shared.wire.base import NEED_DATA
+from replywire.producer.sources.gemini.sse import SseError, SseEvent, SseParser
+from replywire.shared.errors import ReplywireError
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.status import Status
+from replywire.shared.wire.base import NEED_DATA
 
 Split = Callable[[bytes], list[bytes]]
 #: Events until the stream ended or failed, and the failure's reason (None if it did not fail).

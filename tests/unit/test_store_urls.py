@@ -15,8 +15,8 @@ from urllib.parse import unquote
 import pytest
 import redis
 
-from producer.budget.stores import open_ledger
-from producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
+from replywire.producer.budget.stores import open_ledger
+from replywire.producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
 from tests.hostile_input import ACCEPTED, PASSWORD, QUOTED
 
 pytestmark = pytest.mark.timeout(180)

@@ -24,18 +24,24 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from consumer.view import Above
-from harness.demo import render as render_demo
-from runtime.console_logs import OWN_STYLES, ConsoleLines
-from runtime.logs import configure_logging
-from shared.errors import scrubbed_detail
-from shared.terminal_text import CUT_MARK, REFUSED_IN_TEXT, shown_json, shown_line, shown_text
+from replywire.consumer.view import Above
+from replywire.demo import render as render_demo
+from replywire.runtime.console_logs import OWN_STYLES, ConsoleLines
+from replywire.runtime.logs import configure_logging
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.terminal_text import (
+    CUT_MARK,
+    REFUSED_IN_TEXT,
+    shown_json,
+    shown_line,
+    shown_text,
+)
+from replywire.traces.page import render_html
+from replywire.traces.result_events import render_result_events, result_events
+from replywire.traces.streams import stream_summaries
+from replywire.traces.table import render_summaries, render_table, table_rows, terminal_summary_line
+from replywire.traces.timeline import build_timeline
 from tests.hostile_input import H_SHOWN, TRACE_STREAM, H, hostile_records, refused
-from traces.page import render_html
-from traces.result_events import render_result_events, result_events
-from traces.streams import stream_summaries
-from traces.table import render_summaries, render_table, table_rows, terminal_summary_line
-from traces.timeline import build_timeline
 
 pytestmark = pytest.mark.timeout(120)
 

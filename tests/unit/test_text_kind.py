@@ -7,26 +7,26 @@ from typing import Any
 
 import pytest
 
-from producer.sources import check_kind
-from producer.sources.recording import RecordingSource
-from runtime.recording_file import DEFAULT_TEXT_RECORDING_PATH
-from shared.consumer_core import ReplyConsumer
-from shared.digest import canonical_json, digest
-from shared.errors import ConfigurationError, ProtocolFailure, RequestRefused
-from shared.frames import DoneDigest, Frame, content_sha256, frames_from_deltas
-from shared.kinds import ReplyKind, kind_of
-from shared.pb import replywire_pb2 as pb
-from shared.recording import Recording
-from shared.requests import ReplyRequest, check_request
-from shared.status import Status
-from shared.text_recording import TextRecording
-from shared.texts import (
+from replywire.producer.sources import check_kind
+from replywire.producer.sources.recording import RecordingSource
+from replywire.runtime.recording_file import DEFAULT_TEXT_RECORDING_PATH
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.digest import canonical_json, digest
+from replywire.shared.errors import ConfigurationError, ProtocolFailure, RequestRefused
+from replywire.shared.frames import DoneDigest, Frame, content_sha256, frames_from_deltas
+from replywire.shared.kinds import ReplyKind, kind_of
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest, check_request
+from replywire.shared.status import Status
+from replywire.shared.text_recording import TextRecording
+from replywire.shared.texts import (
     MAX_ECHO_CHARS,
     build_text_binding,
     check_text_binding,
     text_deltas,
 )
-from shared.wire import WireFormat, codec_for
+from replywire.shared.wire import WireFormat, codec_for
 
 MESSAGES = [["human", "Say something."]]
 BINDING: dict[str, Any] = {

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replywire.traces.page import render_html
+from replywire.traces.result_events import render_result_events, result_events
+from replywire.traces.svg import TimeScale
+from replywire.traces.table import render_table, table_rows
+from replywire.traces.timeline import MarkKind, SpanKind, build_timeline
+from replywire.traces.timestamps import microseconds
 from tests.timeline_reading import SVG, counted, svg_of
-from traces.page import render_html
-from traces.result_events import render_result_events, result_events
-from traces.svg import TimeScale
-from traces.table import render_table, table_rows
-from traces.timeline import MarkKind, SpanKind, build_timeline
-from traces.timestamps import microseconds
 
 pytestmark = pytest.mark.timeout(180)
 

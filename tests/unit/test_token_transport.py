@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from consumer.options import StreamOptions
-from consumer.security import (
+from replywire.consumer.options import StreamOptions
+from replywire.consumer.security import (
     GRPC_BUNDLED,
     Security,
     TokenRoute,
     system_roots,
     target_locality,
 )
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 from tests.hostile_input import TOKEN
 
 pytestmark = pytest.mark.timeout(240)

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.trace import SpanKind
 
-from runtime.otel import (
+from replywire.runtime.otel import (
     MAX_TRACEPARENT_CHARS,
     MAX_TRACESTATE_CHARS,
     MAX_TRACESTATE_MEMBERS,
     Tracing,
     joined_tracestate,
 )
-from runtime.tracing import active, endpoint_from
+from replywire.runtime.tracing import active, endpoint_from
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from consumer import cli
-from consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_producer
-from consumer.view import STREAM_ID_CHARS, final_line, tail
-from shared.reason_registry import REASONS
-from shared.reasons import Reason
-from shared.result import Stats, StreamResult
-from shared.status import Status
+from replywire.consumer import cli
+from replywire.consumer.explain import HEADLINES, SENTENCES, Facts, hint, sentence, start_producer
+from replywire.consumer.view import STREAM_ID_CHARS, final_line, tail
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.reasons import Reason
+from replywire.shared.result import Stats, StreamResult
+from replywire.shared.status import Status
 from tests.timeline_reading import rejected_rows
 
 pytestmark = pytest.mark.timeout(120)

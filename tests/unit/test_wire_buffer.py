@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from native import is_compiled
-from shared.wire import buffer as buffer_module
-from shared.wire.buffer import Line, Newlines, ReceiveBuffer
+from replywire.native import is_compiled
+from replywire.shared.wire import buffer as buffer_module
+from replywire.shared.wire.buffer import Line, Newlines, ReceiveBuffer
 
 LF, UNIVERSAL = Newlines.LF, Newlines.UNIVERSAL
 
@@ -212,7 +212,7 @@ def test_an_lf_buffer_scans_each_byte_once_however_it_is_cut() -> None:
 
 
 @pytest.mark.skipif(
-    is_compiled("shared.wire.buffer"),
+    is_compiled("replywire.shared.wire.buffer"),
     reason="the compiled buffer binds its pattern when compiled: make test-pure runs this test",
 )
 def test_a_universal_buffer_scans_each_byte_once_however_it_is_cut(

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ProtocolFailure
-from shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest
-from shared.pb import replywire_pb2 as pb
-from shared.reasons import Reason
-from shared.wire import NEED_DATA, WireFormat, codec_for, lp
-from shared.wire.lp import HEADER_BYTES, LengthPrefixedCodec, LengthPrefixedDecoder
+from replywire.shared.errors import ProtocolFailure
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, checked_done_digest
+from replywire.shared.pb import replywire_pb2 as pb
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import NEED_DATA, WireFormat, codec_for, lp
+from replywire.shared.wire.lp import HEADER_BYTES, LengthPrefixedCodec, LengthPrefixedDecoder
 
 BINDING = "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70"
 DIGEST = "1d619656549162518093b042fecb1ea4cf9be9daa93b769e8369339dcaf06288"

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from bench.lab_baseline import strict_json as lab_strict_json
-from shared.consumer_limits import MAX_FRAME_BYTES
-from shared.digest import strict_json
-from shared.errors import ProtocolFailure, RequestRefused
-from shared.frames import DoneDigest, Frame, FrameKind, derive_frames
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.wire import NEED_DATA, WireFormat, codec_for, ndjson
-from shared.wire.chunking import (
+from replywire.shared.consumer_limits import MAX_FRAME_BYTES
+from replywire.shared.digest import strict_json
+from replywire.shared.errors import ProtocolFailure, RequestRefused
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, derive_frames
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.wire import NEED_DATA, WireFormat, codec_for, ndjson
+from replywire.shared.wire.chunking import (
     LAB_PATTERN,
     MAX_CHUNK_BYTES,
     MAX_PATTERN_LENGTH,
@@ -28,7 +28,7 @@ from shared.wire.chunking import (
     cut,
     cut_sizes,
 )
-from shared.wire.ndjson import NdjsonCodec, NdjsonDecoder
+from replywire.shared.wire.ndjson import NdjsonCodec, NdjsonDecoder
 
 BINDING = "f1a54255dd15ecc6a6a6dc316530f88f204a6e4c48ec5ab0def12f8bddbb2c70"
 DIGEST = "1d619656549162518093b042fecb1ea4cf9be9daa93b769e8369339dcaf06288"

@@ -39,17 +39,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shared.consumer_core import ReplyConsumer
-from shared.consumer_limits import Limits
-from shared.digest import canonical_json, digest, strict_json
-from shared.errors import ProtocolFailure, scrubbed_detail
-from shared.faults import Ending, Fault, FaultKind, transmit
-from shared.frames import DoneDigest, Frame, FrameKind, frames_from_deltas, split_content
-from shared.reason_registry import REASONS
-from shared.recording import DEVELOPMENT_CASES, Recording
-from shared.wire import WireFormat, codec_for
-from shared.wire.chunking import ChunkPlan, cut
-from shared.wire.lp import frame_with_header, parse_frame
+from replywire.shared.consumer_core import ReplyConsumer
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.digest import canonical_json, digest, strict_json
+from replywire.shared.errors import ProtocolFailure, scrubbed_detail
+from replywire.shared.faults import Ending, Fault, FaultKind, transmit
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, frames_from_deltas, split_content
+from replywire.shared.reason_registry import REASONS
+from replywire.shared.recording import DEVELOPMENT_CASES, Recording
+from replywire.shared.wire import WireFormat, codec_for
+from replywire.shared.wire.chunking import ChunkPlan, cut
+from replywire.shared.wire.lp import frame_with_header, parse_frame
 
 ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(__file__).resolve().parent.parent / "test" / "fixtures"

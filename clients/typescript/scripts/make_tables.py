@@ -19,11 +19,11 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-from consumer.reader import RESUMABLE_REASONS
-from shared.consumer_limits import Limits
-from shared.errors import CUT_MARK, MAX_DETAIL_CHARS
-from shared.reason_registry import REASONS, REPLY_ENDINGS
-from shared.status import EXIT_CODES, EXIT_USAGE
+from replywire.consumer.reader import RESUMABLE_REASONS
+from replywire.shared.consumer_limits import Limits
+from replywire.shared.errors import CUT_MARK, MAX_DETAIL_CHARS
+from replywire.shared.reason_registry import REASONS, REPLY_ENDINGS
+from replywire.shared.status import EXIT_CODES, EXIT_USAGE
 
 OUT = Path(__file__).resolve().parent.parent / "src" / "generated.ts"
 LAST_CODE_POINT = 0x10FFFF

@@ -27,17 +27,17 @@ from typing import Any, TypeVar
 
 import structlog
 
-from producer.budget.entry_states import FAILED, RELEASED, SETTLED
-from producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, detail_of
-from producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
-from producer.budget.usage import estimate_prompt_tokens, shown
-from producer.metrics import record_ledger_spend
-from producer.sources.gemini.call_span import end_call_span
-from producer.sources.gemini.capture import CallCapture
-from producer.sources.gemini.settings import GeminiSettings
-from runtime.tracing import active
-from shared.errors import RequestRefused
-from shared.reasons import Reason
+from replywire.producer.budget.entry_states import FAILED, RELEASED, SETTLED
+from replywire.producer.budget.keeper import RESERVE_REREADS, Job, LedgerKeeper, detail_of
+from replywire.producer.budget.ledger import ANONYMOUS, AlreadyLeft, Ledger, NotWritten, Settlement
+from replywire.producer.budget.usage import estimate_prompt_tokens, shown
+from replywire.producer.metrics import record_ledger_spend
+from replywire.producer.sources.gemini.call_span import end_call_span
+from replywire.producer.sources.gemini.capture import CallCapture
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.runtime.tracing import active
+from replywire.shared.errors import RequestRefused
+from replywire.shared.reasons import Reason
 
 T = TypeVar("T")
 

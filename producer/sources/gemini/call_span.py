@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
-    from runtime.otel import Tracing
+    from replywire.runtime.otel import Tracing
 
 SPAN_NAME: Final = "gemini.stream_generate_content"
 #: The usage counts a span carries, by the conventions' names.

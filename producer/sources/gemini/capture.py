@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from producer.files import write_atomically
-from producer.sources.gemini.protocol import user_text
-from runtime.logs import scrub_bytes
-from shared.digest import digest, strict_json
+from replywire.producer.files import write_atomically
+from replywire.producer.sources.gemini.protocol import user_text
+from replywire.runtime.logs import scrub_bytes
+from replywire.shared.digest import digest, strict_json
 
 FORMAT: Final = "replywire-gemini-run/1"
 #: The most response bytes one call's capture keeps (the consumer's limit is far below it).

@@ -30,14 +30,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from producer.sources.gemini.protocol import (
+from replywire.producer.sources.gemini.protocol import (
     MAX_PART_KINDS_SHOWN,
     ProviderFrames,
     error_of,
     finish_of,
     parts_of,
 )
-from shared.chat_parts import (
+from replywire.shared.chat_parts import (
     ChatDigest,
     ChatPart,
     FinishPart,
@@ -46,10 +46,10 @@ from shared.chat_parts import (
     ToolCallPart,
     UsagePart,
 )
-from shared.digest import canonical_json
-from shared.errors import scrubbed_detail
-from shared.frames import DoneDigest, Frame, FrameKind
-from shared.reasons import Reason
+from replywire.shared.digest import canonical_json
+from replywire.shared.errors import scrubbed_detail
+from replywire.shared.frames import DoneDigest, Frame, FrameKind
+from replywire.shared.reasons import Reason
 
 #: A usage frame's fields and the ``usageMetadata`` key each is read from.
 USAGE_FIELDS: Final = {

@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from shared.reasons import PROVIDER_ERROR_CODES, PROVIDER_FINISH_CODES, Reason, provider_value
+from replywire.shared.reasons import (
+    PROVIDER_ERROR_CODES,
+    PROVIDER_FINISH_CODES,
+    Reason,
+    provider_value,
+)
 
 #: A finishReason value (other than STOP) -> its code.
 PROVIDER_FINISHES: Final[Mapping[str, Reason]] = {

@@ -27,11 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from producer.sources.gemini.protocol import frames_from_sse
-from runtime.logs import configure_logging
-from runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
-from shared.errors import ReplywireError
-from shared.recording import Recording
+from replywire.producer.sources.gemini.protocol import frames_from_sse
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
+from replywire.shared.errors import ReplywireError
+from replywire.shared.recording import Recording
 
 FORMAT = "replywire-recording/1"
 

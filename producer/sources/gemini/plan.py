@@ -19,18 +19,18 @@ from typing import Any
 
 import httpx
 
-from producer.replylog.interface import Entry, LogEnded
-from producer.sources import Stall
-from producer.sources.gemini.call_ledger import Call, CallLedger
-from producer.sources.gemini.chat import ChatFrames
-from producer.sources.gemini.protocol import ProviderFrames, ProviderStream
-from shared.digest import digest
-from shared.frames import Frame
-from shared.kinds import ReplyKind
-from shared.reasons import Reason, registered
-from shared.requests import CheckedRequest
-from shared.wire import codec_for
-from shared.wire.chunking import Chunker
+from replywire.producer.replylog.interface import Entry, LogEnded
+from replywire.producer.sources import Stall
+from replywire.producer.sources.gemini.call_ledger import Call, CallLedger
+from replywire.producer.sources.gemini.chat import ChatFrames
+from replywire.producer.sources.gemini.protocol import ProviderFrames, ProviderStream
+from replywire.shared.digest import digest
+from replywire.shared.frames import Frame
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.reasons import Reason, registered
+from replywire.shared.requests import CheckedRequest
+from replywire.shared.wire import codec_for
+from replywire.shared.wire.chunking import Chunker
 
 
 class GeminiPlan:

@@ -44,13 +44,13 @@ from typing import Any, Final
 
 import structlog
 
-from producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
-from producer.sources.gemini.sse import SseError, SseParser
-from shared.digest import strict_json
-from shared.errors import ReplywireError, RequestRefused, scrubbed_detail
-from shared.frames import DoneDigest, Frame, FrameKind, content_sha256
-from shared.reasons import Reason
-from shared.wire import NEED_DATA
+from replywire.producer.sources.gemini.codes import PROVIDER_ERROR_STATUSES, PROVIDER_FINISHES
+from replywire.producer.sources.gemini.sse import SseError, SseParser
+from replywire.shared.digest import strict_json
+from replywire.shared.errors import ReplywireError, RequestRefused, scrubbed_detail
+from replywire.shared.frames import DoneDigest, Frame, FrameKind, content_sha256
+from replywire.shared.reasons import Reason
+from replywire.shared.wire import NEED_DATA
 
 DEFAULT_MODEL: Final = "gemini-3.1-flash-lite"
 DEFAULT_BASE_URL: Final = "https://generativelanguage.googleapis.com"

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from producer.sources.gemini.protocol import (
+from replywire.producer.sources.gemini.protocol import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL,
 )
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 LOOPBACK_NAMES: Final = frozenset({"localhost"})
 

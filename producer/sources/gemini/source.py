@@ -27,25 +27,29 @@ from typing import Any, Final
 import httpx
 import structlog
 
-from producer.budget.keeper import LedgerKeeper, LedgerPolicy
-from producer.budget.ledger import ANONYMOUS, Ledger
-from producer.sources import check_kind
-from producer.sources.gemini.call_ledger import Call, CallLedger
-from producer.sources.gemini.call_span import start_call_span
-from producer.sources.gemini.capture import RunCapture
-from producer.sources.gemini.chat import chat_request_body
-from producer.sources.gemini.plan import GeminiPlan
-from producer.sources.gemini.protocol import provider_error, request_body, text_request_body
-from producer.sources.gemini.settings import GeminiSettings
-from runtime.tracing import active
-from shared.chats import check_chat_binding, is_chat_case
-from shared.errors import RequestRefused
-from shared.kinds import ReplyKind
-from shared.questions import check_question_binding, is_question
-from shared.reasons import Reason
-from shared.recording import Recording
-from shared.requests import CheckedRequest, parse_binding
-from shared.texts import check_text_binding, is_text_case
+from replywire.producer.budget.keeper import LedgerKeeper, LedgerPolicy
+from replywire.producer.budget.ledger import ANONYMOUS, Ledger
+from replywire.producer.sources import check_kind
+from replywire.producer.sources.gemini.call_ledger import Call, CallLedger
+from replywire.producer.sources.gemini.call_span import start_call_span
+from replywire.producer.sources.gemini.capture import RunCapture
+from replywire.producer.sources.gemini.chat import chat_request_body
+from replywire.producer.sources.gemini.plan import GeminiPlan
+from replywire.producer.sources.gemini.protocol import (
+    provider_error,
+    request_body,
+    text_request_body,
+)
+from replywire.producer.sources.gemini.settings import GeminiSettings
+from replywire.runtime.tracing import active
+from replywire.shared.chats import check_chat_binding, is_chat_case
+from replywire.shared.errors import RequestRefused
+from replywire.shared.kinds import ReplyKind
+from replywire.shared.questions import check_question_binding, is_question
+from replywire.shared.reasons import Reason
+from replywire.shared.recording import Recording
+from replywire.shared.requests import CheckedRequest, parse_binding
+from replywire.shared.texts import check_text_binding, is_text_case
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 

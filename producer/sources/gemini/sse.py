@@ -51,10 +51,10 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from shared.errors import ReplywireError
-from shared.reasons import Reason
-from shared.wire.base import NEED_DATA, NeedData
-from shared.wire.buffer import Line, Newlines, ReceiveBuffer
+from replywire.shared.errors import ReplywireError
+from replywire.shared.reasons import Reason
+from replywire.shared.wire.base import NEED_DATA, NeedData
+from replywire.shared.wire.buffer import Line, Newlines, ReceiveBuffer
 
 #: What can stand before the colon of a field line (``data {"a":1}`` is no field line).
 _FIELD_NAME: Final = re.compile(rb"[A-Za-z0-9_-]+")

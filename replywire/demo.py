@@ -24,21 +24,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer.client import ReplyClient
-from consumer.options import StreamOptions
-from harness.children import start_producer, stop_producer
-from runtime.logs import configure_logging
-from runtime.recording_file import load_chat_recording_or_explain, load_recording_or_explain
-from shared.chat_recording import ChatRecording
-from shared.faults import Fault, FaultKind
-from shared.recording import Recording
-from shared.requests import ReplyRequest
-from shared.result import StreamResult
-from shared.terminal_text import shown_line
-from shared.texts import build_text_binding
-from shared.wire import DEFAULT_WIRES, WireFormat
-from shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
-from traces.commands import timeline_page_name, write_timelines
+from replywire.children import start_producer, stop_producer
+from replywire.consumer.client import ReplyClient
+from replywire.consumer.options import StreamOptions
+from replywire.runtime.invocation import shown_command
+from replywire.runtime.logs import configure_logging
+from replywire.runtime.recording_file import (
+    load_chat_recording_or_explain,
+    load_recording_or_explain,
+)
+from replywire.shared.chat_recording import ChatRecording
+from replywire.shared.faults import Fault, FaultKind
+from replywire.shared.recording import Recording
+from replywire.shared.requests import ReplyRequest
+from replywire.shared.result import StreamResult
+from replywire.shared.terminal_text import shown_line
+from replywire.shared.texts import build_text_binding
+from replywire.shared.wire import DEFAULT_WIRES, WireFormat
+from replywire.shared.wire.chunking import LAB_PATTERN, ChunkMode, ChunkPlan
+from replywire.traces.commands import timeline_page_name, write_timelines
 
 FAULT_CASE = "replace-file"
 #: The demo's chat turns: the 002 lab's (two calls whose argument fragments interleave, and
@@ -225,9 +229,9 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
         f"Timelines (HTML, open offline): one per stream, {traces}/"
         f"{timeline_page_name(shown or '')} ..., all linked from {timelines}\n"
         f"One stream's timeline here ({SHOWN_RUN}):\n"
-        f"  .venv/bin/python -m replywire trace {traces}/producer.jsonl {traces}/consumer.jsonl "
+        f"  {shown_command('replywire')} trace {traces}/producer.jsonl {traces}/consumer.jsonl "
         f"--stream {shown}\n"
         f"Its records, both sides in time order, as JSON lines:\n"
-        f"  .venv/bin/python -m replywire join-traces {traces} --stream-id {shown}\n"
+        f"  {shown_command('replywire')} join-traces {traces} --stream-id {shown}\n"
     )
     return 0

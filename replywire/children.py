@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ConfigurationError
+from replywire.shared.errors import ConfigurationError
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -30,7 +30,7 @@ def start_producer(
 ) -> tuple[subprocess.Popen[bytes], int]:
     """A producer (its trace in ``trace``) and its port; ``env``: variables set for it alone."""
     command = [
-        sys.executable, "-m", "producer", "--port", "0", "--allow-faults",
+        sys.executable, "-m", "replywire.producer", "--port", "0", "--allow-faults",
         "--recording", str(recording_path), "--log-format", "json", "--log-level", log_level,
         *flags,
     ]  # fmt: skip
