@@ -32,7 +32,7 @@ import enum
 import ipaddress
 import os
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -279,6 +279,15 @@ class SecurityFlags:
 
 def load_security(flags: SecurityFlags) -> Security:
     """Read the files once, before anything runs; a bad combination is a usage error."""
+    tls = load_tls(flags)
+    token, token_from = _token(flags.auth_token_file)
+    return replace(tls, token=token, insecure=flags.insecure, token_from=token_from)
+
+
+def load_tls(flags: SecurityFlags) -> Security:
+    """``load_security`` without the token: the roots, a client certificate for mutual TLS,
+    the name checked (what ``replywire health`` and ``services`` take: the producer's health
+    and reflection answer without a token)."""
     if (flags.tls_cert is None) != (flags.tls_key is None):
         raise ConfigurationError("--tls-cert and --tls-key go together")
     tls = flags.tls or flags.tls_ca is not None
@@ -286,7 +295,6 @@ def load_security(flags: SecurityFlags) -> Security:
         raise ConfigurationError(
             "--tls-cert, --tls-key and --tls-server-name need --tls or --tls-ca"
         )
-    token, token_from = _token(flags.auth_token_file)
     roots: bytes | None = None
     roots_from: str | None = None
     if flags.tls_ca is not None:
@@ -298,10 +306,7 @@ def load_security(flags: SecurityFlags) -> Security:
         cert=_read(flags.tls_cert, "--tls-cert"),
         key=_read(flags.tls_key, "--tls-key"),
         server_name=flags.tls_server_name,
-        token=token,
         grpc_default_roots=tls and roots is None,
-        insecure=flags.insecure,
-        token_from=token_from,
         roots_from=roots_from,
     )
 

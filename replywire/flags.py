@@ -66,8 +66,16 @@ FLAGS: Final = FlagTable((
     FlagGroup(commands=("health", "services"), flags=(
         Flag("--target", "the producer's `HOST:PORT` (or a target in gRPC's own syntax)",
              default="127.0.0.1:50051"),
-        Flag("--tls-ca", "TLS, trusting this CA's PEM certificate (a producer started with "
-             "`--tls-cert`); default: plaintext", Path, metavar="PEM"),
+        Flag("--tls", "TLS, the producer's certificate checked against the system's trust "
+             "store (as the consumer's `--tls`); plaintext without it or `--tls-ca`",
+             action="switch"),
+        Flag("--tls-ca", "TLS trusting this one CA's PEM certificate (the one that signed the "
+             "producer's `--tls-cert`)", Path, metavar="PEM"),
+        Flag("--tls-cert", "mutual TLS: this client's certificate (a producer started with "
+             "`--tls-client-ca`), with `--tls` or `--tls-ca`", Path, metavar="PEM"),
+        Flag("--tls-key", "mutual TLS: the key of `--tls-cert`", Path, metavar="PEM"),
+        Flag("--tls-server-name", "the name the producer's certificate must carry, with "
+             "`--tls` or `--tls-ca`", shown="the target's host"),
         Flag("--timeout-s", "how long an answer may take", Number(0, inclusive=False), 5.0),
     )),
     FlagGroup(commands=("health",), flags=(

@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from replywire.consumer.security import SecurityFlags, load_tls
 from replywire.consumer.targets import check_target
 from replywire.shared.errors import ConfigurationError
 from replywire.shared.status import EXIT_USAGE
@@ -34,15 +35,19 @@ def complain(message: str) -> None:
 
 
 def open_channel(args: argparse.Namespace) -> grpc.Channel:
-    """A channel to ``--target``: TLS trusting ``--tls-ca`` when given, else plaintext."""
+    """A channel to ``--target``: TLS as the consumer's flags say it (``--tls``,
+    ``--tls-ca``, a client certificate for mutual TLS, ``--tls-server-name``), else
+    plaintext. No token: the producer's health and reflection answer without one."""
     check_target(args.target)
-    if args.tls_ca is None:
+    flags = SecurityFlags(
+        tls=args.tls, tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        tls_server_name=args.tls_server_name,
+    )  # fmt: skip
+    security = load_tls(flags)
+    credentials = security.credentials(args.target)
+    if credentials is None:
         return grpc.insecure_channel(args.target)
-    try:
-        roots = args.tls_ca.read_bytes()
-    except OSError as error:
-        raise ConfigurationError(f"--tls-ca {args.tls_ca}: {error.strerror or error}") from error
-    return grpc.secure_channel(args.target, grpc.ssl_channel_credentials(roots))
+    return grpc.secure_channel(args.target, credentials, options=security.channel_options())
 
 
 def no_answer(error: grpc.RpcError, target: str) -> int:

@@ -1,6 +1,7 @@
 """``python -m replywire health`` and ``services`` against real processes: a service the
 producer does not know, nothing listening, a peer that is no gRPC server and a target that
-is wrong each end in one line and their exit code. (The documented recipe, Check, Watch,
+is wrong each end in one line and their exit code; a producer that asks for a client
+certificate (mutual TLS) answers the probes that give one. (The documented recipe, Check, Watch,
 reflection and /metrics: tests/system/test_readme.py::test_operator_recipe.)"""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.certs import SERVER_NAME, make_pki
 from tests.processes import ROOT, producer
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,9 +80,44 @@ def test_no_answer_is_one_line_and_exit_5(command: str) -> None:
         ["services", "--target", "garbage"],
         ["health", "--timeout-s", "0"],
         ["services", "--tls-ca", "/nonexistent/ca.pem"],
+        ["health", "--tls-ca", "pyproject.toml"],  # no PEM certificate in it
+        ["health", "--tls-ca", "pyproject.toml", "--tls-cert", "x.pem"],  # without its key
+        ["services", "--tls-server-name", "replywire.test"],  # without TLS
     ],
 )
 def test_a_wrong_flag_is_one_line_and_exit_2(args: list[str]) -> None:
     wrong = replywire(*args)
     assert (wrong.returncode, wrong.stdout) == (2, "")
     assert wrong.stderr.count("\n") == 1, wrong.stderr
+
+
+def test_the_probes_speak_mutual_tls_to_a_producer_that_asks_for_a_client_certificate(
+    tmp_path: Path,
+) -> None:
+    pki = make_pki(tmp_path / "pki")
+    served_with = (
+        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+        "--tls-client-ca", str(pki.ca),
+    )  # fmt: skip
+    trusting = ("--tls-ca", str(pki.ca), "--timeout-s", "5")
+    client = ("--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key))
+    with producer(tmp_path, *served_with) as p:
+        health = replywire("health", "--target", p.target, *trusting, *client)
+        services = replywire(
+            "services", "--target", p.target, *trusting, *client, "--tls-server-name", SERVER_NAME
+        )
+        no_certificate = replywire("health", "--target", p.target, *trusting)
+        plaintext = replywire("health", "--target", p.target, "--timeout-s", "5")
+        other_ca = replywire(
+            "health", "--target", p.target, "--tls-ca", str(pki.other_ca), *client,
+            "--timeout-s", "5",
+        )  # fmt: skip
+    assert (health.returncode, health.stdout, health.stderr) == (0, "SERVING\n", "")
+    assert services.stdout.split() == [
+        "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+        "replywire.v1.ReplyStream",
+    ]  # fmt: skip
+    for refused in (no_certificate, plaintext, other_ca):
+        assert (refused.returncode, refused.stdout) == (5, ""), refused.stderr
+        assert refused.stderr.startswith(f"replywire: no answer from {p.target}: UNAVAILABLE")
+        assert refused.stderr.count("\n") == 1
