@@ -190,3 +190,4 @@ lock:
 clean:
 	rm -rf $(VENV) $(GENERATED) .compiled .mypy_cache .ruff_cache .pytest_cache .hypothesis
 	rm -rf $(TS)/node_modules $(TS)/dist $(TS)/dist-test
+	rm -rf build dist replywire.egg-info
