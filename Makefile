@@ -18,11 +18,15 @@ ARGS ?=
 
 setup: $(STAMP) $(GENERATED) $(COMPILED)
 
-# Re-install only when the dependency pins change.
-$(STAMP): pyproject.toml requirements.lock
+# Re-install only when the dependency pins change. Then the benchmark's own pins
+# (bench/requirements.txt: the SSE stack bench.paced compares with), never the product's,
+# constrained by the product's lock where the two share a package.
+$(STAMP): pyproject.toml requirements.lock bench/requirements.txt
 	@echo "setup: creating $(VENV) and installing the pinned dependencies" >&2
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]' >&2
+	@$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt \
+	    -c requirements.lock >&2
 	@touch $@
 
 # Generated protobuf code is not committed: it is generated here, from the .proto, by the

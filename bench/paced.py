@@ -4,7 +4,7 @@ N streams at once (100, 1,000, 3,000 at the full size), each a recorded reply de
 model's pace: one frame of a few tokens (the recording's 13-character deltas) per chunk,
 ``chunk_interval_ms`` apart, a few hundred chunks, over ten seconds a stream. Four sides,
 alternated round by round, each round two fresh processes (``bench.paced_client`` next to a
-fresh server: a Python process keeps the memory an earlier round grew to):
+fresh server: a Python process keeps the memory an earlier round grew to). Five sides:
 
 * ``replywire``: the replywire consumer (``ReplyClient``, one shared channel, its trace at
   info into a file) → the replywire producer (its trace at info), which paces the stream;
@@ -13,7 +13,12 @@ fresh server: a Python process keeps the memory an earlier round grew to):
 * ``checks only``: the bare client running each chunk through the consumer's sans-IO core →
   the bare server (the consumer's floor);
 * ``records only``: the bare client → the bare server writing the producer's four records
-  per stream (the producer's floor).
+  per stream (the producer's floor);
+* ``sse stack``: the same deltas as server-sent events over HTTP/1.1, the stack a reply is
+  often served with: httpx and httpx-sse (``bench.sse_client``: each event parsed, its
+  sequence checked) → uvicorn, one worker, its defaults (uvloop, httptools), Starlette and
+  sse-starlette (``bench.sse_server``), pacing the same way; its versions pinned in
+  bench/requirements.txt, never in the product's.
 
 The reply: the recording's ``utf8-write`` reply with its answer repeated until the reply has
 the plan's number of content frames, in a hashed copy of the recording (same bindings, the
@@ -22,9 +27,9 @@ serve the same bytes. Reported per side: CPU per chunk of the client and of the 
 (each process's CPU clock over the streams, divided by the chunks read), p50/p99 of the
 added inter-chunk latency at the consumer (``bench.paced_client`` says how it is measured),
 RSS per open stream of each process ((RSS with every stream open - RSS idle) / N), and the
-largest N the replywire pair and the bare pair hold with p99 added latency under 20 ms (a
-bounded bisection between the table's largest N that held and its smallest that did not,
-the two pairs' probes alternated).
+largest N the replywire pair, the bare pair and the SSE pair hold with p99 added latency
+under 20 ms (a bounded bisection between the table's largest N that held and its smallest
+that did not, the pairs' probes alternated).
 The servers run pinned to one CPU, the clients to the other (``bench.common.pin``).
 
     BENCH_SIZE=tiny|full .venv/bin/python -m bench.paced
@@ -64,15 +69,23 @@ from replywire.shared.frames import DELTA_CHARS
 CASE_ID: Final = "utf8-write"
 #: The added latency a pace is held to: p99 under this many milliseconds.
 HELD_MS: Final = 20.0
+#: The SSE pair: httpx and httpx-sse → uvicorn, Starlette, sse-starlette.
+SSE_STACK: Final = "sse stack"
 #: Each side: (its client kind, its server kind).
 SIDES: Final = {
     "replywire": ("replywire", "producer"),
     "bare pair": ("bare", "bare"),
     CHECKS_ONLY: ("checks", "bare"),
     RECORDS_ONLY: ("bare", "records"),
+    SSE_STACK: ("sse", "sse"),
 }
 #: The pairs whose largest paced N is searched for.
-SEARCHED: Final = ("replywire", "bare pair")
+SEARCHED: Final = ("replywire", "bare pair", SSE_STACK)
+#: The CPU an SSE event may take its client, for a round's bound (``one_round``).
+SSE_CPU_BOUND_S: Final = 0.001
+#: The sides the pure pass runs again (``pure_pass``): the SSE stack is the same code in
+#: either build.
+PURE_SIDES: Final = tuple(side for side in SIDES if side != SSE_STACK)
 
 
 @dataclass(frozen=True)
@@ -124,24 +137,27 @@ class Server:
 
 @contextmanager
 def server(kind: str, workdir: Path, recording: Path, sha256: str) -> Iterator[Server]:
-    """A fresh server of ``kind``: the producer, the bare server, or the records-only one."""
-    # The bare servers with the producer's gRPC options: only the work differs.
-    flags = ["--recording", str(recording), "--recording-sha256", sha256, "--producer-options"]
+    """A fresh server of ``kind``: the producer, the bare server, the records-only one, or
+    the SSE server."""
+    flags = ["--recording", str(recording), "--recording-sha256", sha256]
+    module = "bench.sse_server" if kind == "sse" else "bench.bare_server"
+    if kind in {"bare", "records"}:  # with the producer's gRPC options: only the work differs
+        flags.append("--producer-options")
+    if kind == "records":
+        flags += ["--trace-file", str(workdir / "paced-records-only.trace.jsonl")]
     if kind == "producer":
         trace = workdir / "paced-producer.trace.jsonl"
         process, port = start_producer(trace, recording, "info", "--recording-sha256", sha256)
     else:
-        if kind == "records":
-            flags += ["--trace-file", str(workdir / "paced-records-only.trace.jsonl")]
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.bare_server", "--port", "0", *flags],
+            [sys.executable, "-m", module, "--port", "0", *flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
         found = read_listening_port(process)
         if found is None:
             stop_producer(process)
-            raise RuntimeError("bench.bare_server did not start")
+            raise RuntimeError(f"{module} did not start")
         port = found
     pin(process.pid, SERVER_CPU)
     try:
@@ -164,8 +180,13 @@ def one_round(
             "--recording", str(recording), "--recording-sha256", sha256,
             "--trace", str(workdir / "paced-consumer.trace.jsonl"),
         ]  # fmt: skip
-        # Bounded: a stream's length three times over, and time to start and open them.
+        # Bounded: a stream's length three times over, and time to start and open them; the
+        # SSE client, CPU-bound past a few hundred streams (about 0.35 ms of CPU an event on
+        # this machine), its events' CPU as well, or 3,000 of its streams would time out
+        # rather than be measured late.
         timeout = 3 * (plan.stream_s + plan.ramp_s) + 60 + n / 20
+        if client_kind == "sse":
+            timeout += n * (plan.content_frames + 1) * SSE_CPU_BOUND_S
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"bench.paced_client ({side}, {n}): {done.stderr[-2000:]}")
@@ -228,11 +249,12 @@ def held(rounds: list[dict[str, Any]]) -> bool:
 
 
 def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A paced row: every side and the issue's ratios (replywire against the floor sides
-    for CPU, against the bare pair for memory)."""
+    """A paced row: every side and the issues' ratios (replywire against the floor sides
+    for CPU, against the bare pair for memory; against the SSE pair for CPU, when it ran)."""
     ours, pair = sides["replywire"], sides["bare pair"]
     checks, records = sides[CHECKS_ONLY], sides[RECORDS_ONLY]
     return {
+        **over_sse(ours, sides.get(SSE_STACK)),
         "sides": sides,
         "consumer_cpu_over_checks_only": ratio(
             ours["client_cpu_us_per_chunk"], checks["client_cpu_us_per_chunk"]
@@ -248,6 +270,18 @@ def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ),
         "consumer_memory_over_bare_pair": memory_ratio(ours, pair, "client"),
         "producer_memory_over_bare_pair": memory_ratio(ours, pair, "server"),
+    }
+
+
+def over_sse(ours: dict[str, Any], sse: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue 37's CPU ratios: the replywire pair's CPU per chunk (consumer + producer) over
+    the SSE pair's, and the replywire consumer's over the SSE client's (none without it)."""
+    if sse is None:
+        return {}
+    client, server = "client_cpu_us_per_chunk", "server_cpu_us_per_chunk"
+    return {
+        "pair_cpu_over_sse_pair": ratio(ours[client] + ours[server], sse[client] + sse[server]),
+        "consumer_cpu_over_sse_client": ratio(ours[client], sse[client]),
     }
 
 
@@ -316,8 +350,15 @@ def search(
     return {side: found.result() for side, found in searches.items()}
 
 
-def run_plan(plan: PacedPlan, workdir: Path, *, search_n: bool = True) -> dict[str, Any]:
-    """Every N of ``plan``, every side; with ``search_n``, the largest N each pair holds."""
+def run_plan(
+    plan: PacedPlan,
+    workdir: Path,
+    *,
+    search_n: bool = True,
+    sides: tuple[str, ...] = tuple(SIDES),
+) -> dict[str, Any]:
+    """Every N of ``plan``, each of ``sides``; with ``search_n``, the largest N each pair
+    holds."""
     recording, sha256 = paced_recording(workdir, plan.content_frames)
     out: dict[str, Any] = {
         "case": CASE_ID,
@@ -331,10 +372,10 @@ def run_plan(plan: PacedPlan, workdir: Path, *, search_n: bool = True) -> dict[s
         "pinning": pinning(),
     }
     out["by_streams"] = {}
-    tables: dict[str, dict[int, dict[str, Any]]] = {side: {} for side in SIDES}
+    tables: dict[str, dict[int, dict[str, Any]]] = {side: {} for side in sides}
     for n in plan.streams:
-        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-        names = list(SIDES)
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+        names = list(sides)
         for index in range(plan.rounds):  # every side once a round, the order rotated
             shift = index % len(names)
             for side in names[shift:] + names[:shift]:
@@ -354,6 +395,8 @@ def run_plan(plan: PacedPlan, workdir: Path, *, search_n: bool = True) -> dict[s
     out["largest_n_held"] = found
     ours, pair = found["replywire"]["largest_held"], found["bare pair"]["largest_held"]
     out["paced_n_over_bare_pair"] = ratio(ours, pair) if pair else None
+    sse = found[SSE_STACK]["largest_held"]
+    out["paced_n_over_sse_stack"] = ratio(ours, sse) if sse else None
     return out
 
 
@@ -363,12 +406,12 @@ def run(size: Size) -> dict[str, Any]:
 
 
 def pure_pass(size: Size) -> dict[str, Any]:
-    """The plan's middle N alone (1,000 at the full size), every side, its rounds, no search
-    (``make bench``'s pass of the pure build: ``bench.pure``)."""
+    """The plan's middle N alone (1,000 at the full size), every side but the SSE stack, its
+    rounds, no search (``make bench``'s pass of the pure build: ``bench.pure``)."""
     plan = PLANS[size]
     one_n = dataclasses.replace(plan, streams=(middle(plan.streams),))
     with tempfile.TemporaryDirectory(prefix="replywire-paced-") as workdir:
-        return run_plan(one_n, Path(workdir), search_n=False)
+        return run_plan(one_n, Path(workdir), search_n=False, sides=PURE_SIDES)
 
 
 def main() -> None:

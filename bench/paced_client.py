@@ -22,7 +22,11 @@ The streams open spread evenly over ``--ramp-s`` (stream i after i/N of it), as 
 to users who did not all ask in the same millisecond: opened at once, every stream would
 sleep and wake in step, and each interval would begin with all N writes at once.
 
-    .venv/bin/python -m bench.paced_client --kind replywire|bare|checks --target HOST:PORT
+The ``sse`` kind reads ``bench.sse_server`` over HTTP with httpx and httpx-sse
+(``bench.sse_client``: each event parsed and its sequence checked), its arrivals taken
+when ``aiter_sse`` hands an event over; the rest of the round is the same for every kind.
+
+    .venv/bin/python -m bench.paced_client --kind replywire|bare|checks|sse --target HOST:PORT
         --server-pid PID --streams N --interval-ms MS --ramp-s S --case ID
         --recording PATH --recording-sha256 HEX [--trace PATH]
 """
@@ -44,6 +48,7 @@ from typing import Any, Final
 import grpc
 
 from bench.common import CLIENT_CPU, pin, process_cpu_s
+from bench.paced_side import PacedSide, Stream
 from replywire.consumer.channels import channel_options
 from replywire.consumer.client import ReplyClient
 from replywire.consumer.options import StreamOptions
@@ -56,7 +61,7 @@ from replywire.shared.requests import ReplyRequest
 from replywire.shared.status import Status
 from replywire.shared.wire import WireFormat
 
-KINDS: Final = ("replywire", "bare", "checks")
+KINDS: Final = ("replywire", "bare", "checks", "sse")
 #: How often the sampler looks whether every stream is open.
 SAMPLE_EVERY_S: Final = 0.05
 
@@ -68,12 +73,6 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-@dataclasses.dataclass
-class Stream:
-    arrivals: list[float] = dataclasses.field(default_factory=list)
-    code: str = "ok"
 
 
 def timed(arrivals: list[float]) -> Callable[[StreamSession], None]:
@@ -93,8 +92,16 @@ def timed(arrivals: list[float]) -> Callable[[StreamSession], None]:
     return attach
 
 
+def open_side(kind: str, target: str, trace: Path) -> PacedSide:
+    if kind == "sse":
+        from bench.sse_client import SseSide  # noqa: PLC0415 - the gRPC kinds load no HTTP stack
+
+        return SseSide(target)
+    return Side(kind, target, trace)
+
+
 class Side:
-    """One client kind's streams, all on one channel (``ReplyClient``'s policy)."""
+    """One gRPC client kind's streams, all on one channel (``ReplyClient``'s policy)."""
 
     def __init__(self, kind: str, target: str, trace: Path) -> None:
         self.kind = kind
@@ -149,7 +156,7 @@ def percentile(values: list[float], share: float) -> float | None:
 async def one_round(args: argparse.Namespace) -> dict[str, Any]:
     recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
     base = ReplyRequest.for_case(recording, args.case, wire=WireFormat.LENGTH_PREFIXED)
-    side = Side(args.kind, args.target, args.trace)
+    side = open_side(args.kind, args.target, args.trace)
     me, server = os.getpid(), args.server_pid
     try:
         # One stream unpaced first: connection, caches, lazy imports, on both sides.

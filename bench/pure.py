@@ -7,8 +7,9 @@ environment when the build it runs is the compiled one, so the child and every s
 client it starts import the pure build; it writes, as JSON into ``FILE``: the build it ran
 (``native.running().describe()``), ``bench.streams``' sequential section (every chunking,
 all five sides) and its middle concurrency row (1,000 streams at the full size), and
-``bench.paced`` at its plan's middle N (1,000 at the full size), every side, the plan's
-rounds, no search for the largest N. ``bench.report`` sets them beside the compiled run's.
+``bench.paced`` at its plan's middle N (1,000 at the full size), every side but the SSE
+stack (the same code in either build), the plan's rounds, no search for the largest N.
+``bench.report`` sets them beside the compiled run's.
 """
 
 from __future__ import annotations

@@ -135,14 +135,16 @@ def paced_ratios(rows: dict[str, Any]) -> list[str]:
     cells = [
         [n, row["consumer_cpu_over_checks_only"], row["producer_cpu_over_records_only"],
          row["consumer_memory_over_bare_pair"], row["producer_memory_over_bare_pair"],
-         row["consumer_cpu_over_bare_pair"], row["producer_cpu_over_bare_pair"]]
+         row["consumer_cpu_over_bare_pair"], row["producer_cpu_over_bare_pair"],
+         row.get("pair_cpu_over_sse_pair"), row.get("consumer_cpu_over_sse_client")]
         for n, row in rows["by_streams"].items()
     ]  # fmt: skip
     return table(
         ["paced streams", "consumer CPU/chunk / checks only (target ≤ 1.1)",
          "producer CPU/chunk / records only (≤ 1.1)", "consumer memory/stream / bare pair (≤ 1.3)",
          "producer memory/stream / bare pair (≤ 1.3)", "consumer CPU/chunk / bare pair",
-         "producer CPU/chunk / bare pair"],
+         "producer CPU/chunk / bare pair", "pair CPU/chunk / SSE pair (≤ 1)",
+         "consumer CPU/chunk / SSE client (≤ 1)"],
         cells,
     )  # fmt: skip
 
@@ -157,6 +159,7 @@ def paced_search(rows: dict[str, Any]) -> list[str]:
         for name, found in rows["largest_n_held"].items()
     ]  # fmt: skip
     cells.append(["replywire / bare pair (target ≥ 0.85)", rows["paced_n_over_bare_pair"], "", ""])
+    cells.append(["replywire / sse stack (target ≥ 1)", rows.get("paced_n_over_sse_stack"), "", ""])
     return table(["side", "largest N held", "smallest N not held", "probes"], cells)
 
 
@@ -227,17 +230,19 @@ def _share(budget: dict[str, Any], shape: str) -> str:
 
 def targets_section(results: dict[str, Any]) -> list[str]:
     rows = [
-        [target["section"], target["what"],
+        [f"{target['issue']}: {'item' if target['issue'] == 37 else 'section'} "
+         f"{target['section']}", target["what"],
          ", ".join(f"{where} {_cell(figure)}" for where, figure in target["figures"]),
          target["verdict"]]
         for target in results["targets"]
     ]  # fmt: skip
     return [
-        "## Targets (issue 22; a target is met when every figure it names is)",
+        "## Targets (issues 22 and 37; a target is met when every figure it names is)",
         "",
-        f"Build: {results['build']}. Section 3's targets are read with the compiled build.",
+        f"Build: {results['build']}. Issue 22's section 3 targets are read with the compiled "
+        "build. Issue 37's are replywire against the SSE stack (the paced `sse stack` side).",
         "",
-        *table(["section", "target", "figures", "verdict"], rows),
+        *table(["issue: section", "target", "figures", "verdict"], rows),
     ]
 
 
@@ -396,7 +401,9 @@ def paced_section(rows: dict[str, Any]) -> list[str]:
         "every stream open − RSS idle, after one warm-up stream) / N. Core busy: the "
         "process's CPU seconds over the round's wall seconds (near 1: that process set the "
         "pace). Records only and checks only are the floor sides, as in the short-stream "
-        "tables below.",
+        "tables below. The sse stack: the same deltas as server-sent events, httpx and "
+        "httpx-sse (each event parsed, its sequence checked) → uvicorn (one worker, uvloop, "
+        "httptools), Starlette, sse-starlette (issue 37).",
         "",
         *paced(rows),
         "Ratios (the same run):",

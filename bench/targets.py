@@ -1,4 +1,4 @@
-"""Issue 22's targets, each met or not met with its figures, from one ``make bench`` run.
+"""The targets of issues 22 and 37, each met or not met with its figures, from a ``make bench`` run.
 
 Section 2 (replywire against the floor sides, whatever the build): the consumer's streams/s ≥
 0.9 times the checks-only client's at every chunking and at the middle concurrency row (1,000
@@ -9,8 +9,12 @@ records-only server's at every chunking, and per paced chunk; memory per open pa
 1.3 times the bare pair's, each side; the largest paced N held ≥ 0.85 times the bare pair's.
 Section 3 (the floor sides against the bare pair, with the compiled build): checks only ≥ 0.9
 times the bare pair's streams/s and records only ≤ 1.15 times the bare server's CPU per stream,
-at every chunking. A target is met when every figure it names is; a figure that was not
-measured (None) leaves it not measured.
+at every chunking. Issue 37, item 5 (replywire against the SSE stack, the ``sse stack``
+side of ``bench.paced``): the replywire pair's CPU per paced chunk (consumer + producer) at
+most the SSE pair's, the replywire consumer's at most the SSE client's, and the largest paced
+N the replywire pair holds (its producer pinned to one core) at least the SSE pair's. A
+target is met when every figure it names is; a figure that was not measured (None) leaves it
+not measured.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from bench.common import middle
 
 @dataclass(frozen=True)
 class Target:
+    #: The issue's section (22) or item (37) the target is.
     section: int
     what: str
     #: ≥ bound when ``at_least``, else ≤ bound.
@@ -32,6 +37,7 @@ class Target:
     figures: tuple[tuple[str, float | None], ...]
     #: Why its figures do not count (the build was not the one the target names), or "".
     not_applicable: str = ""
+    issue: int = 22
 
     def misses(self) -> list[str]:
         return [
@@ -92,6 +98,12 @@ def targets(results: dict[str, Any]) -> list[Target]:
                _by_chunking(streams, "checks_only_over_bare_pair"), pure),
         Target(3, "records only CPU/stream ≤ 1.15× bare server (compiled)", 1.15, False,
                _by_chunking(streams, "records_only_server_cpu_over_bare_server"), pure),
+        Target(5, "paced pair CPU/chunk (consumer + producer) ≤ the SSE pair's", 1.0, False,
+               _by_n(paced, "pair_cpu_over_sse_pair"), issue=37),
+        Target(5, "paced consumer CPU/chunk ≤ the SSE client's", 1.0, False,
+               _by_n(paced, "consumer_cpu_over_sse_client"), issue=37),
+        Target(5, "largest paced N held ≥ the SSE pair's", 1.0, True,
+               (("largest N held", paced.get("paced_n_over_sse_stack")),), issue=37),
     ]  # fmt: skip
 
 

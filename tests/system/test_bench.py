@@ -22,7 +22,7 @@ import pytest
 from bench.common import middle, process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
 from bench.paced import PLANS as PACED_PLANS
-from bench.paced import SEARCHED
+from bench.paced import PURE_SIDES, SEARCHED, SSE_STACK
 from bench.streams import (
     CHUNKINGS,
     BareClient,
@@ -166,10 +166,13 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
     )
     assert list(paced["by_streams"]) == [str(n) for n in plan.streams]
     for n, row in paced["by_streams"].items():
-        assert set(row["sides"]) == {"replywire", "bare pair", "checks only", "records only"}
+        assert set(row["sides"]) == {
+            "replywire", "bare pair", "checks only", "records only", SSE_STACK
+        }  # fmt: skip
         for side in row["sides"].values():
+            # The SSE side's too: its client fails a stream whose events are not in order.
             assert side["failures"] == {}
-            # Every chunk of every stream was read, and timed.
+            # Every chunk (the SSE side: every event) of every stream was read, and timed.
             assert side["chunks_per_round"] == int(n) * paced["chunks_per_stream"]
             assert side["client_cpu_us_per_chunk"] > 0 and side["server_cpu_us_per_chunk"] > 0
             assert side["added_ms_p50"] is not None and side["added_ms_p99"] is not None
@@ -178,11 +181,15 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
         assert row["consumer_cpu_over_checks_only"] > 0
         assert row["producer_cpu_over_records_only"] > 0
         assert {"consumer_memory_over_bare_pair", "producer_memory_over_bare_pair"} <= set(row)
-    assert set(paced["largest_n_held"]) == set(SEARCHED)
+        # Issue 37's, against the SSE pair.
+        assert row["pair_cpu_over_sse_pair"] > 0 and row["consumer_cpu_over_sse_client"] > 0
+        assert f"| {n} | {SSE_STACK} |" in tiny_run[1]
+    assert set(paced["largest_n_held"]) == set(SEARCHED) >= {"replywire", "bare pair", SSE_STACK}
+    assert f"| {SSE_STACK} |" in tiny_run[1]
     for found in paced["largest_n_held"].values():
         assert set(found) == {"largest_held", "smallest_not_held", "bounded_by_the_table", "probes"}
         assert len(found["probes"]) <= plan.search_steps
-    assert "paced_n_over_bare_pair" in paced
+    assert "paced_n_over_bare_pair" in paced and "paced_n_over_sse_stack" in paced
     # Issue 22's ratios against the floor sides, in the short-stream rows of the same run.
     for row in tiny_run[0]["streams"]["sequential"].values():
         assert row["replywire_over_checks_only"] > 0
@@ -247,6 +254,7 @@ def test_the_pure_pass_runs_beside_the_compiled_build(
     paced = pure["paced"]
     assert list(paced["by_streams"]) == [str(middle(PACED_PLANS["tiny"].streams))]
     assert "largest_n_held" not in paced
+    assert list(paced["by_streams"]["4"]["sides"]) == list(PURE_SIDES)  # not the SSE stack
     for side in paced["by_streams"]["4"]["sides"].values():
         assert side["failures"] == {}
         assert side["chunks_per_round"] == 4 * paced["chunks_per_stream"]
@@ -254,10 +262,12 @@ def test_the_pure_pass_runs_beside_the_compiled_build(
 
 
 def test_every_target_has_a_verdict(tiny_run: tuple[dict[str, Any], str]) -> None:
-    """Issue 22's targets, sections 2 and 3, each with its figures and a verdict (which one
-    is not asserted: the tiny run's figures mean nothing)."""
+    """Issue 22's targets, sections 2 and 3, and issue 37's against the SSE stack (item 5),
+    each with its figures and a verdict (which one is not asserted: the tiny run's figures
+    mean nothing)."""
     targets = tiny_run[0]["targets"]
-    assert [target["section"] for target in targets] == [2, 2, 2, 2, 2, 2, 3, 3]
+    assert [target["section"] for target in targets] == [2, 2, 2, 2, 2, 2, 3, 3, 5, 5, 5]
+    assert [target["issue"] for target in targets] == [22] * 8 + [37] * 3
     for target in targets:
         assert target["figures"]
         assert target["verdict"].split(" (")[0] in {"met", "not met", "not measured"}

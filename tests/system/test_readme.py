@@ -572,6 +572,7 @@ def test_benchmarks() -> None:
         "bare pair",
         "checks only",
         "records only",
+        "sse stack",
     }
     done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor")
     assert done.returncode == 0, done.stderr
