@@ -244,7 +244,8 @@ def targets_section(results: dict[str, Any]) -> list[str]:
         "## Targets (issues 22 and 37; a target is met when every figure it names is)",
         "",
         f"Build: {results['build']}. Issue 22's section 3 targets are read with the compiled "
-        "build. Issue 37's are replywire against the SSE stack (the paced `sse stack` side).",
+        "build. Issue 37's are replywire against the SSE stack (item 5, the paced `sse stack` "
+        "side) and the floor's records against the least JSON lines (item 6, `record_floor`).",
         "",
         *table(["issue: section", "target", "figures", "verdict"], rows),
     ]

@@ -12,9 +12,17 @@ times the bare pair's streams/s and records only ≤ 1.15 times the bare server'
 at every chunking. Issue 37, item 5 (replywire against the SSE stack, the ``sse stack``
 side of ``bench.paced``): the replywire pair's CPU per paced chunk (consumer + producer) at
 most the SSE pair's, the replywire consumer's at most the SSE client's, and the largest paced
-N the replywire pair holds (its producer pinned to one core) at least the SSE pair's. A
-target is met when every figure it names is; a figure that was not measured (None) leaves it
-not measured.
+N the replywire pair holds (its producer pinned to one core) at least the SSE pair's. Issue
+37, item 6 (issue 22's floor as it proposed, from ``bench.record_floor``'s rounds): the
+records' CPU per stream (the producer's four at info over its stream's code at warning; the
+consumer's seven at info over the consumer at warning) at most twice the least JSON lines'
+(the same records as ``bench.least_records`` writes them, over the same side without them:
+the records-only server at warning, the checks-only client), at each chunking, on both sides;
+and the records-only server's CPU per stream at most its stream's code plus the least lines,
+i.e. at most the least-records server's, on the producer side only (the floor measures no
+consumer session writing least lines, only the checks-only client). A target is met when
+every figure it names is; a figure that was not measured (None) leaves it not measured, as
+does a ratio over least lines that cost nothing measurable (at most zero).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.common import middle
+from bench.common import RECORDS_ONLY, middle
+from bench.record_floor import LEAST_RECORDS
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,35 @@ def _by_n(paced: dict[str, Any], key: str, label: str = "") -> tuple[tuple[str, 
     return tuple((f"N {n}{label}", row.get(key)) for n, row in paced["by_streams"].items())
 
 
+def _ratio(over: Any, under: Any) -> float | None:
+    """``over / under``, or None when either was not measured or ``under`` is at most zero."""
+    if over is None or under is None or under <= 0:
+        return None
+    return round(over / under, 3)
+
+
+def _records_over_least(floor: dict[str, Any]) -> tuple[tuple[str, float | None], ...]:
+    """Each side's records over its least lines, each over the side without them, by chunking."""
+    figures = tuple(
+        (f"{chunking} {label}", _ratio(row.get("records_us"), row.get("least_records_us")))
+        for side, label in (("server", "producer"), ("client", "consumer"))
+        for chunking, row in floor.get(side, {}).items()
+    )
+    return figures or (("record floor", None),)
+
+
+def _records_only_over_least(floor: dict[str, Any]) -> tuple[tuple[str, float | None], ...]:
+    """The records-only server's CPU per stream over the least-records server's, by chunking."""
+    figures: list[tuple[str, float | None]] = []
+    for chunking, row in floor.get("server", {}).items():
+        us = row.get("server_cpu_us_per_stream", {})
+        figures.append((chunking, _ratio(us.get(RECORDS_ONLY), us.get(LEAST_RECORDS))))
+    return tuple(figures) or (("record floor", None),)
+
+
 def targets(results: dict[str, Any]) -> list[Target]:
     streams, paced = results["streams"], results["paced"]
+    floor = results.get("record_floor", {})
     concurrency = streams["concurrency"]
     n = str(middle([int(key) for key in concurrency]))
     compiled = results["build"].startswith("compiled")
@@ -104,6 +140,10 @@ def targets(results: dict[str, Any]) -> list[Target]:
                _by_n(paced, "consumer_cpu_over_sse_client"), issue=37),
         Target(5, "largest paced N held ≥ the SSE pair's", 1.0, True,
                (("largest N held", paced.get("paced_n_over_sse_stack")),), issue=37),
+        Target(6, "records' CPU/stream ≤ 2× the same records as the least JSON lines",
+               2.0, False, _records_over_least(floor), issue=37),
+        Target(6, "records only CPU/stream ≤ the stream's code + the least lines", 1.0, False,
+               _records_only_over_least(floor), issue=37),
     ]  # fmt: skip
 
 
