@@ -80,8 +80,10 @@ def _by_n(paced: dict[str, Any], key: str, label: str = "") -> tuple[tuple[str, 
 
 
 def _ratio(over: Any, under: Any) -> float | None:
-    """``over / under``, or None when either was not measured or ``under`` is at most zero."""
-    if over is None or under is None or under <= 0:
+    """``over / under``, or None when either was not measured or is below zero, or ``under``
+    is zero: a cost below zero is noise of differences of medians (a short run on a shared
+    machine), and counting it as a pass of an upper bound would be a verdict nobody measured."""
+    if over is None or under is None or over < 0 or under <= 0:
         return None
     return round(over / under, 3)
 

@@ -81,6 +81,7 @@ def test_issue_37_item_6_reads_the_floor_s_records_against_the_least_lines() -> 
     client = {
         "frame": {"records_us": 230.0, "least_records_us": 117.0},
         "4096": {"records_us": 150.0, "least_records_us": 0.0},  # no measurable least cost
+        "64": {"records_us": -3.0, "least_records_us": 2.0},  # noise: no pass of ≤ 2
     }
     twice, at_most = _item_6(_floor_results({"server": server, "client": client}))
     assert (twice.bound, twice.at_least, at_most.bound, at_most.at_least) == (2, False, 1, False)
@@ -89,6 +90,7 @@ def test_issue_37_item_6_reads_the_floor_s_records_against_the_least_lines() -> 
         ("4096 producer", 2.5),
         ("frame consumer", 1.966),
         ("4096 consumer", None),
+        ("64 consumer", None),
     )
     assert twice.verdict == "not met (4096 producer)"
     assert at_most.figures == (("frame", 1.047), ("4096", 0.9))
