@@ -58,6 +58,11 @@ class SseSide:
             if source.response.status_code != 200:
                 return f"http:{source.response.status_code}"
             async for event in source.aiter_sse():
+                if not event.data and event.event == "message":
+                    # sse-starlette's keep-alive every 15 s is a comment (": ping - ...");
+                    # httpx-sse dispatches the blank line after it as an empty message with
+                    # the last id, where the SSE spec dispatches nothing: not an event.
+                    continue
                 arrivals.append(clock())
                 sequence = int(event.id)
                 if sequence != expected:

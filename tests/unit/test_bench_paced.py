@@ -124,6 +124,9 @@ def events(*ids: int, done: int | None = None) -> str:
         (events(1, 2, 3, done=4), "ok"),
         (events(1, 3, done=4), "sequence:gap"),
         (events(1, 2, 2, done=4), "sequence:repeat"),
+        # A keep-alive comment between events is no event (httpx-sse hands its blank line
+        # over as an empty message with the last id; the SSE spec dispatches nothing).
+        (events(1, 2) + ": ping - 2026-12-06 22:00:00\n\n" + events(3, done=4), "ok"),
         (events(1, 2, 3), "incomplete:no_done"),
         (events(1, 2, done=3) + events(4), "sequence:after_done"),
         (events(1, 2, 3).replace('"0', "{0", 1) + events(done=4), "invalid:event"),
