@@ -7,7 +7,6 @@ reflection and /metrics: tests/system/test_readme.py::test_operator_recipe.)"""
 from __future__ import annotations
 
 import http.server
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 
 from tests.certs import SERVER_NAME, make_pki
 from tests.processes import ROOT, producer
+from tests.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,13 +32,6 @@ def replywire(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextmanager

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ import pytest
 from replywire.native import running
 from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
-from tests.redis_server import redis_server
+from tests.redis_server import free_port, redis_server
 from tests.system import test_distribution as distribution
 from tests.timeline_reading import parse_table
 from tools import view_samples
@@ -298,13 +297,6 @@ def test_security_recipe(tmp_path: Path) -> None:
     assert (refused["status"], refused["reason"]) == ("refused", "invalid_token")
     token = (directory / "alice.token").read_text().strip()
     assert token not in (directory / "producer.log").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_operator_recipe(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -31,6 +30,7 @@ from replywire.shared.result import StreamResult
 from replywire.shared.status import Status
 from replywire.shared.wire.chunking import ChunkPlan
 from tests.processes import ROOT, consumer_on_a_pty, producer
+from tests.redis_server import free_port
 from tests.runs import once_per_run
 from tests.timeline_reading import masked, rejected_rows, timeline_shape
 from tools import view_samples
@@ -187,13 +187,6 @@ def test_a_chat_turn_is_drawn_call_by_call_then_accepted(tmp_path: Path) -> None
         "        total 49",
         "finish  STOP",
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_no_producer_is_an_error_with_the_command_that_starts_one() -> None:
