@@ -65,9 +65,11 @@ MANIFEST: Final = BUILD_DIR / "manifest.json"
 PURE_ENV: Final = "REPLYWIRE_PURE"
 #: This interpreter's suffix of extension modules (``.cpython-311-x86_64-linux-gnu.so``).
 EXTENSION_SUFFIX: Final = importlib.machinery.EXTENSION_SUFFIXES[0]
-#: Where a compiled build comes from: ``make setup``, in the repository (an installed wheel
-#: carries none).
-NO_BUILD_HINT: Final = ": make setup makes one" if (ROOT / "Makefile").is_file() else ""
+#: Whether these packages run from the repository (its ``Makefile`` beside them) or are
+#: installed: what a command prints names the command as it runs (``runtime.invocation``),
+#: and a compiled build comes from ``make setup``, in the repository only.
+IN_REPOSITORY: Final = (ROOT / "Makefile").is_file()
+NO_BUILD_HINT: Final = ": make setup makes one" if IN_REPOSITORY else ""
 
 
 @dataclass(frozen=True)

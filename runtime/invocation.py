@@ -3,14 +3,14 @@ the demo's next steps): installed, the console scripts ``replywire-producer``,
 ``replywire-consumer``, ``replywire`` (``pyproject.toml``); in the repository, what its
 README and ``docs/`` show (``python -m consumer``, ``make run-producer``).
 
-In the repository the packages are links (``replywire/runtime`` is ``runtime/``), so this
-file's real folder has the ``Makefile`` beside it; installed it does not."""
+In the repository the packages are links (``replywire/runtime`` is ``runtime/``), so their
+real folder has the ``Makefile`` beside it; installed it does not (``native.IN_REPOSITORY``)."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
 from typing import Final
+
+from replywire.native import IN_REPOSITORY
 
 #: Each command's installed name, by its ``python -m`` name in the repository.
 INSTALLED: Final = {
@@ -20,9 +20,8 @@ INSTALLED: Final = {
 }
 
 
-@cache
 def in_repository() -> bool:
-    return (Path(__file__).resolve().parents[1] / "Makefile").is_file()
+    return IN_REPOSITORY
 
 
 def command(name: str) -> str:
