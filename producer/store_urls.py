@@ -2,9 +2,13 @@
 
 A store is ``redis://``, ``rediss://`` or ``unix://`` (the scheme in any case: it is
 lower-cased before redis-py sees it, whose synchronous URL parser only knows the
-lower-case spellings), a file path (``--ledger``) or ``memory`` (``--reply-log``). Any
-other ``scheme://`` is refused: a mistyped scheme must not quietly become a file named
-after the URL, its password included.
+lower-case spellings), a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``,
+one or more seed nodes ``HOST:PORT`` separated by commas: the client asks them for the
+rest of the cluster, ``producer.redis_clients``), a file path (``--ledger``) or
+``memory`` (``--reply-log``). Any other ``scheme://`` is refused: a mistyped scheme must
+not quietly become a file named after the URL, its password included. A plain
+``redis://`` URL that names a Cluster node is refused at start (``ClusterNode``): the node
+answers PING, then redirects most keys.
 
 A URL's password is never shown: :func:`redacted` drops the user info (everything before
 the authority's last ``@``, however it is spelled) and the value of a ``password`` query
@@ -30,24 +34,35 @@ LOOSE_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/*")
 #: One ``name=value`` of a query (``&`` or ``;`` between them).
 QUERY_PAIR: Final = re.compile(r"(^|[&;])([^=&;]*)=([^&;#]*)")
 REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
+#: A Redis Cluster, found from its seed nodes (``producer.redis_clients``).
+CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 MEMORY: Final = "memory"
 HIDDEN: Final = "***"
 #: The query parameters whose values are secrets (redis-py reads ``password`` from the query).
 SECRET_PARAMETERS: Final = frozenset({"password"})
-#: What the producer says of a Redis Cluster node given as a store. A node answers PING as
-#: a lone server does, then redirects (``MOVED``) every key it does not own and refuses a
-#: script or transaction over keys of several slots (``CROSSSLOT``): not a store yet.
-CLUSTER_UNSUPPORTED: Final = "is a Redis Cluster node; Redis Cluster is not supported yet"
+#: What the producer says of a Redis Cluster node given as a lone server's URL. A node
+#: answers PING as a lone server does, then redirects (``MOVED``) every key it does not
+#: own: the cluster's own scheme reaches every node.
+CLUSTER_UNSUPPORTED: Final = (
+    "is a Redis Cluster node: name the cluster as redis+cluster://HOST:PORT[,HOST:PORT...]"
+)
+#: What the producer says of a lone server given as a cluster.
+NOT_A_CLUSTER: Final = "is not a Redis Cluster (INFO cluster says cluster_enabled:0)"
 
 
 class ClusterNode(Exception):
-    """A store's Redis says ``cluster_enabled:1`` (``INFO cluster``): refused at start."""
+    """A store's Redis is a Cluster node named as a lone server, or the other way round:
+    refused at start."""
 
 
-def refuse_cluster(info: Mapping[str, object]) -> None:
-    """Raise ``ClusterNode`` if ``INFO cluster``'s answer says the server is a cluster node."""
-    if str(info.get("cluster_enabled", "0")) == "1":
+def refuse_cluster(info: Mapping[str, object], *, cluster: bool = False) -> None:
+    """Raise ``ClusterNode`` unless ``INFO cluster``'s answer agrees with how the store was
+    named: a cluster node only through a cluster URL, a lone server only through a plain one."""
+    enabled = str(info.get("cluster_enabled", "0")) == "1"
+    if enabled and not cluster:
         raise ClusterNode(CLUSTER_UNSUPPORTED)
+    if cluster and not enabled:
+        raise ClusterNode(NOT_A_CLUSTER)
 
 
 class StoreKind(Enum):
@@ -68,6 +83,8 @@ class Store:
     #: The password's spellings (as written, percent-decoded; from the user info or the
     #: query), longest first.
     secrets: tuple[str, ...] = ()
+    #: A Redis Cluster (``redis+cluster://``): ``target`` names its seed nodes.
+    cluster: bool = False
 
     def redact(self, text: str) -> str:
         """``text`` (an error's message, say) with the URL and every secret replaced."""
@@ -85,7 +102,7 @@ class StoreError(ValueError):
 def parse_store(spec: str, *, memory: bool = False, files: bool = False) -> Store:
     """Classify ``spec``: a Redis URL, or (when allowed) ``memory`` or a file path."""
     *others, last = [
-        *(f"{scheme}://" for scheme in REDIS_SCHEMES),
+        *(f"{scheme}://" for scheme in (*REDIS_SCHEMES, *CLUSTER_SCHEMES)),
         *([MEMORY] if memory else []),
         *(["a file path"] if files else []),
     ]
@@ -98,13 +115,41 @@ def parse_store(spec: str, *, memory: bool = False, files: bool = False) -> Stor
             return Store(StoreKind.FILE, spec, spec)
         raise StoreError(f"{redacted(spec)!r} is not a store; give {accepted}")
     scheme = match.group(1).lower()
-    if scheme not in REDIS_SCHEMES:
+    if scheme not in REDIS_SCHEMES and scheme not in CLUSTER_SCHEMES:
         raise StoreError(
             f"{redacted(spec)!r}: {match.group(1)}:// is not a scheme this producer speaks; "
             f"give {accepted} (the scheme in any case)"
         )
     target = scheme + spec[len(scheme) :]
-    return Store(StoreKind.REDIS, target, redacted(target), url_secrets(target))
+    cluster = scheme in CLUSTER_SCHEMES
+    if cluster:
+        cluster_nodes(target)  # raises StoreError for a seed list it cannot read
+    return Store(StoreKind.REDIS, target, redacted(target), url_secrets(target), cluster)
+
+
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL as a lone node's URL (``redis://`` or ``rediss://``, with the user info
+    and query, the first seed as its host) and every seed node ``(host, port)``."""
+    match = SCHEME.match(url)
+    if match is None or match.group(1).lower() not in CLUSTER_SCHEMES:
+        raise StoreError(f"{redacted(url)!r} is not a cluster URL")
+    scheme = match.group(1).lower().partition("+")[0]
+    rest = url[match.end() :]
+    where, mark, query = rest.partition("?")
+    userinfo, at, hosts = where.rpartition("@")
+    hosts, _, path = hosts.partition("/")
+    if path not in ("", "0"):
+        raise StoreError(f"{redacted(url)!r}: a Redis Cluster has database 0 only")
+    seeds: list[tuple[str, int]] = []
+    for seed in hosts.split(","):
+        host, colon, port = seed.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StoreError(
+                f"{redacted(url)!r}: give the cluster's seed nodes as HOST:PORT[,HOST:PORT...]"
+            )
+        seeds.append((host.strip("[]"), int(port)))
+    first = f"{seeds[0][0]}:{seeds[0][1]}"
+    return f"{scheme}://{userinfo}{at}{first}/0{mark}{query}", seeds
 
 
 def _mangled_url(spec: str) -> bool:

@@ -29,7 +29,10 @@ PASSWORD = "st0re-Secret@42"
 QUOTED = "st0re-Secret%4042"
 
 
-ACCEPTED = "give redis://, rediss://, unix:// or a file path (the scheme in any case)"
+ACCEPTED = (
+    "give redis://, rediss://, unix://, redis+cluster://, rediss+cluster:// or a file path "
+    "(the scheme in any case)"
+)
 
 
 def refused(char: str, *, multiline: bool = False) -> bool:

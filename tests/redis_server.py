@@ -138,17 +138,21 @@ class RedisServer:
 
 
 @contextmanager
-def redis_server(
+def redis_server(  # noqa: PLR0913 - one keyword per way a test starts it
     password: str | None = None,
     *,
     host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
     persistent: bool = False,
     cluster: bool = False,
+    port: int | None = None,
+    options: Sequence[str] = (),
 ) -> Iterator[RedisServer]:
     """A private server; ``cluster``: a Redis Cluster node on its own (``cluster_enabled:1``,
-    no slots: it answers PING and refuses every key), on a port with room for its cluster
-    bus (the port + 10000)."""
+    no slots: it answers PING and refuses every key; tests/redis_cluster.py joins several),
+    on a port with room for its cluster bus (the port + 10000). ``port``: this one (on a
+    test host, where nothing else listens), else a free one; ``options``: more of the
+    server's own flags."""
     binary = require_binary()
     secret = ["--requirepass", password] if password else []
     saving = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else [
@@ -156,14 +160,15 @@ def redis_server(
     with tempfile.TemporaryDirectory(prefix="replywire-redis-") as folder:
         socket_path = Path(folder) / "redis.sock"
         for _attempt in range(3):  # a free port can be taken between the probe and the bind
-            port = HOST_PORT if prefix else free_port(below=55536 if cluster else 65536)
+            chosen = port if port is not None else (
+                HOST_PORT if prefix else free_port(below=55536 if cluster else 65536))  # fmt: skip
             clustered = ["--cluster-enabled", "yes", "--cluster-config-file",
                          str(Path(folder) / "nodes.conf")] if cluster else []  # fmt: skip
-            command = [*prefix, str(binary), "--port", str(port), "--bind", host, "--save", "",
+            command = [*prefix, str(binary), "--port", str(chosen), "--bind", host, "--save", "",
                  *saving, "--dir", folder, "--logfile", str(Path(folder) / "log"),
                  "--unixsocket", str(socket_path), "--unixsocketperm", "700",
                  # Clients on other test hosts: no password there, and not loopback.
-                 "--protected-mode", "no", *secret, *clustered]  # fmt: skip
+                 "--protected-mode", "no", *secret, *clustered, *options]  # fmt: skip
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -173,7 +178,7 @@ def redis_server(
             stop_process(process)
         else:
             raise RuntimeError(f"{binary} did not start")
-        server = RedisServer(process, port, password, host, socket_path, command)
+        server = RedisServer(process, chosen, password, host, socket_path, command)
         try:
             yield server
         finally:

@@ -40,8 +40,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.exceptions import RedisClusterException
 
 from replywire.producer.budget.entry_states import FAILED, RELEASED, RESERVED, SETTLED
 from replywire.producer.budget.ledger import ANONYMOUS, AlreadyLeft, Owner, Settlement
@@ -70,12 +69,14 @@ from replywire.producer.budget.usage import (
     estimate_prompt_tokens,
     shown,
 )
+from replywire.producer.redis_clients import sync_client
+from replywire.producer.store_urls import NOT_A_CLUSTER, ClusterNode, parse_store, refuse_cluster
 from replywire.producer.store_urls import redacted as safe_location
-from replywire.producer.store_urls import refuse_cluster
 from replywire.shared.errors import RequestRefused
 from replywire.shared.reasons import Reason
 
 T = TypeVar("T")
+SCRIPTS = (RESERVE, MARK_SENDING, LEAVE_RESERVED, RECONCILE, ABANDON)
 
 
 class RedisLedger:
@@ -111,21 +112,48 @@ class RedisLedger:
         self._output_rate = pico_rate(self.rates.output_usd_per_mtok)
         self._budget = round(budget_usd * PICO_PER_USD)
         self._per_identity = round(per_identity * PICO_PER_USD)
-        self.prefix = prefix
+        self.store = parse_store(url)
+        # On a Redis Cluster every key of the ledger is inside one hash tag, the prefix's:
+        # a reserve checks and moves the sums and the call's entry in one script, so they
+        # share a slot (and the ledger's load is one master's).
+        self.prefix = f"{{{prefix}}}" if self.store.cluster else prefix
         self.ttl_s = ttl_s
-        pool = redis.ConnectionPool.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-        )
-        self.client = redis.Redis(connection_pool=pool)
-        self._reserve = self.client.register_script(RESERVE)
-        self._mark = self.client.register_script(MARK_SENDING)
-        self._leave = self.client.register_script(LEAVE_RESERVED)
-        self._reconcile = self.client.register_script(RECONCILE)
-        self._abandon = self.client.register_script(ABANDON)
+        self._timeout_s = timeout_s
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+
+    @property
+    def client(self) -> Any:
+        """The Redis client, made at its first use (a cluster's reads the cluster's slots
+        then: what fails there is ``ledger_unavailable`` as any other round trip)."""
+        if self._client is None:
+            client = sync_client(self.store, timeout_s=self._timeout_s, decode_responses=True)
+            self._scripts = {text: client.register_script(text) for text in SCRIPTS}
+            self._client = client
+        return self._client
+
+    def _script(self, text: str) -> Any:
+        return self._scripts[text] if self.client is not None else None
+
+    @property
+    def _reserve(self) -> Any:
+        return self._script(RESERVE)
+
+    @property
+    def _mark(self) -> Any:
+        return self._script(MARK_SENDING)
+
+    @property
+    def _leave(self) -> Any:
+        return self._script(LEAVE_RESERVED)
+
+    @property
+    def _reconcile(self) -> Any:
+        return self._script(RECONCILE)
+
+    @property
+    def _abandon(self) -> Any:
+        return self._script(ABANDON)
 
     # --- keys and errors ------------------------------------------------------------------
 
@@ -159,7 +187,7 @@ class RedisLedger:
         """One round trip; anything but an answer is ``ledger_unavailable``."""
         try:
             return operation()
-        except (redis.RedisError, OSError, ValueError, TypeError) as error:
+        except (redis.RedisError, RedisClusterException, OSError, ValueError, TypeError) as error:
             raise self._unavailable(what, error) from error
 
     def _unavailable(self, what: str, error: object) -> RequestRefused:
@@ -172,14 +200,24 @@ class RedisLedger:
         return self._unavailable(what, f"unexpected answer {shown(answer)}")
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
     # --- the Ledger interface -------------------------------------------------------------
 
     def check(self) -> None:
         """Reach Redis once (at start) and read the sums: a broken ledger stops the producer,
-        and so does a Redis Cluster node (``ClusterNode``: its scripts span slots)."""
-        refuse_cluster(self._redis("read", lambda: self.client.info("cluster")))
+        and so does a Redis Cluster node named as a lone server, or a lone server named as
+        a cluster (``ClusterNode``)."""
+        if self.store.cluster:
+            try:
+                self.client.ping(target_nodes="all")
+            except RedisClusterException as error:  # "Cluster mode is not enabled on this node"
+                raise ClusterNode(NOT_A_CLUSTER) from error
+            except redis.RedisError as error:
+                raise self._unavailable("read", error) from error
+        else:
+            refuse_cluster(self._redis("read", lambda: self.client.info("cluster")))
         sums = self._redis("read", lambda: self.client.hgetall(self._committed_key))
         seq = self._redis("read", lambda: self.client.get(self._seq_key))
         try:

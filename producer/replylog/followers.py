@@ -16,7 +16,7 @@ entry there) *before* its first read, then loops: read what follows its last ent
 one non-blocking ``XREAD`` (up to ``READ_COUNT`` entries, at once again when it got that
 many), then wait for a notification or a quarter lease, whichever comes first. When no
 notification came, its next read is a poll: the ``XREAD`` and the lease's ``EXISTS`` in
-one transaction, so a lost notification, or the pub/sub connection lost, costs a
+one script (``FOLLOW``), so a lost notification, or the pub/sub connection lost, costs a
 quarter lease, never a frame. No follower holds a connection while it waits: the
 pool's connections carry short commands only, so ``--reply-log-connections`` bounds the
 Redis commands in flight at once, not the replies read.
@@ -55,6 +55,7 @@ import structlog
 
 from replywire.producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
 from replywire.producer.replylog.notify import Notifier
+from replywire.producer.replylog.scripts import FOLLOW, Entries, entries_of
 from replywire.shared.errors import RequestRefused
 from replywire.shared.reasons import Reason
 
@@ -73,8 +74,16 @@ class Follower:
     """The one reader of a reply's stream in Redis on this replica, and its frames so far."""
 
     def __init__(
-        self, client: Any, notifier: Notifier, keys: list[str], channel: str, limits: LogLimits
+        self,
+        look: Any,
+        client: Any,
+        notifier: Notifier,
+        keys: list[str],
+        channel: str,
+        limits: LogLimits,
     ) -> None:
+        #: ``FOLLOW`` registered on the readers' client: a poll's read and lease, together.
+        self._look = look
         self._client = client
         self._notifier = notifier
         self._lease, self._log_key = keys[0], keys[1]
@@ -126,24 +135,23 @@ class Follower:
             if not self.ended:  # stopped: its last reader left
                 self._end(Reason.REPLY_LOG_UNAVAILABLE.value)
 
-    async def _read(self, last: str, poll: bool) -> tuple[Any, bool]:
+    async def _read(self, last: str, poll: bool) -> tuple[Entries, bool]:
         """What follows ``last`` (one non-blocking ``XREAD``), and whether the lease is
-        held (looked at with it, atomically, when ``poll``; else taken as held)."""
+        held (looked at with it, atomically, in the ``FOLLOW`` script when ``poll``; else
+        taken as held)."""
         self.reads += 1
         if not poll:
-            return await self._client.xread({self._log_key: last}, count=READ_COUNT), True
+            batch = await self._client.xread({self._log_key: last}, count=READ_COUNT)
+            return (batch[0][1] if batch else []), True
         self.polls += 1
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.xread({self._log_key: last}, count=READ_COUNT).exists(self._lease)
-            batch, leased = await pipe.execute()
-        return batch, bool(leased)
+        raw, leased = await self._look(keys=[self._lease, self._log_key], args=[last, READ_COUNT])
+        return entries_of(raw), bool(leased)
 
     async def _follow(self) -> None:
         last, poll = "0-0", True
         while True:
             self._woken.clear()  # a write after this wakes the wait below
-            batch, leased = await self._read(last, poll)
-            entries = batch[0][1] if batch else ()
+            entries, leased = await self._read(last, poll)
             for entry_id, fields in entries:
                 if b"e" in fields:
                     self._end(fields[b"e"].decode() or None)
@@ -213,6 +221,7 @@ class Followers:
     ) -> None:
         self.limits = limits
         self._client = client
+        self._look = client.register_script(FOLLOW)
         self._notifier = notifier
         self._channel_of = channel_of
         self._log_limits = log_limits
@@ -272,6 +281,7 @@ class Followers:
         follower = read.follower
         if follower is None or (follower.ended and follower.error is not None):
             follower = read.follower = Follower(
+                self._look,
                 self._client,
                 self._notifier,
                 self._keys_of(key),

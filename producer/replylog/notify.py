@@ -32,6 +32,8 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
+from replywire.producer.redis_clients import open_pubsub
+
 NOTIFY_CLIENT_NAME: Final = "replywire-notify"
 #: The longest ``aclose`` waits for each of the notifier's tasks to end when cancelled.
 STOP_WAIT_S: Final = 2.0
@@ -157,7 +159,7 @@ class Notifier:
             await pubsub.unsubscribe(*leaving)
 
     async def _connect(self) -> Any:
-        pubsub = self._client.pubsub()
+        pubsub = await open_pubsub(self._client)
         try:
             await pubsub.connect()
             self._confirmed = {}

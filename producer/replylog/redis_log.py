@@ -88,10 +88,9 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio import BlockingConnectionPool
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException
 
+from replywire.producer.redis_clients import async_client
 from replywire.producer.replylog.followers import READERS_CLIENT_NAME, Followers
 from replywire.producer.replylog.interface import (
     LogLimits,
@@ -105,13 +104,21 @@ from replywire.producer.replylog.redis_reply import RedisReply
 from replywire.producer.replylog.scripts import (
     CANCEL,
     MAX_CANCEL_REQUESTS,
+    Entries,
     Scripts,
     bounded,
+    found_of,
     ms,
     relay_value,
 )
 from replywire.producer.replylog.states import ReplyInput, ReplyState, allowed
-from replywire.producer.store_urls import refuse_cluster
+from replywire.producer.store_urls import (
+    NOT_A_CLUSTER,
+    ClusterNode,
+    Store,
+    parse_store,
+    refuse_cluster,
+)
 from replywire.shared.reasons import Reason
 
 DEFAULT_PREFIX: Final = "replywire:replies:"
@@ -129,7 +136,7 @@ class RedisReplyLog:
 
     def __init__(
         self,
-        url: str,
+        url: str | Store,
         limits: LogLimits | None = None,
         *,
         prefix: str = DEFAULT_PREFIX,
@@ -137,26 +144,21 @@ class RedisReplyLog:
     ) -> None:
         self.limits = limits or LogLimits()
         self.prefix = prefix
+        self.store = url if isinstance(url, Store) else parse_store(url)
         # Every command is short (nothing blocks in Redis: waiters are told by pub/sub).
         # Typed Any: redis-py's command stubs answer bytes | str | Awaitable unions.
         # One retry at once, on a new connection (a pooled one may be stale after a Redis
-        # restart); no backoff: a store that is gone fails the reply now, not in seconds.
+        # restart); no backoff: a store that is gone fails the reply now, not in seconds
+        # (a cluster's client backs off: it reads the slots again, producer.redis_clients).
         # Writes are idempotent (_WRITE), so a retried one never logs an entry twice.
-        options: dict[str, Any] = {
-            "socket_timeout": TIMEOUT_S,
-            "socket_connect_timeout": TIMEOUT_S,
-            "retry": AsyncRetry(NoBackoff(), 1),
-        }
         self.readers = readers or ReaderLimits()
 
-        def pool(name: str, size: int) -> Any:
+        def pool(name: str, size: int, retries: int = 1) -> Any:
             """A pool of ``size`` connections named ``name``: a command that finds none free
             waits at most ``TIMEOUT_S``, then fails (a ``RedisError``: the caller's
             ``reply_log_unavailable``), never ``MaxConnectionsError``."""
-            return aioredis.Redis(
-                connection_pool=BlockingConnectionPool.from_url(
-                    url, max_connections=size, timeout=TIMEOUT_S, client_name=name, **options
-                )
+            return async_client(
+                self.store, name=name, size=size, timeout_s=TIMEOUT_S, retries=retries
             )
 
         #: The generations' commands (claim, writes, lease refreshes, taking relayed
@@ -166,17 +168,12 @@ class RedisReplyLog:
         #: What every Open asks (``find``) and a relayed ``Cancel``: a small pool.
         self.lookups: Any = pool(LOOKUPS_NAME, LOOKUP_CONNECTIONS)
         self.cancel_script: Any = self.lookups.register_script(CANCEL)
+        self.lookup_scripts = Scripts(self.lookups)
         #: The followers' reads (``--reply-log-connections``), each a short command.
         self.reader_client: Any = pool(READERS_CLIENT_NAME, self.readers.connections)
         #: The one pub/sub connection that tells followers and generations here that a
         #: reply changed (``producer.replylog.notify``).
-        self.notify_client: Any = aioredis.Redis(
-            connection_pool=BlockingConnectionPool.from_url(
-                url, max_connections=1, timeout=TIMEOUT_S, client_name=NOTIFY_CLIENT_NAME,
-                socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
-                retry=AsyncRetry(NoBackoff(), 0),
-            )
-        )  # fmt: skip
+        self.notify_client: Any = pool(NOTIFY_CLIENT_NAME, 1, retries=0)
         self.notifier = Notifier(self.notify_client)
         self.followers = Followers(
             self.reader_client,
@@ -206,26 +203,30 @@ class RedisReplyLog:
 
     async def check(self) -> None:
         """Raises ``redis.RedisError`` unless the server answers, ``ClusterNode`` if it is a
-        Redis Cluster node (it would answer PING, then redirect most keys)."""
+        Redis Cluster node named as a lone server (it would answer PING, then redirect
+        most keys) or a lone server named as a cluster."""
+        if self.store.cluster:
+            try:
+                await self.client.ping(target_nodes="all")  # every node the slots name
+            except RedisClusterException as error:  # a lone server: "cluster mode is not enabled"
+                raise ClusterNode(NOT_A_CLUSTER) from error
+            return
         await self.client.ping()
         refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
-        return (await self._found(self.lookups, key))[1]
+        return (await self._found(self.lookup_scripts, key))[1]
 
-    async def _found(self, client: Any, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
+    async def _found(self, scripts: Scripts, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
         """The key's reply's state (``states``: from its meta, its lease and its log's last
-        entry, read together) and a reader's snapshot of it (None: absent)."""
-        lease, log_key, meta, _ = self.keys(key)
+        entry, read together by ``FIND``) and a reader's snapshot of it (None: absent)."""
         try:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.hgetall(meta).exists(lease).xrevrange(log_key, count=1)
-                fields, leased, tail = await pipe.execute()
+            fields, leased, tail = found_of(await scripts.find(keys=self.keys(key)[:3]))
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:
             return ReplyState.ABSENT, None
-        state = _state(bool(leased), tail)
+        state = _state(leased, tail)
         reply = RedisReply(
             self,
             key,
@@ -240,7 +241,7 @@ class RedisReplyLog:
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> RedisReply:
-        state, _ = await self._found(self.client, key)
+        state, _ = await self._found(self.scripts, key)
         if allowed(state, ReplyInput.CREATE) is None:  # the script refuses it too
             raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
@@ -290,13 +291,10 @@ class RedisReplyLog:
 
     async def _ended_cancelled(self, key: ReplyKey, wait_s: float) -> bool:
         """Whether the reply ends ``consumer_cancelled`` within ``wait_s`` (polled)."""
-        lease, log_key, _, _ = self.keys(key)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
         while True:
-            async with self.lookups.pipeline(transaction=True) as pipe:
-                pipe.exists(lease).xrevrange(log_key, count=1)
-                leased, tail = await pipe.execute()
+            _, leased, tail = found_of(await self.lookup_scripts.find(keys=self.keys(key)[:3]))
             last: dict[bytes, bytes] = tail[0][1] if tail else {}
             if b"e" in last or not leased:
                 return last.get(b"e") == Reason.CONSUMER_CANCELLED.value.encode()
@@ -312,7 +310,7 @@ class RedisReplyLog:
                 await client.aclose()
 
 
-Tail = list[tuple[bytes, dict[bytes, bytes]]]
+Tail = Entries
 
 
 def _frames(tail: Tail) -> int:

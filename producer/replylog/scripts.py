@@ -1,13 +1,15 @@
 """What the Redis reply log's scripts do, and what a relayed ``Cancel`` carries.
 
-The Lua scripts (``CREATE``, ``WRITE``, ``REFRESH``, ``CANCEL``) each touch one reply's
-keys together, atomically (``producer.replylog.redis_log`` names the keys and runs them);
-``WRITE`` and ``CANCEL`` publish on the reply's channels (``producer.replylog.notify``).
-The moves they make are the table of ``producer.replylog.states`` (each script's comment
-names its inputs; ``tests/integration/test_reply_log_lifecycle.py`` runs each from every
-state). A relayed ``Cancel`` as the cancel list holds it: ``relay_value`` writes it,
-``relayed_cancel`` reads it back (the caller's name, and its ``traceparent`` when the
-relaying replica traces, bounded).
+The Lua scripts (``CREATE``, ``WRITE``, ``REFRESH``, ``CANCEL``, and the reads ``FIND``
+and ``FOLLOW``) each touch one reply's keys together, atomically, in one hash slot (a
+Redis Cluster runs each on the master of the reply's slot; ``producer.replylog.redis_log``
+names the keys and runs them); ``WRITE`` and ``CANCEL`` publish on the reply's channels
+(``producer.replylog.notify``). The moves they make are the table of
+``producer.replylog.states`` (each script's comment names its inputs;
+``tests/integration/test_reply_log_lifecycle.py`` runs each from every state). A relayed
+``Cancel`` as the cancel list holds it: ``relay_value`` writes it, ``relayed_cancel``
+reads it back (the caller's name, and its ``traceparent`` when the relaying replica
+traces, bounded).
 """
 
 from __future__ import annotations
@@ -86,6 +88,40 @@ return 1
 """
 
 
+# A reply as a lookup finds it, read together (a script: one slot, atomic, on a lone server
+# and on a Cluster alike). KEYS: lease, log, meta. {meta's fields and values, 1 when the
+# lease is held (else 0), the log's last entry (none: empty)}.
+FIND: Final = """
+return {redis.call('HGETALL', KEYS[3]), redis.call('EXISTS', KEYS[1]),
+        redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)}
+"""
+# A follower's look: what follows its last entry, and whether the lease is held, read
+# together. KEYS: lease, log. ARGV: the last entry id read ("0-0": none), entries at most.
+FOLLOW: Final = """
+return {redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2]),
+        redis.call('EXISTS', KEYS[1])}
+"""
+
+Entries = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+def entries_of(raw: Any) -> Entries:
+    """Stream entries as a script returns them (``[[id, [field, value, ...]], ...]``) as
+    redis-py's own commands give them: ``(id, {field: value})``."""
+    return [(entry_id, _pairs(fields)) for entry_id, fields in raw or ()]
+
+
+def _pairs(flat: Any) -> dict[bytes, bytes]:
+    items = list(flat or ())
+    return dict(zip(items[::2], items[1::2], strict=True))
+
+
+def found_of(raw: Any) -> tuple[dict[bytes, bytes], bool, Entries]:
+    """``FIND``'s answer: the meta hash, whether the lease is held, the log's last entry."""
+    meta, leased, tail = raw
+    return _pairs(meta), bool(leased), entries_of(tail)
+
+
 def ms(seconds: float) -> int:
     """A time as the scripts take it (``PX``, ``PEXPIRE``): milliseconds, at least one."""
     return max(int(seconds * 1000), 1)
@@ -98,6 +134,7 @@ class Scripts:
         self.create = client.register_script(CREATE)
         self.write = client.register_script(WRITE)
         self.refresh = client.register_script(REFRESH)
+        self.find = client.register_script(FIND)
 
 
 def bounded(traceparent: str | None) -> str | None:

@@ -325,6 +325,18 @@ SCRIPT_INPUTS: dict[str, tuple[ReplyInput, ...]] = {
     "REFRESH": (I.REFRESH,),
     "CANCEL": (I.REQUEST_CANCEL,),
 }
+#: The scripts that only read (a lookup's ``FIND``, a follower's ``FOLLOW``): no input.
+READ_ONLY = ("FIND", "FOLLOW")
+#: The commands a read-only script may call.
+READING_COMMANDS = {"HGETALL", "EXISTS", "XREVRANGE", "XRANGE"}
+
+
+def test_the_read_only_scripts_call_only_reading_commands() -> None:
+    for name in READ_ONLY:
+        called = set(re.findall(r"redis\.call\('([A-Z]+)'", lua_scripts()[name]))
+        assert called and called <= READING_COMMANDS, (name, called)
+
+
 #: The script's field and value of each input that writes an entry.
 WRITTEN = {
     I.APPEND: ("d", "x"),
@@ -364,7 +376,7 @@ async def run_script(store: RedisStore, event: ReplyInput) -> object:
 
 
 def test_every_script_is_checked_and_the_inputs_no_script_makes_are_redis_s_own() -> None:
-    assert set(SCRIPT_INPUTS) == set(lua_scripts())
+    assert set(SCRIPT_INPUTS) | set(READ_ONLY) == set(lua_scripts())
     scripted = {event for inputs in SCRIPT_INPUTS.values() for event in inputs}
     # A lease lapses and keys expire by their TTLs (PX, PEXPIRE); the Redis log evicts none.
     assert set(I) - scripted == {I.LAPSE, I.EXPIRE, I.EVICT}

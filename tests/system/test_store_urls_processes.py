@@ -67,7 +67,8 @@ def assert_nowhere(password: str, cwd: Path, *texts: str) -> None:
         (
             ["--reply-log", "valkey://:{}@h/0"],
             "producer: --reply-log 'valkey://h/0': valkey:// is not a scheme this producer "
-            "speaks; give redis://, rediss://, unix:// or memory (the scheme in any case)",
+            "speaks; give redis://, rediss://, unix://, redis+cluster://, rediss+cluster:// "
+            "or memory (the scheme in any case)",
         ),
     ],
     ids=["ledger-unknown", "ledger-upper-case", "reply-log-mixed-case", "reply-log-unknown"],
@@ -140,8 +141,9 @@ def test_a_mixed_case_or_unix_url_to_a_real_server_serves_both_flags(
 
 @pytest.mark.parametrize("flag", ["--reply-log", "--ledger"])
 def test_a_redis_cluster_node_is_refused_at_start_in_one_line(tmp_path: Path, flag: str) -> None:
-    """A Redis Cluster node answers PING, then redirects (MOVED) or refuses (CROSSSLOT) the
-    store's keys: refused at start, in one line naming the flag, exit 2."""
+    """A Redis Cluster node named as a lone server answers PING, then redirects (MOVED) the
+    store's keys: refused at start, in one line naming the flag and the cluster's scheme,
+    exit 2."""
     with redis_server(cluster=True) as server:
         assert redis.Redis(unix_socket_path=str(server.socket)).info("cluster") == {
             "cluster_enabled": 1
@@ -150,7 +152,7 @@ def test_a_redis_cluster_node_is_refused_at_start_in_one_line(tmp_path: Path, fl
         done = start(tmp_path, *gemini, flag, server.url)
     assert done.returncode == 2
     assert done.stderr == (
-        f"producer: {flag} redis://127.0.0.1:{server.port}/0 is a Redis Cluster node; "
-        "Redis Cluster is not supported yet\n"
+        f"producer: {flag} redis://127.0.0.1:{server.port}/0 is a Redis Cluster node: "
+        "name the cluster as redis+cluster://HOST:PORT[,HOST:PORT...]\n"
     )
     assert "listening on" not in done.stdout
