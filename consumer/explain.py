@@ -145,6 +145,8 @@ SENTENCES: Final[Mapping[Reason, str]] = {
     R.IDENTITY_STREAM_LIMIT: "This caller already has as many streams open as it may.",
     R.REPLY_LOG_UNAVAILABLE: "The producer's reply log could not be read or written.",
     R.REPLY_LOG_LIMIT: "The reply outgrew the producer's reply log bounds.",
+    R.REPLY_LOG_BEHIND: "The producer's shared reply log lost frames in a failover; "
+    "the reply ends after the frames it kept.",
     R.REPLY_LOG_BUSY: "The producer already reads as many replies from its shared reply log "
     "as it allows (or this caller as many as it may); try later.",
     R.HEALTH_WATCH_LIMIT: "The producer already serves as many health watches as it allows.",

@@ -197,6 +197,10 @@ class Generations:
         if checked.wire.value != reply.wire:
             raise RequestRefused(Reason.INVALID_REQUEST, "a resume in another wire format")
         if reply.error is not None:
+            if reply.error == Reason.REPLY_LOG_BEHIND.value and checked.resume_after:
+                # The log lost frames its readers may hold: a resume is refused, never
+                # served from a reply made again (docs/protocol.md#resume).
+                raise ended_reply_refusal(reply.error)
             if self.source.regenerates:
                 return None  # generated again, from the start
             if not checked.resume_after and refused_before_made(reply):

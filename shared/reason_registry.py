@@ -218,6 +218,12 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the producer already reads --reply-log-replies-read replies from the shared log (or "
         "the caller --reply-log-replies-read-per-identity); try later",
     ),
+    Reason.REPLY_LOG_BEHIND: _info(
+        _E,
+        "UNAVAILABLE",
+        "the shared reply log lost frames it had acknowledged (a store's failover): "
+        "the reply ends after the frames it kept",
+    ),
     Reason.HEALTH_WATCH_LIMIT: _info(
         _R, "RESOURCE_EXHAUSTED", "the producer already serves --max-health-watches Watch streams"
     ),
@@ -454,5 +460,6 @@ REPLY_ENDINGS: frozenset[Reason] = frozenset(
         Reason.REPLY_ABANDONED,
         Reason.REPLY_LOG_UNAVAILABLE,
         Reason.REPLY_LOG_LIMIT,
+        Reason.REPLY_LOG_BEHIND,
     }
 )

@@ -51,6 +51,7 @@ class Reason(StrEnum):
     REPLY_LOG_UNAVAILABLE = "reply_log_unavailable"
     REPLY_LOG_LIMIT = "reply_log_limit"
     REPLY_LOG_BUSY = "reply_log_busy"
+    REPLY_LOG_BEHIND = "reply_log_behind"
     HEALTH_WATCH_LIMIT = "health_watch_limit"
     HEALTH_LIST_LIMIT = "health_list_limit"
     METADATA_TOO_LARGE = "metadata_too_large"

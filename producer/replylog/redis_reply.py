@@ -22,7 +22,13 @@ import structlog
 from replywire.producer.replylog.followers import Followers
 from replywire.producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
 from replywire.producer.replylog.notify import Notifier
-from replywire.producer.replylog.scripts import MAX_CANCEL_REQUESTS, Scripts, ms, relayed_cancel
+from replywire.producer.replylog.scripts import (
+    BEHIND,
+    MAX_CANCEL_REQUESTS,
+    Scripts,
+    ms,
+    relayed_cancel,
+)
 from replywire.shared.errors import scrubbed_detail
 from replywire.shared.reasons import Reason
 
@@ -155,20 +161,35 @@ class RedisReply:
         for value in requests:
             self._on_cancel(*relayed_cancel(value))
 
-    async def _write(self, entry_id: str, field: str, value: bytes | str, expire_s: float) -> bool:
+    async def _write(self, sequence: int, field: str, value: bytes | str, expire_s: float) -> bool:
+        """Write entry ``sequence`` (the lease's token first): True once written (or found
+        written: a retry), False when the lease is not this process's; ``ReplyLogFailed``
+        (``reply_log_behind``) when the log lost entries this process wrote (the script has
+        ended the reply there)."""
         limits = self._log.limits
         written = await self._log.scripts.write(
             keys=self._keys,
             args=[
                 self._token,
-                entry_id,
+                f"0-{sequence}",
                 field,
                 value,
                 limits.max_frames + 1,
                 ms(expire_s),
                 self._log.channels(self.key)[0],
+                f"0-{sequence - 1}",
+                Reason.REPLY_LOG_BEHIND.value,
             ],
         )
+        if written == BEHIND:
+            self._ended = True
+            self.error = Reason.REPLY_LOG_BEHIND.value
+            if self._refresher is not None:
+                self._refresher.cancel()
+            raise ReplyLogFailed(
+                Reason.REPLY_LOG_BEHIND,
+                f"the log lost frames it had acknowledged: frame {sequence} found it behind",
+            )
         return bool(written)
 
     async def append(self, entry: Entry) -> None:
@@ -184,7 +205,7 @@ class RedisReply:
                 f"over {limits.max_frames} frames or {limits.max_bytes} bytes",
             )
         try:
-            written = await self._write(f"0-{entry.sequence}", "d", entry.data, self._expire_s)
+            written = await self._write(entry.sequence, "d", entry.data, self._expire_s)
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not written:
@@ -212,9 +233,7 @@ class RedisReply:
             self._refresher.cancel()
         # Not written: its readers see the lease lapse (generator_lost) within a lease.
         try:
-            written = await self._write(
-                f"0-{self._last + 1}", "e", error or "", self._log.limits.ttl_s
-            )
+            written = await self._write(self._last + 1, "e", error or "", self._log.limits.ttl_s)
         except aioredis.RedisError as failure:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(failure).__name__) from failure
         if not written:

@@ -40,21 +40,33 @@ redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 # The table's append (field "d"), end (field "e", value ""), end_in_error and
-# append_over_bound (field "e", a reason code). KEYS: lease, log, meta, cancel. ARGV: token,
-# entry id, field, value, maxlen, expire ms, the reply's notify channel. Idempotent: a write
-# whose entry is already the last one (a retry after its answer was lost) is done; any other
-# write needs the lease. Each entry written is published (its id) to the reply's followers
-# on every replica.
+# append_over_bound (field "e", a reason code), and write_finds_log_behind. KEYS: lease,
+# log, meta, cancel. ARGV: token, entry id ("0-SEQUENCE"), field, value, maxlen, expire ms,
+# the reply's notify channel, the id of the entry before it ("0-0": none), the reason
+# a log found behind ends with. Idempotent: a write whose entry is already the last one (a
+# retry after its answer was lost) is done (1); any other write needs the lease (else 0).
+# In order: an entry is added only right after the one before it; a log whose last entry
+# is another (it lost acknowledged writes: a failover promoted a replica that had not
+# received them) is ended there, the end entry at this entry's id, past everything
+# written, with the reason (2): no reader is handed a gap or a different continuation.
+# Each entry written is published (its id) to the reply's followers on every replica.
 WRITE: Final = """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
 if last and last[1] == ARGV[2] then return 1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
+local held = last and last[1] or '0-0'
+local answer = 1
+if held ~= ARGV[8] then
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], 'e', ARGV[9])
+  answer = 2
+else
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], ARGV[2], ARGV[3], ARGV[4])
+end
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
-if ARGV[3] == 'e' then redis.call('DEL', KEYS[1], KEYS[4]) end
+if ARGV[3] == 'e' or answer == 2 then redis.call('DEL', KEYS[1], KEYS[4]) end
 redis.call('PUBLISH', ARGV[7], ARGV[2])
-return 1
+return answer
 """
 # The table's refresh_lease. KEYS: lease, log, meta, cancel. ARGV: token, lease ms, expire
 # ms, relayed Cancels to take (0: none). {0} when the lease is not this token's, else {1,
@@ -120,6 +132,10 @@ def found_of(raw: Any) -> tuple[dict[bytes, bytes], bool, Entries]:
     """``FIND``'s answer: the meta hash, whether the lease is held, the log's last entry."""
     meta, leased, tail = raw
     return _pairs(meta), bool(leased), entries_of(tail)
+
+
+#: ``WRITE``'s answer when it found the log behind (and ended the reply there).
+BEHIND: Final = 2
 
 
 def ms(seconds: float) -> int:

@@ -1,14 +1,15 @@
 """A logged reply's lifecycle: its states and the one table of moves both logs obey.
 
-A reply (named by its ``ReplyKey``) is ``absent`` until a ``create`` claims it: it is
-then ``generating``, its frames appended one by one, until it ends, once: ``complete``
-(its terminal frame was the last entry) or ``ended_in_error`` (a reason code: the
-generation stopped without its terminal, or the log ended it past a bound). In the shared
-log the generator holds a lease; a lease that lapses with no end entry leaves the reply
-``lost``. A reply that ended in error, or was lost, may be created anew (a source that
-regenerates, a take-over); a complete one never is. An ended or lost reply is dropped in
-time (its TTL); the memory log also drops the oldest ended reply to make room for a new
-one. Nothing is final: a dropped reply's key is ``absent`` again, free to be claimed.
+A reply (named by its ``ReplyKey``) is ``absent`` until a ``create`` claims it: it is then
+``generating``, its frames appended one by one, until it ends, once: ``complete`` (its
+terminal frame was the last entry) or ``ended_in_error`` (a reason code: the generation
+stopped without its terminal, or the log ended it past a bound, or found itself behind
+what its generator wrote). In the shared log the generator holds a lease; a lease that
+lapses with no end entry leaves the reply ``lost``. A reply that ended in error, or was
+lost, may be created anew (a source that regenerates, a take-over); a complete one never
+is. An ended or lost reply is dropped in time (its TTL); the memory log also drops the
+oldest ended reply to make room for a new one. Nothing is final: a dropped reply's key is
+``absent`` again, free to be claimed.
 
 What each log records for each state:
 
@@ -56,6 +57,11 @@ class ReplyInput(StrEnum):
     #: A frame past ``max_frames`` or ``max_bytes``: the log ends the reply
     #: ``reply_log_limit`` (``append`` raises ``ReplyLogFailed``).
     OVERFLOW = "append_over_bound"
+    #: A write (a frame or the end) finds the log holding fewer frames than its generator
+    #: wrote: a store's failover lost writes it had acknowledged. The shared log ends the
+    #: reply ``reply_log_behind`` there, past every frame written (``append`` raises
+    #: ``ReplyLogFailed``).
+    BEHIND = "write_finds_log_behind"
     #: The terminal frame was the last entry (``end()``).
     END = "end"
     #: Ended without its terminal (``end(reason)``).
@@ -77,6 +83,7 @@ TRANSITIONS: Final = {
     (S.ABSENT, I.CREATE): S.GENERATING,
     (S.GENERATING, I.APPEND): S.GENERATING,
     (S.GENERATING, I.OVERFLOW): S.ENDED_IN_ERROR,
+    (S.GENERATING, I.BEHIND): S.ENDED_IN_ERROR,
     (S.GENERATING, I.END): S.COMPLETE,
     (S.GENERATING, I.END_IN_ERROR): S.ENDED_IN_ERROR,
     (S.GENERATING, I.REFRESH): S.GENERATING,
@@ -101,8 +108,9 @@ REPLY: Final = MachineSpec(
 #: The states a reply has ended in: ``end`` again changes nothing (the first call wins).
 ENDED: Final = frozenset({S.COMPLETE, S.ENDED_IN_ERROR})
 #: The inputs of the shared log alone: the memory log's generator is its own process (no
-#: lease to refresh or lose) and every ``Cancel`` reaches it there (none is relayed).
-SHARED_LOG_ONLY: Final = frozenset({I.REFRESH, I.LAPSE, I.REQUEST_CANCEL})
+#: lease to refresh or lose), every ``Cancel`` reaches it there (none is relayed) and it
+#: never loses a write it took.
+SHARED_LOG_ONLY: Final = frozenset({I.REFRESH, I.LAPSE, I.REQUEST_CANCEL, I.BEHIND})
 #: The memory log's alone: it bounds the replies it keeps; the shared log's keys expire.
 MEMORY_LOG_ONLY: Final = frozenset({I.EVICT})
 

@@ -29,7 +29,7 @@ from replywire.producer.replylog.interface import (
 )
 from replywire.producer.replylog.memory import MemoryReplyLog
 from replywire.producer.replylog.redis_log import RedisReplyLog
-from replywire.producer.replylog.scripts import MAX_CANCEL_REQUESTS, ms
+from replywire.producer.replylog.scripts import BEHIND, MAX_CANCEL_REQUESTS, ms
 from replywire.producer.replylog.states import (
     MEMORY_LOG_ONLY,
     REPLY,
@@ -176,6 +176,14 @@ async def _append(store: Store, size: int) -> None:
     await store.reply.append(Entry(store.reply.frames + 1, b"x" * size))
 
 
+async def _behind(store: Store) -> None:
+    """The log loses the generator's last write (as a failover that promotes a replica
+    which had not received it): the handle believes it wrote one frame more, then writes
+    the next."""
+    store.reply._last += 1
+    await _append(store, 1)
+
+
 async def _lapse(store: Store) -> None:
     """The generator goes silent (its refresher stopped) for a lease."""
     refresher = store.reply._refresher
@@ -191,6 +199,7 @@ DRIVE: dict[ReplyInput, Callable[[Store], Awaitable[object]]] = {
     I.CREATE: _create,
     I.APPEND: lambda store: _append(store, 1),
     I.OVERFLOW: lambda store: _append(store, LIMITS.max_bytes + 1),
+    I.BEHIND: _behind,
     I.END: lambda store: store.reply.end(),
     I.END_IN_ERROR: lambda store: store.reply.end(Reason.REPLY_ABANDONED.value),
     I.REFRESH: lambda store: store.reply._refreshed(False),
@@ -256,12 +265,14 @@ def raised(state: ReplyState, event: ReplyInput) -> str | None:
     """What a log raises, as it always has, for an input the table moves by (past a bound:
     the log has ended the reply) or refuses."""
     if REPLY.target(state, event) is not None:
-        return "ReplyLogFailed:reply_log_limit" if event is I.OVERFLOW else None
+        ended = {I.OVERFLOW: "reply_log_limit", I.BEHIND: "reply_log_behind"}.get(event)
+        return f"ReplyLogFailed:{ended}" if ended else None
     if event is I.CREATE:
         return "ReplyBusy"
-    if event in (I.APPEND, I.OVERFLOW, I.END, I.END_IN_ERROR) and state is S.LOST:
+    writes = (I.APPEND, I.OVERFLOW, I.BEHIND, I.END, I.END_IN_ERROR)
+    if event in writes and state is S.LOST:
         return "ReplyLogFailed:generator_lost"  # its lease lapsed: its writes land nowhere
-    if event in (I.APPEND, I.OVERFLOW):
+    if event in (I.APPEND, I.OVERFLOW, I.BEHIND):
         return "RuntimeError"  # a write to an ended reply
     if event is I.EVICT and state is S.GENERATING:
         return "RequestRefused:stream_limit"
@@ -321,7 +332,7 @@ def test_each_log_moves_a_reply_as_the_table_says(
 #: The table's inputs each Lua script makes (``scripts``' comments say which).
 SCRIPT_INPUTS: dict[str, tuple[ReplyInput, ...]] = {
     "CREATE": (I.CREATE,),
-    "WRITE": (I.APPEND, I.OVERFLOW, I.END, I.END_IN_ERROR),
+    "WRITE": (I.APPEND, I.OVERFLOW, I.BEHIND, I.END, I.END_IN_ERROR),
     "REFRESH": (I.REFRESH,),
     "CANCEL": (I.REQUEST_CANCEL,),
 }
@@ -341,6 +352,7 @@ def test_the_read_only_scripts_call_only_reading_commands() -> None:
 WRITTEN = {
     I.APPEND: ("d", "x"),
     I.OVERFLOW: ("e", Reason.REPLY_LOG_LIMIT.value),
+    I.BEHIND: ("d", "x"),
     I.END: ("e", ""),
     I.END_IN_ERROR: ("e", Reason.REPLY_ABANDONED.value),
 }
@@ -371,8 +383,12 @@ async def run_script(store: RedisStore, event: ReplyInput) -> object:
         args = ["alice", expire_ms, MAX_CANCEL_REQUESTS, cancels]
         return await log.cancel_script(keys=[keys[0], keys[3]], args=args)
     field, value = WRITTEN[event]
-    args = [reply._token, f"0-{reply.frames + 1}", field, value, LIMITS.max_frames + 1]
-    return await log.scripts.write(keys=keys, args=[*args, expire_ms, notify])
+    # A write found behind: its generator wrote one frame more than the log holds.
+    sequence = reply.frames + (2 if event is I.BEHIND else 1)
+    args = [reply._token, f"0-{sequence}", field, value, LIMITS.max_frames + 1, expire_ms]
+    behind = Reason.REPLY_LOG_BEHIND.value
+    answer = await log.scripts.write(keys=keys, args=[*args, notify, f"0-{sequence - 1}", behind])
+    return answer == BEHIND if event is I.BEHIND else answer
 
 
 def test_every_script_is_checked_and_the_inputs_no_script_makes_are_redis_s_own() -> None:

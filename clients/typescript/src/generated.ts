@@ -30,6 +30,7 @@ export const REASONS: ReadonlyArray<readonly [string, Status]> = [
   ["reply_log_unavailable", "error"],
   ["reply_log_limit", "error"],
   ["reply_log_busy", "refused"],
+  ["reply_log_behind", "error"],
   ["health_watch_limit", "refused"],
   ["health_list_limit", "refused"],
   ["metadata_too_large", "refused"],
@@ -152,6 +153,7 @@ export const RESUMABLE_REASONS: ReadonlySet<string> = new Set([
 export const REPLY_ENDINGS: ReadonlySet<string> = new Set([
   "generator_lost",
   "reply_abandoned",
+  "reply_log_behind",
   "reply_log_limit",
   "reply_log_unavailable",
 ]);
