@@ -228,10 +228,16 @@ async def open_reply_log(
     the producer (exit 2). A shared log's readers are counted in ``metrics``."""
     store = store_of("--reply-log", args.reply_log)
     if store.kind is StoreKind.MEMORY:
+        if args.reply_log_durability != "none":
+            raise ConfigurationError(
+                "--reply-log-durability waits for a shared log's replicas: give --reply-log "
+                "redis://... or redis+cluster://..."
+            )
         return MemoryReplyLog(limits)
     # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
     import redis  # noqa: PLC0415
 
+    from replywire.producer.replylog.durability import Durability, Mode  # noqa: PLC0415
     from replywire.producer.replylog.redis_log import RedisReplyLog  # noqa: PLC0415
 
     try:
@@ -243,7 +249,12 @@ async def open_reply_log(
             replies=args.reply_log_replies_read,
             per_identity=per_identity if args.auth_tokens else args.reply_log_replies_read,
         )
-        log = RedisReplyLog(store.target, limits, readers=readers)
+        durability = Durability(
+            Mode(args.reply_log_durability),
+            args.reply_log_durability_replicas,
+            args.reply_log_durability_timeout_s,
+        )
+        log = RedisReplyLog(store, limits, readers=readers, durability=durability)
     except ValueError as error:
         detail = store.redact(str(error))
         raise ConfigurationError(f"--reply-log {store.shown}: {detail}") from error

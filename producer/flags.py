@@ -21,6 +21,7 @@ from replywire.producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
 from replywire.producer.budget.options import DEFAULT_PREFIX
 from replywire.producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from replywire.producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from replywire.producer.replylog.durability import DEFAULT_TIMEOUT_S as DEFAULT_DURABILITY_TIMEOUT_S
 from replywire.producer.replylog.interface import (
     DEFAULT_DETACH_GRACE_S,
     DEFAULT_LEASE_S,
@@ -254,7 +255,9 @@ FLAGS: Final = FlagTable(
                  "where replies are logged: `memory` (this process) or "
                  "`redis://HOST:PORT/DB` (`rediss://` for TLS, `unix:///PATH?db=N` for a "
                  "socket; the scheme in any case), one Redis Streams log shared by replicas "
-                 "(see [Replicas](consumer.md#replicas)); any other `scheme://` or word is a "
+                 "(see [Replicas](consumer.md#replicas)), or a Redis Cluster, "
+                 "`redis+cluster://HOST:PORT[,HOST:PORT...]` (`rediss+cluster://`; see "
+                 "[Operations](operations.md#redis-cluster)); any other `scheme://` or word is a "
                  "usage error (one line, "
                  "exit 2), and a Redis that does not answer at start is one line on stderr and "
                  "exit 2. A URL's password is never shown (see [Security](security.md))",
@@ -284,6 +287,23 @@ FLAGS: Final = FlagTable(
                  "not a connection); a stream that would read one reply more is refused "
                  "`RESOURCE_EXHAUSTED` / `reply_log_busy` before anything is claimed or paid",
                  Count("replies"), DEFAULT_REPLIES_READ),
+            Flag("--reply-log-durability",
+                 "a shared log: what each write batch waits for: `none` (a failover may lose "
+                 "the last frames written; the reply then ends `reply_log_behind`), `replica` "
+                 "(`WAIT`: the frames are in the memory of `--reply-log-durability-replicas` "
+                 "replicas before the next are written) or `aof` (`WAITAOF`: in the master's "
+                 "and those replicas' append-only files); a wait answered by fewer replicas "
+                 "within `--reply-log-durability-timeout-s` ends the reply "
+                 "`reply_log_unavailable` (see [Operations](operations.md#redis-cluster))",
+                 choices=("none", "replica", "aof"), default="none"),
+            Flag("--reply-log-durability-replicas",
+                 "a shared log with `--reply-log-durability`: the replicas each write batch "
+                 "waits for",
+                 Count("replicas"), 1),
+            Flag("--reply-log-durability-timeout-s",
+                 "a shared log with `--reply-log-durability`: how long a write batch waits "
+                 "for its replicas",
+                 positive_seconds, DEFAULT_DURABILITY_TIMEOUT_S),
             Flag("--reply-log-replies-read-per-identity",
                  "a shared log, with `--auth-tokens`: of `--reply-log-replies-read`, how "
                  "many of one caller's replies may be read here at once; one more is refused "

@@ -16,6 +16,13 @@ commands of a client in flight at once, a command past them waiting at most
 reply's keys share its hash tag; the ledger's, its prefix's): ``CROSSSLOT`` never
 happens. Pub/sub is plain ``PUBLISH`` (a cluster carries it to every node) heard on one
 connection to a master chosen at random (``open_pubsub``), another after it fails.
+
+A failover (a master killed, its replica promoted once ``cluster-node-timeout`` passed)
+takes a few seconds in which the master's slots answer nothing or ``CLUSTERDOWN``: the
+reply log rides it (``through_failover``) with commands that are safe to send again,
+each bounded by a window of the lease's (a write, a follower's read); what the promoted
+replica lacks (asynchronous replication: writes the old master acknowledged) is found by
+the write script's order rule (``reply_log_behind``).
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ import asyncio
 import inspect
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import redis
 import redis.asyncio as aioredis
+import redis.exceptions
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -115,7 +123,8 @@ class Gated:
         self._turns = asyncio.Semaphore(size)
         self._timeout_s = timeout_s
 
-    async def _in_turn(self, command: Awaitable[Any]) -> Any:
+    async def in_turn(self, command: Awaitable[Any]) -> Any:
+        """Await ``command`` in one of the client's turns."""
         try:
             await asyncio.wait_for(self._turns.acquire(), self._timeout_s)
         except TimeoutError:
@@ -134,7 +143,7 @@ class Gated:
 
         def command(*args: Any, **kwargs: Any) -> Any:
             answer = attribute(*args, **kwargs)
-            return self._in_turn(answer) if inspect.isawaitable(answer) else answer
+            return self.in_turn(answer) if inspect.isawaitable(answer) else answer
 
         return command
 
@@ -164,11 +173,53 @@ class _GatedPipeline:
         await self._pipe.__aexit__(*exc)
 
     def execute(self) -> Awaitable[Any]:
-        return self._gated._in_turn(self._pipe.execute())
+        return self._gated.in_turn(self._pipe.execute())
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         attribute: Callable[..., Any] = getattr(self._pipe, name)
         return attribute
+
+
+#: What a Cluster answers while a master is failed over: the node gone (a refused or reset
+#: connection, a timeout), the cluster down until a replica takes its slots
+#: (``CLUSTERDOWN``, ``TRYAGAIN``), a write that reached a node which is a replica now
+#: (``READONLY``), a slot that moved (``MOVED`` once redis-py gave up following it).
+FAILOVER_ERRORS: Final = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MovedError,
+)
+FAILOVER_RETRY_MIN_S: Final = 0.05
+FAILOVER_RETRY_MAX_S: Final = 0.5
+
+T = TypeVar("T")
+
+
+async def through_failover(client: Any, command: Callable[[], Awaitable[T]], window_s: float) -> T:
+    """``command()``, retried on a Cluster through a failover (``FAILOVER_ERRORS``, backing
+    off from ``FAILOVER_RETRY_MIN_S`` doubling to ``FAILOVER_RETRY_MAX_S``) for at most
+    ``window_s``, then its error raised; on a lone server, once (there is no replica to
+    wait for). Only for commands that are safe to send again: the reply log's writes are
+    idempotent (``producer.replylog.scripts``), its reads change nothing. A command that
+    found no connection free (``NoConnectionFree``) has waited already: not retried."""
+    if not isinstance(client, Gated):
+        return await command()
+    loop = asyncio.get_running_loop()
+    until = loop.time() + window_s
+    delay = FAILOVER_RETRY_MIN_S
+    while True:
+        try:
+            return await command()
+        except NoConnectionFree:
+            raise
+        except FAILOVER_ERRORS:
+            if loop.time() + delay > until:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, FAILOVER_RETRY_MAX_S)
 
 
 async def open_pubsub(client: Any) -> Any:

@@ -53,6 +53,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
+from replywire.producer.redis_clients import through_failover
 from replywire.producer.replylog.interface import Entry, LogEnded, LogLimits, ReaderLimits, ReplyKey
 from replywire.producer.replylog.notify import Notifier
 from replywire.producer.replylog.scripts import FOLLOW, Entries, entries_of
@@ -90,6 +91,8 @@ class Follower:
         self._channel = channel
         #: The longest it waits for a notification before it looks itself (and at the lease).
         self._poll_s = limits.lease_s / 4
+        #: How long a read rides a Cluster's failover: a lease, as the generator's writes.
+        self._failover_s = limits.lease_s
         #: The reply's frames read so far, in order: ``entries[i].sequence == i + 1``.
         self.entries: list[Entry] = []
         self.ended = False
@@ -141,10 +144,17 @@ class Follower:
         taken as held)."""
         self.reads += 1
         if not poll:
-            batch = await self._client.xread({self._log_key: last}, count=READ_COUNT)
+            batch = await through_failover(
+                self._client,
+                lambda: self._client.xread({self._log_key: last}, count=READ_COUNT),
+                self._failover_s,
+            )
             return (batch[0][1] if batch else []), True
         self.polls += 1
-        raw, leased = await self._look(keys=[self._lease, self._log_key], args=[last, READ_COUNT])
+        keys = [self._lease, self._log_key]
+        raw, leased = await through_failover(
+            self._client, lambda: self._look(keys=keys, args=[last, READ_COUNT]), self._failover_s
+        )
         return entries_of(raw), bool(leased)
 
     async def _follow(self) -> None:

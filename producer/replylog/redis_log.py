@@ -91,6 +91,7 @@ import structlog
 from redis.exceptions import RedisClusterException
 
 from replywire.producer.redis_clients import async_client
+from replywire.producer.replylog.durability import Durability
 from replywire.producer.replylog.followers import READERS_CLIENT_NAME, Followers
 from replywire.producer.replylog.interface import (
     LogLimits,
@@ -141,8 +142,11 @@ class RedisReplyLog:
         *,
         prefix: str = DEFAULT_PREFIX,
         readers: ReaderLimits | None = None,
+        durability: Durability | None = None,
     ) -> None:
         self.limits = limits or LogLimits()
+        #: What each write waits for (``--reply-log-durability``).
+        self.durability = durability or Durability()
         self.prefix = prefix
         self.store = url if isinstance(url, Store) else parse_store(url)
         # Every command is short (nothing blocks in Redis: waiters are told by pub/sub).

@@ -19,12 +19,15 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 import structlog
 
+from replywire.producer.redis_clients import through_failover
+from replywire.producer.replylog.durability import Durability, Mode, WaitShort, eval_and_wait
 from replywire.producer.replylog.followers import Followers
 from replywire.producer.replylog.interface import Entry, LogLimits, ReplyKey, ReplyLogFailed
 from replywire.producer.replylog.notify import Notifier
 from replywire.producer.replylog.scripts import (
     BEHIND,
     MAX_CANCEL_REQUESTS,
+    WRITE,
     Scripts,
     ms,
     relayed_cancel,
@@ -39,6 +42,7 @@ class ReplyStore(Protocol):
     limits: LogLimits
     scripts: Scripts
     client: Any
+    durability: Durability
     followers: Followers
     notifier: Notifier
 
@@ -124,15 +128,18 @@ class RedisReply:
         """Refresh the lease (and take the relayed ``Cancel`` requests): False once it is
         not this process's any more."""
         limits = self._log.limits
+        args = [
+            self._token,
+            ms(limits.lease_s),
+            ms(limits.lease_s + limits.ttl_s),
+            MAX_CANCEL_REQUESTS if take_cancels else 0,
+        ]
         try:
-            answer = await self._log.scripts.refresh(
-                keys=self._keys,
-                args=[
-                    self._token,
-                    ms(limits.lease_s),
-                    ms(limits.lease_s + limits.ttl_s),
-                    MAX_CANCEL_REQUESTS if take_cancels else 0,
-                ],
+            # Through a Cluster's failover for a third of a lease: the next refresh's turn.
+            answer = await through_failover(
+                self._log.client,
+                lambda: self._log.scripts.refresh(keys=self._keys, args=args),
+                limits.lease_s / 3,
             )
         except aioredis.RedisError as error:  # the next refresh may still make it
             structlog.get_logger().warning(
@@ -161,26 +168,51 @@ class RedisReply:
         for value in requests:
             self._on_cancel(*relayed_cancel(value))
 
-    async def _write(self, sequence: int, field: str, value: bytes | str, expire_s: float) -> bool:
+    async def _write(
+        self, sequence: int, field: str, value: bytes | str, expire_s: float, *, wait: bool = True
+    ) -> bool:
         """Write entry ``sequence`` (the lease's token first): True once written (or found
         written: a retry), False when the lease is not this process's; ``ReplyLogFailed``
         (``reply_log_behind``) when the log lost entries this process wrote (the script has
-        ended the reply there)."""
+        ended the reply there). With ``--reply-log-durability`` (``wait``) it is done once
+        the replicas asked for have it (``producer.replylog.durability``; fewer within
+        the timeout: ``ReplyLogFailed``, ``reply_log_unavailable``)."""
         limits = self._log.limits
-        written = await self._log.scripts.write(
-            keys=self._keys,
-            args=[
-                self._token,
-                f"0-{sequence}",
-                field,
-                value,
-                limits.max_frames + 1,
-                ms(expire_s),
-                self._log.channels(self.key)[0],
-                f"0-{sequence - 1}",
-                Reason.REPLY_LOG_BEHIND.value,
-            ],
-        )
+        args = [
+            self._token,
+            f"0-{sequence}",
+            field,
+            value,
+            limits.max_frames + 1,
+            ms(expire_s),
+            self._log.channels(self.key)[0],
+            f"0-{sequence - 1}",
+            Reason.REPLY_LOG_BEHIND.value,
+        ]
+        durability = self._log.durability
+        waits = durability.mode is not Mode.NONE and wait
+
+        def write() -> Any:  # an awaitable of the script's answer
+            if waits:
+                return eval_and_wait(self._log.client, WRITE, self._keys, args, durability)
+            return self._log.scripts.write(keys=self._keys, args=args)
+
+        # Ridden through a Cluster's failover while the lease can still hold (the write is
+        # idempotent: one found written already is done, and waited for again).
+        try:
+            written = await through_failover(self._log.client, write, limits.lease_s)
+        except WaitShort as short:
+            structlog.get_logger().warning(
+                "reply_log_wait_short",
+                stream_id=self.key.stream_id,
+                sequence=sequence,
+                confirmed=short.confirmed,
+                wanted=durability.replicas,
+            )
+            raise ReplyLogFailed(
+                Reason.REPLY_LOG_UNAVAILABLE,
+                f"{short.confirmed} of {durability.replicas} replicas confirmed frame {sequence}",
+            ) from short
         if written == BEHIND:
             self._ended = True
             self.error = Reason.REPLY_LOG_BEHIND.value
@@ -192,7 +224,8 @@ class RedisReply:
             )
         return bool(written)
 
-    async def append(self, entry: Entry) -> None:
+    async def append(self, entry: Entry, *, wait: bool = True) -> None:
+        """Log the next frame (``wait``: with the durability's wait, when one is set)."""
         if self._ended or self._token is None:
             raise RuntimeError(f"reply {self.key} is not generated here")
         if entry.sequence != self._last + 1:
@@ -205,7 +238,7 @@ class RedisReply:
                 f"over {limits.max_frames} frames or {limits.max_bytes} bytes",
             )
         try:
-            written = await self._write(entry.sequence, "d", entry.data, self._expire_s)
+            written = await self._write(entry.sequence, "d", entry.data, self._expire_s, wait=wait)
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not written:
@@ -217,8 +250,10 @@ class RedisReply:
         return False  # every entry is a command to Redis: logged by extend and end
 
     async def extend(self, entries: Sequence[Entry]) -> None:
-        for entry in entries:
-            await self.append(entry)
+        # One batch, one wait: after its last entry (a replica that has it has every entry
+        # written before it: replication keeps the master's order).
+        for index, entry in enumerate(entries, 1):
+            await self.append(entry, wait=index == len(entries))
 
     @property
     def _expire_s(self) -> float:
@@ -233,7 +268,14 @@ class RedisReply:
             self._refresher.cancel()
         # Not written: its readers see the lease lapse (generator_lost) within a lease.
         try:
-            written = await self._write(self._last + 1, "e", error or "", self._log.limits.ttl_s)
+            # An ending in error is written without a wait: it stops the reply either way.
+            written = await self._write(
+                self._last + 1, "e", error or "", self._log.limits.ttl_s, wait=error is None
+            )
+        except ReplyLogFailed as failure:
+            if failure.reason is not Reason.REPLY_LOG_UNAVAILABLE or error is not None:
+                raise
+            return  # complete in the log, its wait short (the record says so)
         except aioredis.RedisError as failure:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(failure).__name__) from failure
         if not written:
