@@ -29,6 +29,7 @@ from replywire.producer.replylog.scripts import (
     MAX_CANCEL_REQUESTS,
     WRITE,
     Scripts,
+    found_of,
     ms,
     relayed_cancel,
 )
@@ -76,6 +77,9 @@ class RedisReply:
         self._last = frames
         self._size = 0
         self._ended = False
+        #: A frame whose write failed with no answer (it may be in the log or not): the end
+        #: entry goes after it if it is (``end``).
+        self._unsure: int | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._on_cancel: Callable[[str, str | None], None] | None = None
 
@@ -239,7 +243,13 @@ class RedisReply:
             )
         try:
             written = await self._write(entry.sequence, "d", entry.data, self._expire_s, wait=wait)
+        except ReplyLogFailed as failed:
+            if isinstance(failed.__cause__, WaitShort):  # logged; its replicas fell short
+                self._last = entry.sequence
+                self._size += len(entry.data)
+            raise
         except aioredis.RedisError as error:
+            self._unsure = entry.sequence
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not written:
             raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
@@ -268,6 +278,7 @@ class RedisReply:
             self._refresher.cancel()
         # Not written: its readers see the lease lapse (generator_lost) within a lease.
         try:
+            await self._settle_unsure()
             # An ending in error is written without a wait: it stops the reply either way.
             written = await self._write(
                 self._last + 1, "e", error or "", self._log.limits.ttl_s, wait=error is None
@@ -280,6 +291,22 @@ class RedisReply:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(failure).__name__) from failure
         if not written:
             raise ReplyLogFailed(Reason.GENERATOR_LOST, "the lease is no longer this process's")
+
+    async def _settle_unsure(self) -> None:
+        """A frame whose write went unanswered: if the log has it as its last entry, the end
+        entry goes after it (an end at its id would be taken for the frame's retry)."""
+        if self._unsure is None:
+            return
+        unsure, self._unsure = self._unsure, None
+        _, _, tail = found_of(
+            await through_failover(
+                self._log.client,
+                lambda: self._log.scripts.find(keys=self._keys[:3]),
+                self._log.limits.lease_s,
+            )
+        )
+        if tail and tail[0][0] == f"0-{unsure}".encode():
+            self._last = unsure
 
     def read(self, after: int) -> AsyncIterator[Entry]:
         """The reply's frames after ``after``, from this replica's one follower of it
