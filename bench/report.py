@@ -509,7 +509,8 @@ def fanout(rows: dict[str, Any]) -> list[str]:
         "readers beyond the first added, against the same round's row of one reader. Redis: "
         "every command the reply log's server ran (inside scripts and transactions too), per "
         "reader-chunk and per chunk of the reply; XREAD is the replicas' followers' reads (a "
-        "reply read once per replica, not per reader); per added reader, each Open's look-up. "
+        "reply read once per replica, not per reader); per added reader, each Open's look-up "
+        "(and, with two replicas, the second one's reads of the reply, which K = 1 has not). "
         "Bounds: `--max-streams-per-identity` "
         f"{rows['max_streams_per_identity']:,}, the reply log's at their defaults.",
         "",
