@@ -16,6 +16,7 @@ from bench.fanout import (
     command_calls,
     difference,
     figures,
+    joined,
     summary,
 )
 
@@ -56,6 +57,8 @@ def test_a_round_s_row_from_its_readers() -> None:
     assert (row["readers"], row["complete"], row["same_bytes"], row["digests"]) == (4, 3, 2, 2)
     assert row["failed"] == {"reply_log_busy": 1}
     assert row["joined_live"] == 2
+    # From the first reader's first chunk: the last first chunk, and the reply's end.
+    assert (row["last_joined_s"], row["reply_s"]) == (8.2, 8.0)
     # The reply's chunks: the common digest's; reader-chunks: every chunk any reader read.
     assert (row["chunks"], row["reader_chunks"]) == (80, 239)
     assert row["producer_cpu_us_per_reader_chunk"] == round(239_500 / 239, 3)
@@ -68,6 +71,7 @@ def test_a_round_s_row_from_its_readers() -> None:
 def test_a_row_with_no_reader_complete_has_no_figure_per_chunk() -> None:
     row = figures(Measured(reads(("generator_lost", "x", 0, None, 1.0)), 1, 0.1, {"xread": 2}))
     assert (row["complete"], row["same_bytes"], row["chunks"], row["joined_live"]) == (0, 0, 0, 0)
+    assert (row["last_joined_s"], row["reply_s"]) == (None, None)
     assert row["redis_commands_per_chunk"] is None
     assert row["producer_cpu_us_per_reader_chunk"] is None
 
@@ -133,5 +137,7 @@ def test_the_table_has_a_cell_for_every_column() -> None:
     }
     table = cells(fanout)
     assert [len(cells_) for cells_ in table] == [len(HEADER)] * 2
-    assert table[0][:8] == ["one producer", 1, 1, 1, {}, 1, "1", 80]
+    assert table[0][:8] == ["one producer", 1, 1, 1, {}, "1", "1", 80]
+    timed = {**summary(base, base), "last_joined_s": 0.0, "reply_s": 15.84}
+    assert joined(timed) == "1 (last at 0.0 s of 15.8)"
     assert table[0][9] is None and table[1][9] == 50.0  # per added reader-chunk
