@@ -358,7 +358,7 @@ async def rounds(
         name: {str(k): [] for k in plan.readers} for name in names
     }
     try:
-        for name in names:  # warm-up: two replies, then two readers on each producer
+        for name in names:  # warm-up: a reply of one reader, then one of two a producer
             for index, readers in enumerate((1, 2 * len(deployed[name].targets))):
                 await sides[name].reply(f"warm-{names.index(name)}-{index}", readers)
         for index in range(plan.rounds):
