@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, memory, paced, pure, record_floor, streams, tracing_cost
+from bench import decoders, fanout, memory, paced, pure, record_floor, streams, tracing_cost
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
@@ -59,6 +59,7 @@ def run(size: Size) -> dict[str, Any]:
             f"BENCH_SIZE={size} .venv/bin/python -m bench.record_floor",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.tracing_cost",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.fanout",
             ".venv/bin/python -m bench.flow_window",
             f"REPLYWIRE_PURE=1 BENCH_SIZE={size} .venv/bin/python -m bench.pure --out FILE"
             "  # the pure pass, when the compiled build runs",
@@ -83,6 +84,7 @@ def run(size: Size) -> dict[str, Any]:
         "chunk_bytes": 1024,
         "bytes_written_before_blocking": written,
     }
+    results["fanout"] = fanout.run(size)  # K readers of one live reply, one or two replicas
     results["targets"] = verdicts(results)  # issue 22's, met or not, with their figures
     results["load_average_after"] = load_average()
     results["duration_s"] = round(time.time() - started, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from bench import fanout as fanout_bench
 from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY
 
 
@@ -493,6 +494,30 @@ def record_floor(floor: dict[str, Any]) -> list[str]:
     return out
 
 
+def fanout(rows: dict[str, Any]) -> list[str]:
+    """The fan-out table (``bench.fanout``): K readers of one live reply, per layout."""
+    return [
+        f"## Fan-out ({', '.join(f'{k:,}' for k in rows['readers'])} readers of one live "
+        f"reply, {rows['case']}, one identity; median of {rows['rounds']} round(s); "
+        "bench/fanout.py)",
+        "",
+        "The first reader opens the reply (the Gemini source, the fake's two-character "
+        f"deltas {rows['event_delay_s']:g} s apart); the others join once it is live, spread "
+        "over the layout's producers in turn. Same bytes: readers with the digest most got; "
+        "joined live: first chunk before the reply ended. CPU: the producers' processes over "
+        "the row, per chunk every reader read (K × the reply's chunks), and per chunk the "
+        "readers beyond the first added, against the same round's row of one reader. Redis: "
+        "every command the reply log's server ran (inside scripts and transactions too), per "
+        "reader-chunk and per chunk of the reply; XREAD is the replicas' followers' reads (a "
+        "reply read once per replica, not per reader); per added reader, each Open's look-up "
+        "(and, with two replicas, the second one's reads of the reply, which K = 1 has not). "
+        "Bounds: `--max-streams-per-identity` "
+        f"{rows['max_streams_per_identity']:,}, the reply log's at their defaults.",
+        "",
+        *table(fanout_bench.HEADER, fanout_bench.cells(rows)),
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     streams, decoders = results["streams"], results["decoders"]
@@ -585,5 +610,6 @@ def markdown(results: dict[str, Any]) -> str:
         "CPU is read (bench/tracing_cost.py).",
         "",
         *tracing(results["tracing"]),
+        *fanout(results["fanout"]),
     ]
     return "\n".join(out).rstrip() + "\n"

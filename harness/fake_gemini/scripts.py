@@ -12,6 +12,9 @@ the good reply with the implausible usage in :data:`BAD_USAGE`; ``fake-echo-key`
 answers 400 with the received API key quoted in the error body;
 ``fake-slow-start`` holds the response for ``Pacing.start_delay`` seconds (2 s) after
 reading the request, then answers the good reply (``harness.fake_gemini.server``).
+``fake-fine-deltas`` answers the good reply's text in deltas of :data:`FINE_DELTA_CHARS`
+characters, one event each (a model's reply as many small events: ``bench.fanout``), paced
+by ``Pacing.event_delay``.
 
 The ``fake-chat-*`` models (:data:`CHAT_MODELS`, not in :data:`SCRIPTS`: they answer a chat
 request only) are ``harness.fake_gemini.chat_scripts``'.
@@ -67,7 +70,11 @@ SCRIPTS: tuple[str, ...] = (
     "fake-echo-key",
     "fake-slow-start",
     "fake-function-call",
+    "fake-fine-deltas",
 )
+
+#: The characters of each text event of ``fake-fine-deltas``.
+FINE_DELTA_CHARS: Final = 2
 
 #: The models that answer a chat request (``chat_scripts``).
 CHAT_MODELS: tuple[str, ...] = tuple(CHAT_SCRIPTS)
@@ -222,6 +229,7 @@ class Scripts:
             "fake-running-usage": self._script_running_usage,
             "fake-slow-start": self._script_ok,
             "fake-function-call": self._script_function_call,
+            "fake-fine-deltas": self._script_fine_deltas,
             **{name: self._script_bad_usage for name in BAD_USAGE},
             **{name: self._chat_script(name) for name in CHAT_SCRIPTS},
         }
@@ -353,6 +361,11 @@ class Scripts:
             Step("event", sse_event(done)),
             Step("event", sse_event(self.response(turn, tail))),
         ]
+
+    def _script_fine_deltas(self, turn: Turn) -> list[Step]:
+        text = "".join(self.texts(turn))
+        deltas = [text[i : i + FINE_DELTA_CHARS] for i in range(0, len(text), FINE_DELTA_CHARS)]
+        return self._text_events(turn, deltas, "STOP")
 
     def _script_unterminated(self, turn: Turn) -> list[Step]:
         return self._text_events(turn, self.texts(turn), "STOP", last_terminated=False)

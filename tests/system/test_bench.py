@@ -21,6 +21,8 @@ import pytest
 
 from bench.common import middle, process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
+from bench.fanout import PLANS as FANOUT_PLANS
+from bench.fanout_layouts import LAYOUTS
 from bench.paced import PLANS as PACED_PLANS
 from bench.paced import PURE_SIDES, SEARCHED, SSE_STACK
 from bench.streams import (
@@ -60,6 +62,7 @@ TABLES = (
     "## Targets",
     "## Pure against compiled",
     "## The floor's own parts",
+    "## Fan-out",
 )
 
 
@@ -272,6 +275,35 @@ def test_every_target_has_a_verdict(tiny_run: tuple[dict[str, Any], str]) -> Non
         assert target["figures"]
         assert target["verdict"].split(" (")[0] in {"met", "not met", "not measured"}
         assert f"| {target['verdict']} |" in tiny_run[1]
+
+
+def test_every_reader_of_one_live_reply_got_the_same_bytes_from_one_call(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    """The fan-out table: in each layout, each K's readers all complete with the same bytes,
+    every one joined the reply live, the provider was called once; every cost is there (its
+    figure not asserted), and the readers beyond the first cost an Open's look-up each."""
+    fanout = tiny_run[0]["fanout"]
+    plan = FANOUT_PLANS["tiny"]
+    assert fanout["readers"] == list(plan.readers) and fanout["rounds"] == plan.rounds
+    assert list(fanout["layouts"]) == list(LAYOUTS)
+    assert [layout["producers"] for layout in fanout["layouts"].values()] == [1, 2]
+    for name, layout in fanout["layouts"].items():
+        assert list(layout["rows"]) == [str(k) for k in plan.readers]
+        for k, row in layout["rows"].items():
+            readers = int(k)
+            assert (row["readers"], row["complete"], row["same_bytes"]) == (readers,) * 3
+            assert (row["digests"], row["failed"], row["joined_live"]) == (1, {}, readers)
+            assert row["provider_calls_by_round"] == [1] * plan.rounds
+            assert row["chunks"] > 10 and row["reader_chunks"] == readers * row["chunks"]
+            for key in ("producer_cpu_us_per_reader_chunk", "redis_commands_per_chunk"):
+                assert row[key] > 0
+            # Each producer's followers read the reply (at least once a chunk's worth).
+            assert row["xread_per_chunk"] >= 0.5
+            assert f"| {name} | {readers} |" in tiny_run[1]
+        added = layout["rows"][str(max(plan.readers))]
+        assert added["producer_cpu_us_per_added_reader_chunk"] is not None
+        assert added["redis_commands_per_added_reader"] > 0
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:

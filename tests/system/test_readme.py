@@ -135,6 +135,7 @@ RUN_BY = {
     + " (with RUN_DIR, OUT_DIR in a temporary directory)",
     "BENCH_SIZE=tiny .venv/bin/python -m bench.paced": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.fanout": BENCH,
     ".venv/bin/python -m bench.flow_window": BENCH,
     ".venv/bin/python -m bench.peer_headers": (
         "tests/system/test_peer_headers.py::test_the_command_prints_each_case"
@@ -570,6 +571,10 @@ def test_benchmarks() -> None:
     assert done.returncode == 0, done.stderr
     floor = json.loads(done.stdout)
     assert set(floor["server"]) == set(floor["client"]) == {"frame", "4096"}
+    done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.fanout")
+    assert done.returncode == 0, done.stderr
+    fanout = json.loads(done.stdout)
+    assert set(fanout["layouts"]) == {"one producer", "two replicas, one Redis"}
     done = shell(".venv/bin/python -m bench.flow_window")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
