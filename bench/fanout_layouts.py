@@ -4,9 +4,9 @@ A layout is a function: given a working folder, the producers' flags (the source
 the bounds) and their environment, it starts a reply log and the producers that share it,
 yields them as a ``Deployed`` (their gRPC targets, their pids, the reply log's URL, and the
 Redis servers whose commands are counted), and stops them after. ``LAYOUTS`` names them in
-the table's order: one producer on a private Redis server, and two replicas sharing one.
-A layout through a Redis Cluster is one more entry: a function that starts the cluster and
-the replicas on it and yields the same ``Deployed`` (``counted``: every master).
+the table's order: one producer on a private Redis server, two replicas sharing one, and
+two replicas sharing a Redis Cluster of three masters and three replicas
+(tests/redis_cluster.py; ``counted``: every master).
 
 Every producer has a file ledger of its own (``REPLICA/ledger.json``) and is pinned to the
 servers' CPU (``bench.common.SERVER_CPU``, both replicas on it); the Redis server may run on
@@ -24,6 +24,7 @@ from typing import Final
 
 from bench.common import SERVER_CPU, can_pin, pin
 from tests.processes import Producer, producer
+from tests.redis_cluster import redis_cluster
 from tests.redis_server import redis_server
 
 
@@ -97,8 +98,27 @@ def _on_one_server(count: int) -> Layout:
     return layout
 
 
+def _on_a_cluster(count: int) -> Layout:
+    @contextmanager
+    def layout(workdir: Path, flags: Sequence[str], env: Mapping[str, str]) -> Iterator[Deployed]:
+        with redis_cluster() as cluster:
+            for node in cluster.nodes:
+                unpin(node.process.pid)
+            masters = cluster.masters()
+            with replicas(workdir, cluster.url, count, flags, env) as running:
+                yield Deployed(
+                    targets=tuple(p.target for p in running),
+                    pids=tuple(p.process.pid for p in running),
+                    reply_log=cluster.url,
+                    counted=tuple(f"redis://{m.host}:{m.port}/0" for m in masters),
+                )
+
+    return layout
+
+
 #: The layouts, by the name the table gives them, in its order.
 LAYOUTS: Final[dict[str, Layout]] = {
     "one producer": _on_one_server(1),
     "two replicas, one Redis": _on_one_server(2),
+    "two replicas, a Redis Cluster (3 masters, 3 replicas)": _on_a_cluster(2),
 }

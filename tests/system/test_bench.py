@@ -287,7 +287,7 @@ def test_every_reader_of_one_live_reply_got_the_same_bytes_from_one_call(
     plan = FANOUT_PLANS["tiny"]
     assert fanout["readers"] == list(plan.readers) and fanout["rounds"] == plan.rounds
     assert list(fanout["layouts"]) == list(LAYOUTS)
-    assert [layout["producers"] for layout in fanout["layouts"].values()] == [1, 2]
+    assert [layout["producers"] for layout in fanout["layouts"].values()] == [1, 2, 2]
     for name, layout in fanout["layouts"].items():
         assert list(layout["rows"]) == [str(k) for k in plan.readers]
         for k, row in layout["rows"].items():
