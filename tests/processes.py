@@ -108,8 +108,9 @@ def producer(
     """``python -m producer --port 0 ...``; yields once it prints its port; stops it after.
     ``prefix`` runs it through a command, e.g. on a test host (tests/netns.py)."""
     trace_path = tmp_path / f"{name}.trace.jsonl"
-    # Records written at the end of each event-loop pass (not held the default 5 ms): a
-    # test reads what the producer logged as soon as an RPC returns.
+    # Records written at the end of each event-loop pass (not held the default 5 ms). A
+    # record logged in the pass that sends an RPC's status may still be held when the
+    # consumer has the status: wait for it (wait_for), or read it once the producer stopped.
     command = [sys.executable, "-m", "replywire.producer", "--port", "0", "--log-format", "json",
                "--trace-flush-ms", "0", *args]  # fmt: skip
     with trace_path.open("w") as trace_file:

@@ -26,6 +26,11 @@ pytestmark = pytest.mark.timeout(180)
 CASE = "backup-schedule"
 #: A bounded wait for what must happen at once (far longer than the grace it follows).
 PROMPTLY_S = 15.0
+#: A consumer's deadline that a loaded machine still lets its Open reach the servicer in.
+LEFT_AFTER_S = "3"
+#: Seconds between the fake's 8-byte pieces: a reply of about a minute, far past the
+#: deadline and the stop that follows it.
+LONG_DRIP_S = "0.5"
 
 
 @pytest.fixture(scope="module")
@@ -60,21 +65,30 @@ def test_a_reset_mid_stream_resumes_a_live_reply_without_a_second_call(
     assert records[-1]["to_state"] == "completed"
 
 
-def test_a_producer_that_stops_ends_the_replies_still_generating(
-    tmp_path: Path, fake: FakeGeminiProcess
-) -> None:
+def test_a_producer_that_stops_ends_the_replies_still_generating(tmp_path: Path) -> None:
     """A consumer left (its deadline) and the reply generates for the detach grace; the
-    producer stops meanwhile: the upstream is closed and the ledger entry leaves reserved."""
-    before = len(fake.log())
-    with gemini_producer(
-        tmp_path, fake, "--detach-grace-s", "120", model="fake-slow-drip"
-    ) as running:
-        run = run_consumer(running.target, "--case", CASE, "--deadline-s", "0.3")
-        assert run.result["reason"] == "deadline_exceeded"
+    producer stops meanwhile: the upstream is closed and the ledger entry leaves reserved.
+
+    The producer is stopped only once the generation has opened its upstream (the
+    reply is generating): stopped while it still reserves, marks sending or waits for
+    the provider's answer, the call ends abandoned, with no stream to close. The deadline
+    leaves time for the Open to reach the servicer on a loaded machine, and the reply,
+    dripped slowly, outlasts it and the stop by far."""
+    with fake_gemini(API_KEY, "--drip-delay-s", LONG_DRIP_S) as fake:
+        with gemini_producer(
+            tmp_path, fake, "--detach-grace-s", "120", model="fake-slow-drip"
+        ) as running:
+            run = run_consumer(running.target, "--case", CASE, "--deadline-s", LEFT_AFTER_S)
+            assert run.result["reason"] == "deadline_exceeded"
+            wait_for(lambda: running.logged("provider_stream_opened"), timeout=PROMPTLY_S)
+        calls = fake.log()
     assert running.process.returncode == 0
-    closed = [r for r in running.trace() if r["event"] == "provider_stream_closed"]
+    records = running.trace()
+    closed = [r for r in records if r["event"] == "provider_stream_closed"]
     assert len(closed) == 1
-    assert len(fake.log()) == before + 1
+    stopped = [r["reason"] for r in records if r["event"] == "generation_stopped"]
+    assert stopped == ["producer_shutdown"] and closed[0]["outcome"] == "producer_shutdown"
+    assert len(calls) == 1
     entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
     assert len(entries) == 1 and entries[0]["state"] != "reserved"
 
