@@ -29,6 +29,7 @@ from replywire.producer.replylog.interface import (
     ReplyLogFailed,
 )
 from replywire.producer.replylog.redis_log import RedisReplyLog
+from replywire.shared.errors import RequestRefused
 from replywire.shared.reasons import Reason
 from tests.redis_cluster import Cluster, redis_cluster
 from tests.redis_server import RedisServer
@@ -228,3 +229,64 @@ def test_with_replica_durability_a_write_is_never_lost_and_a_shard_left_without_
     # Nothing the generation counted as written was lost: the late reader has it all.
     assert len(run.late.frames) >= run.written
     assert run.reader.ending == run.late.ending == Reason.REPLY_LOG_UNAVAILABLE.value
+
+
+# --- the ledger at a failover ----------------------------------------------------------
+
+LEDGER_CALLS = 30
+#: The ledger's master is cut off from its replica before this call, killed before the
+#: next five's.
+LEDGER_CUT_AT = 15
+BODY = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+USAGE = {"promptTokenCount": 3, "candidatesTokenCount": 5, "totalTokenCount": 8}
+
+
+def test_the_ledger_at_a_failover_loses_only_what_its_master_took_alone_and_doubles_nothing(
+    cluster: Cluster,
+) -> None:
+    """Calls reserved, marked and settled one after another; the ledger's master cut off
+    from its replica before call ``LEDGER_CUT_AT`` and killed five calls later. What the
+    ledger holds afterwards, against what each call was told: a call whose every step was
+    answered before the cut is there, settled; what the master took alone is lost (its
+    entry and its share of the sums alike: they are written together, in one slot);
+    nothing is counted twice; a step refused meanwhile is ``ledger_unavailable``."""
+    ledger = RedisLedger(cluster.url, budget_usd=1.0)
+    ledger.check()
+    master = cluster.master_of(ledger.call_key("call-0", "alice"))
+    told: dict[str, str] = {}  # call id -> the last step the ledger answered
+    refused: dict[str, str] = {}
+    try:
+        for n in range(LEDGER_CALLS):
+            if n == LEDGER_CUT_AT:
+                cut_replicas_off(cluster, master)
+            if n == LEDGER_CUT_AT + 5:
+                cluster.kill(master)
+                cluster.wait_promoted(master)
+            call = f"call-{n}"
+            try:
+                ledger.reserve(call, body=BODY, max_output_tokens=100, identity="alice")
+                told[call] = "reserved"
+                ledger.mark_sending(call, identity="alice")
+                told[call] = "marked"
+                ledger.settle(call, USAGE, identity="alice")
+                told[call] = "settled"
+            except (RequestRefused, KeyError) as error:
+                refused[call] = getattr(getattr(error, "reason", None), "value", "missing")
+        entries = {e["call_id"]: e for e in ledger.entries()}
+        totals = ledger.totals()
+    finally:
+        ledger.close()
+    held = {call: entries[call]["state"] for call in entries}
+    lost = sorted(c for c, step in told.items() if c not in held or (step == "settled")
+                  != (held[c] == "settled"))  # fmt: skip
+    print(f"ledger master :{master.port} cut off before call {LEDGER_CUT_AT}, killed before "
+          f"call {LEDGER_CUT_AT + 5}: {len(told)} calls answered, {len(refused)} refused "
+          f"{sorted(set(refused.values()))}, {len(lost)} lost {lost}; ledger holds "
+          f"{len(held)} entries, committed {totals['committed_usd']:.8f} USD")  # fmt: skip
+    # Before the cut, everything answered is there; what was lost was taken alone.
+    assert all(held.get(f"call-{n}") == "settled" for n in range(LEDGER_CUT_AT))
+    assert all(LEDGER_CUT_AT <= int(c.split("-")[1]) < LEDGER_CUT_AT + 5 for c in lost)
+    # Nothing doubled: the sums are exactly the entries' own.
+    settled_costs = sum(float(e["cost_usd"]) for e in entries.values() if e["state"] == "settled")
+    assert totals["committed_usd"] == pytest.approx(settled_costs, abs=1e-12)
+    assert set(refused.values()) <= {Reason.LEDGER_UNAVAILABLE.value, "missing"}
