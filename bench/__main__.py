@@ -19,7 +19,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import decoders, fanout, memory, paced, pure, record_floor, streams, tracing_cost
+from bench import (
+    decoders,
+    durability,
+    fanout,
+    memory,
+    paced,
+    pure,
+    record_floor,
+    streams,
+    tracing_cost,
+)
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
 from bench.flow_window import measure as flow_measure
@@ -60,6 +70,7 @@ def run(size: Size) -> dict[str, Any]:
             f"BENCH_SIZE={size} .venv/bin/python -m bench.memory",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.tracing_cost",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.fanout",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.durability",
             ".venv/bin/python -m bench.flow_window",
             f"REPLYWIRE_PURE=1 BENCH_SIZE={size} .venv/bin/python -m bench.pure --out FILE"
             "  # the pure pass, when the compiled build runs",
@@ -85,6 +96,7 @@ def run(size: Size) -> dict[str, Any]:
         "bytes_written_before_blocking": written,
     }
     results["fanout"] = fanout.run(size)  # K readers of one live reply, one or two replicas
+    results["durability"] = durability.run(size)  # what a write waits for, on a Cluster
     results["targets"] = verdicts(results)  # issue 22's, met or not, with their figures
     results["load_average_after"] = load_average()
     results["duration_s"] = round(time.time() - started, 1)

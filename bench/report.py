@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from bench import durability as durability_bench
 from bench import fanout as fanout_bench
 from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY
 
@@ -518,6 +519,22 @@ def fanout(rows: dict[str, Any]) -> list[str]:
     ]
 
 
+def durability_section(rows: dict[str, Any]) -> list[str]:
+    """What ``--reply-log-durability`` costs a write (``bench.durability``)."""
+    return [
+        f"## Durability ({rows['frames']} frames a reply, `aof` {rows['aof_frames']}; median "
+        f"of {rows['rounds']} round(s); {rows['cluster']}; bench/durability.py)",
+        "",
+        "One generation in the bench's process writes a reply through the shared log as the "
+        "producer's does: a live reply's frames one by one, each waited for (`replica`: "
+        "`WAIT 1`, `aof`: `WAITAOF 1 1`, on the write's own connection), and a recorded "
+        "reply's as one batch, one wait after its last frame. What each setting guarantees: "
+        "docs/operations.md#redis-cluster.",
+        "",
+        *table(durability_bench.HEADER, durability_bench.cells(rows)),
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     streams, decoders = results["streams"], results["decoders"]
@@ -611,5 +628,6 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *tracing(results["tracing"]),
         *fanout(results["fanout"]),
+        *durability_section(results["durability"]),
     ]
     return "\n".join(out).rstrip() + "\n"

@@ -63,6 +63,7 @@ TABLES = (
     "## Pure against compiled",
     "## The floor's own parts",
     "## Fan-out",
+    "## Durability",
 )
 
 
@@ -304,6 +305,21 @@ def test_every_reader_of_one_live_reply_got_the_same_bytes_from_one_call(
         added = layout["rows"][str(max(plan.readers))]
         assert added["producer_cpu_us_per_added_reader_chunk"] is not None
         assert added["redis_commands_per_added_reader"] > 0
+
+
+def test_every_durability_setting_wrote_its_replies_whole(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    """The durability table: each setting, each shape of reply, every reply complete (a
+    wait that fell short would have ended one ``reply_log_unavailable``), every cost there."""
+    shapes = tiny_run[0]["durability"]["shapes"]
+    assert list(shapes) == ["live", "recorded"]
+    for shape, modes in shapes.items():
+        assert list(modes) == ["none", "replica", "aof"]
+        for mode, row in modes.items():
+            assert row["ended"] == ["complete"], (shape, mode)
+            assert row["wall_us_per_frame"] > 0 and row["cpu_us_per_frame"] > 0
+            assert f"| {shape} | {mode} |" in tiny_run[1]
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.fanout_layouts import LAYOUTS
 from replywire.native import running
 from tests.otlp_collector import STATUS_OK, otlp_collector
 from tests.processes import ROOT, wait_for
@@ -136,6 +137,7 @@ RUN_BY = {
     "BENCH_SIZE=tiny .venv/bin/python -m bench.paced": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.fanout": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.durability": BENCH,
     ".venv/bin/python -m bench.flow_window": BENCH,
     ".venv/bin/python -m bench.peer_headers": (
         "tests/system/test_peer_headers.py::test_the_command_prints_each_case"
@@ -574,7 +576,14 @@ def test_benchmarks() -> None:
     done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.fanout")
     assert done.returncode == 0, done.stderr
     fanout = json.loads(done.stdout)
-    assert set(fanout["layouts"]) == {"one producer", "two replicas, one Redis"}
+    assert set(fanout["layouts"]) == set(LAYOUTS)
+    done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.durability")
+    assert done.returncode == 0, done.stderr
+    shapes = json.loads(done.stdout)["shapes"]
+    assert {shape: set(modes) for shape, modes in shapes.items()} == {
+        "live": {"none", "replica", "aof"},
+        "recorded": {"none", "replica", "aof"},
+    }
     done = shell(".venv/bin/python -m bench.flow_window")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["bytes_written_before_blocking"]) == {
