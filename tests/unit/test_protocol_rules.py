@@ -1182,6 +1182,8 @@ UNAVAILABLE, CANCELLED = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED
          ("refused", "metadata_too_large")),
         # 8: a shared reply's named ending, mid-stream too
         (StreamEnded(UNAVAILABLE, "generator_lost"), 1, 2, ("error", "generator_lost")),
+        (StreamEnded(UNAVAILABLE, "reply_log_behind"), 0, 5, ("error", "reply_log_behind")),
+        (StreamEnded(UNAVAILABLE, "reply_log_behind"), 1, 0, ("error", "reply_log_behind")),
         (StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "reply_log_limit"), 0, 2,
          ("error", "reply_log_limit")),
         (StreamEnded(grpc.StatusCode.INTERNAL, "because"), 0, 2, ("error", "transport_io_error")),
@@ -1203,7 +1205,7 @@ def test_grpc_status_a_calls_ending_is_read_in_the_documents_order(
 @pytest.mark.parametrize(
     ("details", "resumed"),
     [("Socket closed", True), ("producer_shutdown", True), ("connection_aged_out", True),
-     ("controlled_transport_abort", True), ("generator_lost", False),
+     ("controlled_transport_abort", True), ("generator_lost", False), ("reply_log_behind", False),
      ("request_binding_mismatch", False)],
 )  # fmt: skip
 def test_grpc_status_a_resumable_ending_is_resumed_before_anything_else_is_read(

@@ -248,6 +248,8 @@ test("without resumes a broken call is error / transport_io_error with the gRPC 
 test("a reply's named ending is not resumed; producer_shutdown is", async () => {
   const lost = await stream("lp", [({ call }) => { send(call, chunksOf("lp").slice(0, 2)); setTimeout(() => fail(call, grpc.status.UNAVAILABLE, "generator_lost"), 50); }]);
   assert.deepStrictEqual([lost.status, lost.reason, opens.length], ["error", "generator_lost", 1]);
+  const behind = await stream("lp", [({ call }) => { send(call, chunksOf("lp").slice(0, 2)); setTimeout(() => fail(call, grpc.status.UNAVAILABLE, "reply_log_behind"), 50); }]);
+  assert.deepStrictEqual([behind.status, behind.reason, opens.length], ["error", "reply_log_behind", 1]);
   const chunks = chunksOf("lp");
   const shutdown = await stream("lp", [
     ({ call }) => { send(call, chunks.slice(0, 2)); setTimeout(() => fail(call, grpc.status.UNAVAILABLE, "producer_shutdown"), 50); },
