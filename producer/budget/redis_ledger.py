@@ -133,27 +133,8 @@ class RedisLedger:
         return self._client
 
     def _script(self, text: str) -> Any:
+        """One of ``SCRIPTS``, registered on the client (made first if need be)."""
         return self._scripts[text] if self.client is not None else None
-
-    @property
-    def _reserve(self) -> Any:
-        return self._script(RESERVE)
-
-    @property
-    def _mark(self) -> Any:
-        return self._script(MARK_SENDING)
-
-    @property
-    def _leave(self) -> Any:
-        return self._script(LEAVE_RESERVED)
-
-    @property
-    def _reconcile(self) -> Any:
-        return self._script(RECONCILE)
-
-    @property
-    def _abandon(self) -> Any:
-        return self._script(ABANDON)
 
     # --- keys and errors ------------------------------------------------------------------
 
@@ -272,7 +253,7 @@ class RedisLedger:
             self.call_key(call_id, identity), self._committed_key, self._seq_key,
             self._reserved_key, self.lease_key(self.owner.id),
         ]  # fmt: skip
-        answer = self._redis("write", lambda: self._reserve(keys=keys, args=args))
+        answer = self._redis("write", lambda: self._script(RESERVE)(keys=keys, args=args))
         match answer:
             case ["ok", int()]:
                 return worst_usd
@@ -301,7 +282,7 @@ class RedisLedger:
             self._lease_ms,
             self._lease_value,
         ]
-        answer = self._redis("write", lambda: self._mark(keys=keys, args=args))
+        answer = self._redis("write", lambda: self._script(MARK_SENDING)(keys=keys, args=args))
         match answer:
             case ["ok", _, _]:
                 return
@@ -346,7 +327,7 @@ class RedisLedger:
         for key, value in fields.items():
             args += [key, value]
         keys = [self.call_key(call_id, identity), self._committed_key, self._reserved_key]
-        answer = self._redis("write", lambda: self._leave(keys=keys, args=args))
+        answer = self._redis("write", lambda: self._script(LEAVE_RESERVED)(keys=keys, args=args))
         match answer:
             case ["ok", int(charged), int(reserved)]:
                 return reserved, None if charged < 0 else charged
@@ -415,7 +396,7 @@ class RedisLedger:
             args += [key, value]
         keys = [self.call_key(call_id, identity), self._committed_key, self._reserved_key,
                 self._seq_key]  # fmt: skip
-        answer = self._redis("write", lambda: self._abandon(keys=keys, args=args))
+        answer = self._redis("write", lambda: self._script(ABANDON)(keys=keys, args=args))
         match answer:
             case [("tombstoned" | "released") as done]:
                 return str(done)
@@ -466,7 +447,7 @@ class RedisLedger:
             script_keys = [key, self._committed_key, self._reserved_key, self.lease_key(held_by)]
             args: list[str | int] = [held_by, self.ttl_s, now, self.owner.reconciler]
             answer = self._redis(
-                "write", functools.partial(self._reconcile, keys=script_keys, args=args)
+                "write", functools.partial(self._script(RECONCILE), keys=script_keys, args=args)
             )
             match answer:
                 case [(str(state)), int(reserved)] if state in {FAILED, RELEASED}:
