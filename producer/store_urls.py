@@ -148,7 +148,8 @@ def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
                 f"{redacted(url)!r}: give the cluster's seed nodes as HOST:PORT[,HOST:PORT...]"
             )
         seeds.append((host.strip("[]"), int(port)))
-    first = f"{seeds[0][0]}:{seeds[0][1]}"
+    host, port = seeds[0]
+    first = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return f"{scheme}://{userinfo}{at}{first}/0{mark}{query}", seeds
 
 

@@ -156,3 +156,14 @@ def test_a_redis_cluster_node_is_refused_at_start_in_one_line(tmp_path: Path, fl
         "name the cluster as redis+cluster://HOST:PORT[,HOST:PORT...]\n"
     )
     assert "listening on" not in done.stdout
+
+
+def test_a_lone_server_named_as_a_cluster_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    """``redis+cluster://`` naming a server that is no Cluster node: one line, exit 2."""
+    with redis_server() as server:
+        done = start(tmp_path, "--reply-log", f"redis+cluster://127.0.0.1:{server.port}")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"producer: --reply-log redis+cluster://127.0.0.1:{server.port} is not a Redis "
+        "Cluster (INFO cluster says cluster_enabled:0)\n"
+    )

@@ -17,7 +17,14 @@ import pytest
 import redis
 
 from replywire.producer.budget.stores import open_ledger
-from replywire.producer.store_urls import HIDDEN, StoreError, StoreKind, parse_store, redacted
+from replywire.producer.store_urls import (
+    HIDDEN,
+    StoreError,
+    StoreKind,
+    cluster_nodes,
+    parse_store,
+    redacted,
+)
 from tests.hostile_input import ACCEPTED, PASSWORD, QUOTED
 
 pytestmark = pytest.mark.timeout(180)
@@ -100,6 +107,8 @@ def test_a_url_with_its_slashes_mistyped_is_not_a_file(spec: str) -> None:
         # Unescaped "/" and "@" in the password: still all of it hidden.
         (f"redis://:{PASSWORD}/x@h/0", "redis://h/0", f"{PASSWORD}/x"),
         (f"redis://:a/{PASSWORD}@h/0", "redis://h/0", f"a/{PASSWORD}"),
+        # A cluster's seeds: the user info is the cluster's, shown nowhere.
+        (f"redis+cluster://:{QUOTED}@a:7000,b:7001", "redis+cluster://a:7000,b:7001", QUOTED),
     ],
 )
 def test_what_is_shown_never_has_the_password(url: str, shown: str, written: str) -> None:
@@ -110,6 +119,37 @@ def test_what_is_shown_never_has_the_password(url: str, shown: str, written: str
     text = store.redact(f"Error connecting to {url} (auth {unquote(written)} / {written})")
     assert PASSWORD not in text and QUOTED not in text
     assert store.shown in text
+
+
+@pytest.mark.parametrize(
+    ("url", "node", "seeds"),
+    [
+        ("redis+cluster://h:7000", "redis://h:7000/0", [("h", 7000)]),
+        ("Rediss+Cluster://:pw@a:1,b:2/0?ssl_cert_reqs=none",
+         "rediss://:pw@a:1/0?ssl_cert_reqs=none", [("a", 1), ("b", 2)]),
+        ("redis+cluster://[::1]:7000,10.0.0.2:7001", "redis://[::1]:7000/0",
+         [("::1", 7000), ("10.0.0.2", 7001)]),
+    ],
+)  # fmt: skip
+def test_a_cluster_url_names_its_seed_nodes(
+    url: str, node: str, seeds: list[tuple[str, int]]
+) -> None:
+    store = parse_store(url)
+    assert (store.kind, store.cluster) == (StoreKind.REDIS, True)
+    assert cluster_nodes(store.target) == (node, seeds)
+    assert not parse_store("redis://h:1/0").cluster
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis+cluster://h", "redis+cluster://h:x", "redis+cluster://h:1,", "redis+cluster://:0",
+     "redis+cluster://h:70000", "redis+cluster://h:1/2"],
+)  # fmt: skip
+def test_a_cluster_url_without_readable_seeds_is_refused_in_one_line(url: str) -> None:
+    with pytest.raises(StoreError) as refused:
+        parse_store(url, memory=True)
+    assert "\n" not in str(refused.value)
+    assert "HOST:PORT" in str(refused.value) or "database 0" in str(refused.value)
 
 
 def test_a_short_password_is_redacted_though_too_short_for_the_trace_scrubbers() -> None:
