@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from bench import workers
 from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY
 
 
@@ -516,6 +517,7 @@ def markdown(results: dict[str, Any]) -> str:
         "```",
         "",
         *paced_section(results["paced"]),
+        *(workers.section(results["workers"]) if "workers" in results else []),
         f"## Sequential streams between two processes ({streams['case']}, {streams['wire']} wire, "
         f"{streams['channel_policy']} on every side, median of {streams['rounds']} rounds)",
         "",
