@@ -11,14 +11,17 @@ parent are not pinned. Per row, medians over the rounds: the added inter-chunk l
 p50 / p99 / max at the consumer (``bench.paced_client`` says how it is measured), the CPU
 per chunk of the workers (summed) and of the client, Redis commands per chunk (the
 server's ``total_commands_processed`` over the round, divided by the chunks read: every
-write, read and lease refresh of the log), and whether the pace held (every stream
+write, read and lease refresh of the log) and Redis' own CPU per chunk (its ``INFO``
+``used_cpu_user`` + ``used_cpu_sys`` over the round), and whether the pace held (every stream
 complete, p99 < 20 ms).
 
-    BENCH_SIZE=tiny|full .venv/bin/python -m bench.workers
+    BENCH_SIZE=tiny|full .venv/bin/python -m bench.workers [--streams 100,400]
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -106,9 +109,13 @@ def producer(
             process.stdout.close()
 
 
-def commands_processed(url: str) -> int:
+def redis_figures(url: str) -> tuple[int, float]:
+    """The server's commands processed so far and its CPU seconds (user + system)."""
     with redis.Redis.from_url(url) as client:
-        return int(client.info("stats")["total_commands_processed"])
+        stats, cpu = client.info("stats"), client.info("cpu")
+    return int(stats["total_commands_processed"]), float(cpu["used_cpu_user"]) + float(
+        cpu["used_cpu_sys"]
+    )
 
 
 def one_round(
@@ -117,7 +124,7 @@ def one_round(
 ) -> dict[str, Any]:  # fmt: skip
     path, sha256 = recording
     with producer(workers, workdir, path, sha256, url) as running:
-        before = commands_processed(url)
+        commands, cpu_s = redis_figures(url)
         command = [
             sys.executable, "-m", "bench.paced_client", "--kind", "replywire",
             "--target", f"127.0.0.1:{running.port}",
@@ -134,7 +141,9 @@ def one_round(
                 f"bench.paced_client (workers {workers}, {n}): {done.stderr[-2000:]}"
             )
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["redis_commands"] = commands_processed(url) - before - 1  # less the INFO
+        commands_after, cpu_after_s = redis_figures(url)
+        result["redis_commands"] = commands_after - commands - 2  # less the two INFO
+        result["redis_cpu_s"] = cpu_after_s - cpu_s
     with redis.Redis.from_url(url) as client:
         client.flushdb()  # the next round starts from an empty log
     return result
@@ -143,10 +152,13 @@ def one_round(
 def row(rounds: list[dict[str, Any]], workers: int) -> dict[str, Any]:
     figures = summary(rounds)
     per_chunk = [r["redis_commands"] / r["chunks"] for r in rounds if r["chunks"]]
+    cpu = [r["redis_cpu_s"] / r["chunks"] * 1e6 for r in rounds if r["chunks"]]
     return {
         "workers": workers,
         **figures,
         "redis_commands_per_chunk": round(median(per_chunk), 2) if per_chunk else None,
+        # Redis' own CPU (its INFO) per chunk read: the whole round's, warm-up included.
+        "redis_cpu_us_per_chunk": round(median(cpu), 2) if cpu else None,
     }
 
 
@@ -192,13 +204,13 @@ def section(results: dict[str, Any]) -> list[str]:
         f"stream complete and p99 added latency under {HELD_MS:g} ms (bench/workers.py).",
         "",
         "| workers | streams | p50 ms | p99 ms | max ms | workers µs/chunk | client µs/chunk "
-        "| Redis commands/chunk | failures | held |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Redis commands/chunk | Redis µs/chunk | failures | held |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines = [
         f"| {r['workers']} | {r['streams']:,} | {r['added_ms_p50']} | {r['added_ms_p99']} | "
         f"{r['added_ms_max']} | {r['server_cpu_us_per_chunk']} | {r['client_cpu_us_per_chunk']} "
-        f"| {r['redis_commands_per_chunk']} | "
+        f"| {r['redis_commands_per_chunk']} | {r['redis_cpu_us_per_chunk']} | "
         f"{', '.join(f'{k} {v}' for k, v in r['failures'].items()) or '-'} | "
         f"{'yes' if r['held'] else 'no'} |"
         for r in results["rows"]
@@ -207,7 +219,14 @@ def section(results: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    print(json.dumps(run(bench_size()), indent=2))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", help="the Ns, comma-separated (default: the size's plan)")
+    args = parser.parse_args()
+    plan = PLANS[bench_size()]
+    if args.streams:
+        plan = dataclasses.replace(plan, streams=tuple(int(n) for n in args.streams.split(",")))
+    with tempfile.TemporaryDirectory(prefix="replywire-workers-bench-") as workdir:
+        print(json.dumps(run_plan(plan, Path(workdir)), indent=2))
 
 
 if __name__ == "__main__":

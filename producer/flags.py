@@ -97,7 +97,7 @@ FLAGS: Final = FlagTable(
             Flag("--port", "port, 0 to 65535; `0` picks a free one, which is logged and printed as "
                  "`listening on HOST:PORT`. A port that is taken is one line on stderr and "
                  "exit 2 (the producer sets `grpc.so_reuseport` to 0, so a second producer "
-                 "never shares a port)", port_number, 50051),
+                 "never shares a port; only its own `--workers` do)", port_number, 50051),
             Flag("--workers",
                  f"producer processes serving the one port (1 to {MAX_WORKERS}). With more "
                  "than 1 this process checks the flags, starts that many workers of itself "
