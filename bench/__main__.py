@@ -29,6 +29,7 @@ from bench import (
     record_floor,
     streams,
     tracing_cost,
+    workers,
 )
 from bench.budget import budgets
 from bench.common import Machine, Size, bench_size, load_average
@@ -64,6 +65,7 @@ def run(size: Size) -> dict[str, Any]:
         "commands": [
             f"BENCH_SIZE={size} .venv/bin/python -m bench  # make bench",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.paced",
+            f"BENCH_SIZE={size} .venv/bin/python -m bench.workers",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.decoders",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.streams",
             f"BENCH_SIZE={size} .venv/bin/python -m bench.record_floor",
@@ -77,6 +79,7 @@ def run(size: Size) -> dict[str, Any]:
         ],
     }
     results["paced"] = paced.run(size)  # the headline: a model's reply, many at once
+    results["workers"] = workers.run(size)  # the same pace on --workers 1 and 2
     results["decoders"] = decoders.run(size)
     results["streams"] = streams.run(size)
     results["record_floor"] = record_floor.run(size)  # the floors taken apart, layer by layer

@@ -28,7 +28,11 @@ when ``aiter_sse`` hands an event over; the rest of the round is the same for ev
 
     .venv/bin/python -m bench.paced_client --kind replywire|bare|checks|sse --target HOST:PORT
         --server-pid PID --streams N --interval-ms MS --ramp-s S --case ID
-        --recording PATH --recording-sha256 HEX [--trace PATH]
+        --recording PATH --recording-sha256 HEX [--trace PATH] [--channels K]
+
+``--server-pid`` given again (a producer's ``--workers``, ``bench.workers``): the server's CPU
+and RSS are those processes' summed. ``--channels K`` (the replywire kind): its streams over
+K clients, each its own connection (to spread them over the workers of one port).
 """
 
 from __future__ import annotations
@@ -75,6 +79,14 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def servers_rss_kib(pids: list[int]) -> int:
+    return sum(rss_kib(pid) for pid in pids)
+
+
+def servers_cpu_s(pids: list[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
+
+
 def timed(arrivals: list[float]) -> Callable[[StreamSession], None]:
     """A ``ReplyClient.stream`` observer: notes when the session's processor takes each
     chunk from its queue, then applies it as before."""
@@ -92,21 +104,24 @@ def timed(arrivals: list[float]) -> Callable[[StreamSession], None]:
     return attach
 
 
-def open_side(kind: str, target: str, trace: Path) -> PacedSide:
+def open_side(kind: str, target: str, trace: Path, channels: int = 1) -> PacedSide:
     if kind == "sse":
         from bench.sse_client import SseSide  # noqa: PLC0415 - the gRPC kinds load no HTTP stack
 
         return SseSide(target)
-    return Side(kind, target, trace)
+    return Side(kind, target, trace, channels)
 
 
 class Side:
     """One gRPC client kind's streams, all on one channel (``ReplyClient``'s policy)."""
 
-    def __init__(self, kind: str, target: str, trace: Path) -> None:
+    def __init__(self, kind: str, target: str, trace: Path, channels: int = 1) -> None:
         self.kind = kind
         options = StreamOptions(target=target)
         self.client = ReplyClient(options)
+        #: The replywire kind's clients, each its own connection; streams taken in turn.
+        self.clients = [self.client, *(ReplyClient(options) for _ in range(channels - 1))]
+        self.opened = 0
         self.channel = grpc.aio.insecure_channel(target, options=channel_options(options))
         if kind == "replywire":  # its trace at info into a file, as the consumer CLI writes it
             self.trace = trace.open("a", encoding="utf-8")
@@ -118,7 +133,9 @@ class Side:
         if after_s:
             await asyncio.sleep(after_s)
         if self.kind == "replywire":
-            result = await self.client.stream(request, observer=timed(stream.arrivals))
+            client = self.clients[self.opened % len(self.clients)]
+            self.opened += 1
+            result = await client.stream(request, observer=timed(stream.arrivals))
             if result.status is not Status.COMPLETE:
                 stream.code = f"{result.status.value}:{result.reason}"
             return
@@ -142,7 +159,8 @@ class Side:
                 stream.code = f"{result.status.value}:{result.reason}"
 
     async def close(self) -> None:
-        await self.client.close()
+        for client in self.clients:
+            await client.close()
         await self.channel.close(None)
 
 
@@ -156,18 +174,18 @@ def percentile(values: list[float], share: float) -> float | None:
 async def one_round(args: argparse.Namespace) -> dict[str, Any]:
     recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
     base = ReplyRequest.for_case(recording, args.case, wire=WireFormat.LENGTH_PREFIXED)
-    side = open_side(args.kind, args.target, args.trace)
+    side = open_side(args.kind, args.target, args.trace, args.channels)
     me, server = os.getpid(), args.server_pid
     try:
         # One stream unpaced first: connection, caches, lazy imports, on both sides.
         warm = Stream()
         await side.read(dataclasses.replace(base, stream_id=f"paced-warm-{me}"), warm)
         gc.collect()
-        idle = {"client": rss_kib(me), "server": rss_kib(server)}
+        idle = {"client": rss_kib(me), "server": servers_rss_kib(server)}
         paced = dataclasses.replace(base, chunk_interval_ms=args.interval_ms)
         n = args.streams
         streams = [Stream() for _ in range(n)]
-        cpu, server_cpu, started = time.process_time(), process_cpu_s(server), time.perf_counter()
+        cpu, server_cpu, started = time.process_time(), servers_cpu_s(server), time.perf_counter()
         readers = asyncio.gather(
             *(
                 side.read(
@@ -181,7 +199,7 @@ async def one_round(args: argparse.Namespace) -> dict[str, Any]:
         open_rss = await sample_when_open(streams, readers, me, server)
         await readers
         wall = time.perf_counter() - started
-        cpu_s, server_cpu_s = time.process_time() - cpu, process_cpu_s(server) - server_cpu
+        cpu_s, server_cpu_s = time.process_time() - cpu, servers_cpu_s(server) - server_cpu
     finally:
         await side.close()
     interval = args.interval_ms / 1000
@@ -209,13 +227,13 @@ async def one_round(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def sample_when_open(
-    streams: list[Stream], readers: asyncio.Future[Any], me: int, server: int
+    streams: list[Stream], readers: asyncio.Future[Any], me: int, server: list[int]
 ) -> dict[str, int] | None:
     """The RSS of both processes once every stream has its first chunk and none has ended
     (None if that moment never came: a stream ended or failed before the last opened)."""
     while not readers.done():
         if all(stream.arrivals for stream in streams):
-            return {"client": rss_kib(me), "server": rss_kib(server)}
+            return {"client": rss_kib(me), "server": servers_rss_kib(server)}
         await asyncio.sleep(SAMPLE_EVERY_S)
     return None
 
@@ -224,7 +242,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--target", required=True)
-    parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--server-pid", type=int, action="append", required=True)
+    parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--streams", type=int, required=True)
     parser.add_argument("--interval-ms", type=int, required=True)
     parser.add_argument("--ramp-s", type=float, default=0.0)

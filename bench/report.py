@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from bench import durability as durability_bench
 from bench import fanout as fanout_bench
+from bench import workers
 from bench.common import CHECKS_ONLY, CONSUMER_ALONE, RECORDS_ONLY
 
 
@@ -558,6 +559,7 @@ def markdown(results: dict[str, Any]) -> str:
         "```",
         "",
         *paced_section(results["paced"]),
+        *(workers.section(results["workers"]) if "workers" in results else []),
         f"## Sequential streams between two processes ({streams['case']}, {streams['wire']} wire, "
         f"{streams['channel_policy']} on every side, median of {streams['rounds']} rounds)",
         "",

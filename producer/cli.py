@@ -47,6 +47,14 @@ from replywire.producer.sources.gemini.settings import GeminiSettings
 from replywire.producer.sources.gemini.source import GeminiSource
 from replywire.producer.sources.recording import RecordingSource
 from replywire.producer.store_urls import ClusterNode, Store, StoreError, StoreKind, parse_store
+from replywire.producer.worker_metrics import SocketEndpoint, serve_on_socket
+from replywire.producer.workers import (
+    ParentSettings,
+    WorkerSlot,
+    refuse_unshareable,
+    reserve_port,
+    run_parent,
+)
 from replywire.runtime.library_logs import (
     LibraryLogBounds,
     counts,
@@ -274,7 +282,10 @@ async def open_reply_log(
     return log
 
 
-async def serve(args: argparse.Namespace, recording: Recording) -> int:
+async def serve(
+    args: argparse.Namespace, recording: Recording, slot: WorkerSlot | None = None
+) -> int:
+    """One producer, or (``slot``) one worker of a parent's (``producer.workers``)."""
     log = structlog.get_logger()
     exposure = exposure_from(args)
     metrics_tls = metrics_tls_from(args)
@@ -315,6 +326,7 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         reply_log=reply_log,
         max_health_watches=args.max_health_watches,
         max_metadata_bytes=args.max_metadata_bytes,
+        share_port=slot is not None,
     )
     server, port, servicer = await start_server(source, settings)
     if not is_loopback(args.host) and (
@@ -347,11 +359,17 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
             tls=metrics_tls is not None,
             mutual_tls=metrics_tls is not None and metrics_tls.client_ca is not None,
         )
+    worker_endpoint: SocketEndpoint | None = None
+    if slot is not None:  # its figures go to the parent's one /metrics
+        worker_endpoint = serve_on_socket(metrics.registry, slot.metrics_socket)
     stop, stop_now = asyncio.Event(), asyncio.Event()
     stop_on_signals(stop, stop_now, args.shutdown_grace_s)
+    if slot is not None:
+        stop_with_parent(stop)
     log.info(
         "producer_listening",
         **running().as_record(),
+        **({} if slot is None else {"worker": slot.index, "workers": slot.workers}),
         host=args.host,
         port=port,
         source=args.source,
@@ -392,8 +410,24 @@ async def serve(args: argparse.Namespace, recording: Recording) -> int:
         **servicer.counters.fields(),
         **counts(),
     )
+    if worker_endpoint is not None:
+        worker_endpoint.close()
     stop_tracing()  # what is held is exported, within runtime.otel.EXIT_FLUSH_S
     return 0
+
+
+def stop_with_parent(stop: asyncio.Event) -> None:
+    """A worker's stdin is a pipe its parent holds and never writes: end of file (the parent
+    gone, even by SIGKILL) stops the worker as a SIGTERM would."""
+    loop = asyncio.get_running_loop()
+
+    def on_parent_gone() -> None:
+        loop.remove_reader(sys.stdin.fileno())
+        if not stop.is_set():
+            structlog.get_logger().warning("producer_parent_lost")
+            stop.set()
+
+    loop.add_reader(sys.stdin.fileno(), on_parent_gone)
 
 
 def stop_on_signals(stop: asyncio.Event, stop_now: asyncio.Event, grace_s: float) -> None:
@@ -422,16 +456,30 @@ def stopping_line(grace_s: float) -> str:
     )
 
 
+def check_before_start(args: argparse.Namespace, *, parent: bool) -> MetricsTls | None:
+    """What is checked before anything is logged: a store URL's password is registered as a
+    secret, and an unknown scheme stops the producer before it opens anything. A parent of
+    workers checks here, once, what its workers are started with; its metrics' TLS."""
+    store_of("--ledger", args.ledger)
+    store_of("--reply-log", args.reply_log)
+    check_writable("--trace-file", args.trace_file)
+    check_writable("--ready-file", args.ready_file)  # written once it listens
+    if not parent:
+        return None
+    refuse_unshareable(args)
+    exposure_from(args)
+    return metrics_tls_from(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    slot = WorkerSlot.from_environment()
+    if slot is not None:  # one of a parent's --workers: its port, its own files
+        slot.apply(args)
+    parent = slot is None and args.workers > 1
     try:
-        # Before anything is logged: a store URL's password is registered as a secret, and
-        # an unknown scheme stops the producer before it opens anything.
-        store_of("--ledger", args.ledger)
-        store_of("--reply-log", args.reply_log)
-        check_writable("--trace-file", args.trace_file)
-        check_writable("--ready-file", args.ready_file)  # written once it listens
+        metrics_tls = check_before_start(args, parent=parent)
     except ConfigurationError as error:
         print(f"producer: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -463,16 +511,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     route_stdlib_logging("", "grpc", "redis", "httpx", "httpcore")
     if args.ready_file is not None:  # a stale file must not announce this producer early
         args.ready_file.unlink(missing_ok=True)
+    if parent:
+        return run_workers(args, list(sys.argv[1:] if argv is None else argv), metrics_tls)
     if args.conformance is not None:
         return conformance.run(
             args.conformance, args.host, args.port, args.ready_file, insecure=args.insecure
         )
     try:
         recording = load_recording_or_explain(args.recording, expected_sha256=args.recording_sha256)
-        return asyncio.run(serve(args, recording))
+        return asyncio.run(serve(args, recording, slot))
     except ConfigurationError as error:
         print(f"producer: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:
         print(f"producer: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def run_workers(args: argparse.Namespace, argv: list[str], metrics_tls: MetricsTls | None) -> int:
+    """``--workers N``: the parent (``producer.workers``), on the port it holds for them."""
+    try:
+        held, _ = reserve_port(args.host, args.port)
+    except OSError as error:
+        print(f"producer: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = ParentSettings(
+        host=args.host,
+        workers=args.workers,
+        ready_file=args.ready_file,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        metrics_tls=metrics_tls,
+        shutdown_grace_s=args.shutdown_grace_s,
+        reply_log=store_of("--reply-log", args.reply_log).shown,
+        stopping_line=stopping_line(args.shutdown_grace_s),
+    )
+    return asyncio.run(run_parent(settings, argv, held))

@@ -49,6 +49,7 @@ from replywire.producer.sources.gemini.protocol import (
     DEFAULT_MODEL,
 )
 from replywire.producer.store_urls import redacted
+from replywire.producer.workers import MAX_WORKERS
 from replywire.runtime import invocation
 from replywire.runtime.flags import (
     ENV_PREFIX,
@@ -97,7 +98,15 @@ FLAGS: Final = FlagTable(
             Flag("--port", "port, 0 to 65535; `0` picks a free one, which is logged and printed as "
                  "`listening on HOST:PORT`. A port that is taken is one line on stderr and "
                  "exit 2 (the producer sets `grpc.so_reuseport` to 0, so a second producer "
-                 "never shares a port)", port_number, 50051),
+                 "never shares a port; only its own `--workers` do)", port_number, 50051),
+            Flag("--workers",
+                 f"producer processes serving the one port (1 to {MAX_WORKERS}). With more "
+                 "than 1 this process checks the flags, starts that many workers of itself "
+                 "sharing `--port` (`SO_REUSEPORT`), serves the one `--metrics-port` summing "
+                 "theirs, writes `--ready-file` once all serve and drains them all on SIGINT / "
+                 "SIGTERM; it needs `--reply-log redis://...` (see "
+                 "[Workers](operations.md#workers))",
+                 Count("workers", maximum=MAX_WORKERS), 1),
             Flag("--source", "where replies come from: `recording` or `gemini` (see [Live "
                  "Gemini](gemini.md))", choices=("recording", "gemini"),
                  default="recording"),

@@ -145,18 +145,26 @@ class ProducerMetrics:
     def serve(self, host: str, port: int, tls: MetricsTls | None = None) -> MetricsEndpoint:
         """Serve ``/metrics`` on ``host:port`` (0 picks a free port): HTTP, or HTTPS with
         ``tls``. A certificate or key that does not load is an ``OSError``."""
-        context = tls.context() if tls is not None else None
-        host = host.strip("[]")  # "[::1]", as the gRPC port takes it
-        ((family, *_),) = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[:1]
-        server_class = MetricsServer6 if family == socket.AF_INET6 else MetricsServer
-        server = server_class((host, port), QuietHandler)
-        server.set_app(make_wsgi_app(self.registry))
-        server.tls_context = context
-        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-        thread.start()
-        return MetricsEndpoint(server, thread)
+        return serve_registry(self.registry, host, port, tls)
+
+
+def serve_registry(
+    registry: CollectorRegistry, host: str, port: int, tls: MetricsTls | None = None
+) -> MetricsEndpoint:
+    """``registry`` on ``http(s)://host:port/metrics`` (a producer's, or the sum of its
+    workers': ``producer.worker_metrics``)."""
+    context = tls.context() if tls is not None else None
+    host = host.strip("[]")  # "[::1]", as the gRPC port takes it
+    ((family, *_),) = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[:1]
+    server_class = MetricsServer6 if family == socket.AF_INET6 else MetricsServer
+    server = server_class((host, port), QuietHandler)
+    server.set_app(make_wsgi_app(registry))
+    server.tls_context = context
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return MetricsEndpoint(server, thread)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,3 +75,5 @@ class ServerSettings:
     max_health_watches: int = DEFAULT_MAX_HEALTH_WATCHES
     #: Request metadata read (HTTP/2's count); past it: metadata_too_large.
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
+    #: One of ``--workers``: the port is shared with the other workers (SO_REUSEPORT).
+    share_port: bool = False

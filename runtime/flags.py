@@ -34,10 +34,12 @@ MAX_PORT: Final = 65535
 
 @dataclass(frozen=True, slots=True)
 class Count:
-    """A whole number of ``unit`` (streams, bytes, frames, ...), at least ``minimum``."""
+    """A whole number of ``unit`` (streams, bytes, frames, ...), at least ``minimum`` (and,
+    given, at most ``maximum``)."""
 
     unit: str
     minimum: int = 1
+    maximum: int | None = None
 
     def __call__(self, text: str) -> int:
         try:
@@ -48,6 +50,8 @@ class Count:
             ) from error
         if value < self.minimum:
             raise argparse.ArgumentTypeError(f"must be at least {self.minimum}: {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {self.maximum}: {value}")
         return value
 
 

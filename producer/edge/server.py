@@ -49,6 +49,7 @@ def server_options(  # noqa: PLR0913 - every bound gRPC's own options carry
     max_connection_idle_s: float = DEFAULT_MAX_CONNECTION_IDLE_S,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
+    share_port: bool = False,
 ) -> list[tuple[str, int]]:
     age_ms = int(max_connection_age_s * 1000)
     keepalive_timeout_ms = round(keepalive_timeout_s * 1000)
@@ -72,8 +73,10 @@ def server_options(  # noqa: PLR0913 - every bound gRPC's own options carry
         # take it: 3,000 paced streams on one core, bench/README.md) is dropped the same way.
         ("grpc.server_max_unrequested_time_in_server", MAX_PENDING_S),
         # One producer per port: with gRPC's default SO_REUSEPORT a second producer would
-        # bind the same port silently and split the traffic.
-        ("grpc.so_reuseport", 0),
+        # bind the same port silently and split the traffic. The workers of one producer
+        # (--workers, producer.workers) share theirs on purpose: the kernel spreads the
+        # connections over them.
+        ("grpc.so_reuseport", 1 if share_port else 0),
         # Bounded time: a connection older than this is drained (GOAWAY) and closed after
         # the same again, so no stream, even one whose writes are blocked by a consumer
         # that stopped reading without cancelling, outlives twice this.
@@ -128,6 +131,7 @@ async def start_server(
             max_connection_idle_s=settings.max_connection_idle_s,
             keepalive_s=settings.keepalive_s,
             keepalive_timeout_s=settings.keepalive_timeout_s,
+            share_port=settings.share_port,
         )
     )
     if isinstance(source, Recording):

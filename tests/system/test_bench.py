@@ -36,6 +36,7 @@ from bench.streams import (
     shares_channel,
 )
 from bench.streams import PLANS as STREAM_PLANS
+from bench.workers import PLANS as WORKERS_PLANS
 from replywire.children import stop_process
 from replywire.consumer.client import ReplyClient
 from replywire.consumer.options import StreamOptions
@@ -50,6 +51,7 @@ pytestmark = pytest.mark.no_cover
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = (
     "## Paced streams",
+    "## Workers",
     "## Where the time goes",
     "## Sequential streams between two processes",
     "## Producer CPU per stream",
@@ -203,6 +205,21 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
     for row in tiny_run[0]["streams"]["concurrency"].values():
         assert row["replywire_over_checks_only"] > 0
         assert row["consumer_over_checks_only"] > 0
+
+
+def test_every_workers_row_ran_complete(tiny_run: tuple[dict[str, Any], str]) -> None:
+    """1 and 2 workers at each N: every stream complete, the Redis log's commands counted."""
+    workers = tiny_run[0]["workers"]
+    plan = WORKERS_PLANS["tiny"]
+    rows = workers["rows"]
+    assert [(r["workers"], r["streams"]) for r in rows] == [
+        (w, n) for n in plan.streams for w in plan.workers
+    ]
+    for r in rows:
+        assert r["failures"] == {}, r
+        assert r["chunks_per_round"] == r["streams"] * (plan.content_frames + 1)
+        assert r["redis_commands_per_chunk"] > 0
+        assert r["added_ms_p99"] is not None
 
 
 def test_the_budget_has_every_part_for_each_side(tiny_run: tuple[dict[str, Any], str]) -> None:

@@ -158,6 +158,15 @@ PRODUCER_CASES = [
     (["--ready-file", f"{GONE}/ready"], {}, "--ready-file /nonexistent/dir/ready: cannot"),
     (["--reply-log", "valkey://x"], {}, "valkey"),
     (["--bogus"], {}, "unrecognized arguments: --bogus (try python -m producer --help)"),
+    (["--workers", "0"], {}, "argument --workers: must be at least 1: 0"),
+    (["--workers", "x"], {}, "argument --workers: not a whole number of workers: 'x'"),
+    (["--workers", "65"], {}, "argument --workers: must be at most 64: 65"),
+    (["--workers", "2"], {}, "--workers 2 needs a shared reply log, --reply-log redis://"),
+    (
+        ["--reply-log", "redis://127.0.0.1:9/0", "--conformance", "fixtures/conformance/vectors"],
+        {"REPLYWIRE_WORKERS": "3"},
+        "--conformance is served by one process, not --workers 3",
+    ),
 ]
 
 
