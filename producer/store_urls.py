@@ -148,8 +148,8 @@ def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
                 f"{redacted(url)!r}: give the cluster's seed nodes as HOST:PORT[,HOST:PORT...]"
             )
         seeds.append((host.strip("[]"), int(port)))
-    host, port = seeds[0]
-    first = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    first_host, first_port = seeds[0]
+    first = f"[{first_host}]:{first_port}" if ":" in first_host else f"{first_host}:{first_port}"
     return f"{scheme}://{userinfo}{at}{first}/0{mark}{query}", seeds
 
 
