@@ -39,10 +39,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from redis.asyncio.cluster import PipelineCommand
-
-from replywire.producer.redis_clients import Gated
-
 #: A replica acknowledges its append-only file's progress about once a second: ``aof``
 #: needs more than a second to hear it.
 DEFAULT_TIMEOUT_S: Final = 2.0
@@ -98,6 +94,10 @@ async def eval_and_wait(
     pool; on a Cluster the master of the keys' slot, one pipeline of that node. Returns
     the script's answer; raises ``WaitShort`` when the wait fell short, and the first
     error either command met."""
+    # Imported here: the flags import this module, and a producer that starts without a
+    # Redis store imports no Redis client (tests/system/test_imports.py).
+    from replywire.producer.redis_clients import Gated  # noqa: PLC0415
+
     command = ("EVAL", script, len(keys), *keys, *args)
     if not isinstance(client, Gated):
         async with client.pipeline(transaction=False) as pipe:
@@ -117,6 +117,8 @@ async def eval_and_wait(
 async def _on_master(
     cluster: Any, key: str, command: tuple[Any, ...], durability: Durability
 ) -> tuple[Any, Any]:
+    from redis.asyncio.cluster import PipelineCommand  # noqa: PLC0415
+
     await cluster.initialize()
     node = cluster.get_node_from_key(key)
     commands = [PipelineCommand(0, *command), PipelineCommand(1, *durability.wait_command())]

@@ -90,7 +90,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisClusterException
 
-from replywire.producer.redis_clients import async_client
+from replywire.producer.redis_clients import async_client, through_failover
 from replywire.producer.replylog.durability import Durability
 from replywire.producer.replylog.followers import READERS_CLIENT_NAME, Followers
 from replywire.producer.replylog.interface import (
@@ -224,8 +224,13 @@ class RedisReplyLog:
     async def _found(self, scripts: Scripts, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
         """The key's reply's state (``states``: from its meta, its lease and its log's last
         entry, read together by ``FIND``) and a reader's snapshot of it (None: absent)."""
+        keys = self.keys(key)[:3]
         try:
-            fields, leased, tail = found_of(await scripts.find(keys=self.keys(key)[:3]))
+            # A read: safe to send again through a Cluster's failover (a lease's window).
+            answer = await through_failover(
+                self.client, lambda: scripts.find(keys=keys), self.limits.lease_s
+            )
+            fields, leased, tail = found_of(answer)
         except aioredis.RedisError as error:
             raise ReplyLogFailed(Reason.REPLY_LOG_UNAVAILABLE, type(error).__name__) from error
         if not fields:

@@ -51,8 +51,7 @@ pytestmark = pytest.mark.timeout(180)
 
 #: How every producer names a reply's log key (the default prefix; no tokens: anonymous).
 LOG_KEY = "replywire:replies:{{{}}}:log"
-LEASE_S = "3"
-#: The live test's lease: longer than a failover (``cluster-node-timeout`` 1 s and an
+#: The producers' lease: longer than a failover (``cluster-node-timeout`` 1 s and an
 #: election: some 3 s) plus the third of a lease between refreshes, so that the
 #: generation can ride it (docs/operations.md#redis-cluster).
 RIDING_LEASE_S = "8"
@@ -84,7 +83,7 @@ def test_two_producers_on_two_hosts_resume_a_reply_through_a_cluster_whose_maste
         cluster = stack.enter_context(
             redis_cluster(host=redis_host.address, prefix=redis_host.prefix)
         )
-        shared = ("--reply-log", cluster.url, "--reply-log-lease-s", LEASE_S,
+        shared = ("--reply-log", cluster.url, "--reply-log-lease-s", RIDING_LEASE_S,
                   "--log-level", "debug")  # fmt: skip
         running = []
         for name in ("a", "b"):
