@@ -31,6 +31,7 @@ from replywire.producer.workers import worker_trace_file
 from replywire.shared.recording import Recording
 from tests.processes import (
     ROOT,
+    Producer,
     concurrent_replies,
     consumer_process,
     read_trace,
@@ -47,19 +48,8 @@ WORKERS = 2
 
 
 @dataclass
-class Workers:
-    """The parent, its port, and where it and each worker write their traces."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    trace_path: Path
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def trace(self) -> list[dict[str, Any]]:
-        return read_trace(self.trace_path)
+class Workers(Producer):
+    """The parent, its port, and where it (``trace``) and each worker write their traces."""
 
     def worker_trace(self, index: int) -> list[dict[str, Any]]:
         path = worker_trace_file(self.trace_path, index)
