@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -56,3 +58,21 @@ def test_the_default_loop_is_asyncios(tmp_path: Path) -> None:
     with producer(tmp_path) as p:
         wait_for(lambda: any(r["event"] == "producer_listening" for r in p.trace()))
         assert p.trace()[0]["event_loop"] == "asyncio"
+
+
+def test_uvloop_missing_is_one_line_and_exit_2() -> None:
+    """Where uvloop is not installed (here: its import made to fail), the flag is a usage
+    error before the producer opens anything."""
+    blocked = (
+        "import sys; sys.modules['uvloop'] = None; from replywire.producer.cli import main; "
+        "sys.exit(main(['--event-loop', 'uvloop', '--port', '0']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "producer: --event-loop uvloop needs the uvloop package, which is not installed "
+        "(pip install uvloop)"
+    ]
+    assert "listening on" not in done.stdout
