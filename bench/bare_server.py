@@ -12,6 +12,8 @@ interval before every chunk after the first: ``bench.paced``); ``--recording`` a
 connection age), so that only the work differs: with gRPC's defaults, a burst past 1,000
 pending RPCs is dropped with a bare CANCELLED and a consumer's keepalive pings (every 10 s)
 earn a GOAWAY, so long or many streams would fail for a setting, not for their cost.
+``--event-loop uvloop`` runs it on uvloop (``producer.event_loop``), ``--option NAME=VALUE``
+adds a gRPC server option: what ``bench.grpc_gap`` tries against gRPC's own cost.
 
 With ``--trace-file PATH`` it also writes, per stream, the four transition records the
 producer writes at info (``producer.states.ProducerStream``: received, verified,
@@ -24,6 +26,7 @@ alone cost a server, the producer's floor (``bench.streams``, "records only"). W
     .venv/bin/python -m bench.bare_server [--port 0] [--trace-file PATH]
         [--trace-level info|warning] [--least-records]
         [--recording PATH --recording-sha256 HEX] [--producer-options]
+        [--event-loop asyncio|uvloop] [--option NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import structlog
 from bench.least_records import LeastLogger, LeastWriter
 from replywire.producer.edge.security import ANONYMOUS
 from replywire.producer.edge.server import server_options
+from replywire.producer.event_loop import ASYNCIO, EVENT_LOOPS, run
 from replywire.producer.states import ProducerStream, StreamInput
 from replywire.runtime.logs import configure_logging
 from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH, load_recording
@@ -148,7 +152,7 @@ class Recorded(Bare):
 WIRE_NAMES = {code: wire.value for wire, code in WIRE_CODES.items()}
 
 
-async def serve(
+async def serve(  # noqa: PLR0913 - each of its variants a flag
     port: int,
     trace_file: str | None,
     recording: Recording,
@@ -156,8 +160,10 @@ async def serve(
     producer_options: bool = False,
     trace_level: str = "info",
     least_records: bool = False,
+    extra_options: tuple[tuple[str, str | int], ...] = (),
 ) -> None:
-    server = grpc.aio.server(options=server_options() if producer_options else None)
+    options = [*(server_options() if producer_options else []), *extra_options]
+    server = grpc.aio.server(options=options or None)
     servicer = Bare(precut(recording))
     if trace_file is not None and least_records:
         least = open(trace_file, "ab")  # noqa: SIM115 - the process's life
@@ -200,9 +206,20 @@ def main() -> None:
         action="store_true",
         help="write the records as the least a JSON line costs (bench.least_records)",
     )
+    parser.add_argument(
+        "--event-loop", choices=EVENT_LOOPS, default=ASYNCIO, help="the loop grpc.aio runs on"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        type=grpc_option,
+        metavar="NAME=VALUE",
+        help="one more gRPC server option (an int value is passed as an int); repeatable",
+    )
     args = parser.parse_args()
     recording = load_recording(args.recording, expected_sha256=args.recording_sha256)
-    asyncio.run(
+    run(
         serve(
             args.port,
             args.trace_file,
@@ -210,8 +227,21 @@ def main() -> None:
             producer_options=args.producer_options,
             trace_level=args.trace_level,
             least_records=args.least_records,
-        )
+            extra_options=tuple(args.option),
+        ),
+        args.event_loop,
     )
+
+
+def grpc_option(text: str) -> tuple[str, str | int]:
+    """``NAME=VALUE``: a gRPC channel argument, its value an int when it reads as one."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text!r}")
+    try:
+        return name, int(value)
+    except ValueError:
+        return name, value
 
 
 if __name__ == "__main__":

@@ -77,6 +77,32 @@ def process_cpu_s(pid: int) -> float:
 
 #: Linux's per-process CPU clocks (posix-cpu-timers): the scheduler's run time.
 _CPUCLOCK_SCHED = 2
+#: The name ``threads_cpu_s`` gives a process's main thread (a server's event loop).
+MAIN_THREAD: Final = "main"
+
+
+def threads_cpu_s(pid: int) -> dict[str, tuple[float, float]]:
+    """A running process's user and system CPU seconds by thread name (``/proc``, in clock
+    ticks), its threads of one name summed, its main thread (``MAIN_THREAD``) apart: how a
+    grpc.aio server's CPU splits between its event loop and gRPC's own threads (its
+    completion queue's poller, ``event_engine``, timers). Empty where ``/proc`` is not."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, tuple[float, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                head, tail = stat.read().rsplit(")", 1)
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = MAIN_THREAD if int(tid) == pid else head.split("(", 1)[1]
+        fields = tail.split()
+        user, system = found.get(name, (0.0, 0.0))
+        found[name] = (user + int(fields[11]) / ticks, system + int(fields[12]) / ticks)
+    return found
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 N streams at once (100, 1,000, 3,000 at the full size), each a recorded reply delivered at a
 model's pace: one frame of a few tokens (the recording's 13-character deltas) per chunk,
-``chunk_interval_ms`` apart, a few hundred chunks, over ten seconds a stream. Four sides,
+``chunk_interval_ms`` apart, a few hundred chunks, over ten seconds a stream. Six sides,
 alternated round by round, each round two fresh processes (``bench.paced_client`` next to a
-fresh server: a Python process keeps the memory an earlier round grew to). Five sides:
+fresh server: a Python process keeps the memory an earlier round grew to):
 
 * ``replywire``: the replywire consumer (``ReplyClient``, one shared channel, its trace at
   info into a file) → the replywire producer (its trace at info), which paces the stream;
@@ -14,6 +14,8 @@ fresh server: a Python process keeps the memory an earlier round grew to). Five 
   the bare server (the consumer's floor);
 * ``records only``: the bare client → the bare server writing the producer's four records
   per stream (the producer's floor);
+* ``replywire, producer on uvloop``: the replywire pair, its producer run with
+  ``--event-loop uvloop`` (bench/README.md, "gRPC's own gap");
 * ``sse stack``: the same deltas as server-sent events over HTTP/1.1, the stack a reply is
   often served with: httpx and httpx-sse (``bench.sse_client``: each event parsed, its
   sequence checked) → uvicorn, one worker, its defaults (uvloop, httptools), Starlette and
@@ -61,6 +63,7 @@ from bench.common import (
     pinning,
     process_cpu_s,
     ratio,
+    threads_cpu_s,
 )
 from replywire.children import read_listening_port, start_producer, stop_producer
 from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
@@ -71,21 +74,26 @@ CASE_ID: Final = "utf8-write"
 HELD_MS: Final = 20.0
 #: The SSE pair: httpx and httpx-sse → uvicorn, Starlette, sse-starlette.
 SSE_STACK: Final = "sse stack"
+#: The replywire pair with its producer on uvloop (``--event-loop uvloop``).
+ON_UVLOOP: Final = "replywire, producer on uvloop"
 #: Each side: (its client kind, its server kind).
 SIDES: Final = {
     "replywire": ("replywire", "producer"),
+    ON_UVLOOP: ("replywire", "producer"),
     "bare pair": ("bare", "bare"),
     CHECKS_ONLY: ("checks", "bare"),
     RECORDS_ONLY: ("bare", "records"),
     SSE_STACK: ("sse", "sse"),
 }
+#: A side's server flags beyond its kind's.
+SIDE_FLAGS: Final = {ON_UVLOOP: ("--event-loop", "uvloop")}
 #: The pairs whose largest paced N is searched for.
 SEARCHED: Final = ("replywire", "bare pair", SSE_STACK)
 #: The CPU an SSE event may take its client, for a round's bound (``one_round``).
 SSE_CPU_BOUND_S: Final = 0.001
 #: The sides the pure pass runs again (``pure_pass``): the SSE stack is the same code in
-#: either build.
-PURE_SIDES: Final = tuple(side for side in SIDES if side != SSE_STACK)
+#: either build, and the producer on uvloop differs from ours by its loop alone.
+PURE_SIDES: Final = tuple(side for side in SIDES if side not in {SSE_STACK, ON_UVLOOP})
 
 
 @dataclass(frozen=True)
@@ -136,10 +144,12 @@ class Server:
 
 
 @contextmanager
-def server(kind: str, workdir: Path, recording: Path, sha256: str) -> Iterator[Server]:
+def server(
+    kind: str, workdir: Path, recording: Path, sha256: str, extra: tuple[str, ...] = ()
+) -> Iterator[Server]:
     """A fresh server of ``kind``: the producer, the bare server, the records-only one, or
-    the SSE server."""
-    flags = ["--recording", str(recording), "--recording-sha256", sha256]
+    the SSE server; ``extra``: more of its flags (``bench.grpc_gap``'s variants)."""
+    flags = ["--recording", str(recording), "--recording-sha256", sha256, *extra]
     module = "bench.sse_server" if kind == "sse" else "bench.bare_server"
     if kind in {"bare", "records"}:  # with the producer's gRPC options: only the work differs
         flags.append("--producer-options")
@@ -147,7 +157,9 @@ def server(kind: str, workdir: Path, recording: Path, sha256: str) -> Iterator[S
         flags += ["--trace-file", str(workdir / "paced-records-only.trace.jsonl")]
     if kind == "producer":
         trace = workdir / "paced-producer.trace.jsonl"
-        process, port = start_producer(trace, recording, "info", "--recording-sha256", sha256)
+        process, port = start_producer(
+            trace, recording, "info", "--recording-sha256", sha256, *extra
+        )
     else:
         process = subprocess.Popen(
             [sys.executable, "-m", module, "--port", "0", *flags],
@@ -166,12 +178,24 @@ def server(kind: str, workdir: Path, recording: Path, sha256: str) -> Iterator[S
         stop_producer(process)
 
 
-def one_round(
-    side: str, n: int, plan: PacedPlan, workdir: Path, recording: Path, sha256: str
+def one_round(  # noqa: PLR0913 - a round is all of these
+    side: str,
+    n: int,
+    plan: PacedPlan,
+    workdir: Path,
+    recording: Path,
+    sha256: str,
+    *,
+    kinds: tuple[str, str] | None = None,
+    server_flags: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """A round of ``n`` paced streams of ``side``: a fresh server and a fresh client process."""
-    client_kind, server_kind = SIDES[side]
-    with server(server_kind, workdir, recording, sha256) as running:
+    """A round of ``n`` paced streams of ``side``: a fresh server and a fresh client process
+    (``kinds``: the client's and the server's kind when ``side`` is not one of ``SIDES``;
+    ``server_flags``: more flags of the server)."""
+    client_kind, server_kind = kinds or SIDES[side]
+    flags = server_flags or SIDE_FLAGS.get(side, ())
+    with server(server_kind, workdir, recording, sha256, flags) as running:
+        threads_before = threads_cpu_s(running.process.pid)
         command = [
             sys.executable, "-m", "bench.paced_client", "--kind", client_kind,
             "--target", f"127.0.0.1:{running.port}", "--server-pid", str(running.process.pid),
@@ -192,7 +216,21 @@ def one_round(
             raise RuntimeError(f"bench.paced_client ({side}, {n}): {done.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         result["server_cpu_total_s"] = process_cpu_s(running.process.pid)
+        result["server_threads_cpu_s"] = threads_delta(
+            threads_before, threads_cpu_s(running.process.pid)
+        )
         return result
+
+
+def threads_delta(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, list[float]]:
+    """The server's user and system CPU seconds by thread name over a round's streams."""
+    out: dict[str, list[float]] = {}
+    for name, (user, system) in after.items():
+        was_user, was_system = before.get(name, (0.0, 0.0))
+        out[name] = [round(user - was_user, 3), round(system - was_system, 3)]
+    return out
 
 
 def per_stream_kib(rounds: list[dict[str, Any]], process: str) -> float | None:
@@ -253,8 +291,18 @@ def with_ratios(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for CPU, against the bare pair for memory; against the SSE pair for CPU, when it ran)."""
     ours, pair = sides["replywire"], sides["bare pair"]
     checks, records = sides[CHECKS_ONLY], sides[RECORDS_ONLY]
+    uvloop = sides.get(ON_UVLOOP)
     return {
         **over_sse(ours, sides.get(SSE_STACK)),
+        **(
+            {}
+            if uvloop is None
+            else {
+                "producer_on_uvloop_over_asyncio": ratio(
+                    uvloop["server_cpu_us_per_chunk"], ours["server_cpu_us_per_chunk"]
+                )
+            }
+        ),
         "sides": sides,
         "consumer_cpu_over_checks_only": ratio(
             ours["client_cpu_us_per_chunk"], checks["client_cpu_us_per_chunk"]

@@ -24,6 +24,7 @@ from replywire.producer.edge import conformance
 from replywire.producer.edge.admission import default_per_identity
 from replywire.producer.edge.security import TokenAuthenticator, is_loopback, server_credentials
 from replywire.producer.edge.server import start_server, stop_server
+from replywire.producer.event_loop import EventLoopUnavailable, run, running_loop
 from replywire.producer.files import write_atomically
 from replywire.producer.flags import build_parser
 from replywire.producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
@@ -218,6 +219,7 @@ async def serve(
         port=port,
         source=args.source,
         allow_faults=args.allow_faults,
+        event_loop=running_loop(),
         tls=exposure.credentials is not None,
         mutual_tls=args.tls_client_ca is not None,
         tokens=len(exposure.authenticator.names) if exposure.authenticator else 0,
@@ -363,8 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         recording = load_recording_or_explain(args.recording, expected_sha256=args.recording_sha256)
-        return asyncio.run(serve(args, recording, slot))
-    except ConfigurationError as error:
+        return run(serve(args, recording, slot), args.event_loop)
+    except (ConfigurationError, EventLoopUnavailable) as error:
         print(f"producer: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:

@@ -21,6 +21,7 @@ from replywire.producer.budget.ledger import TIMEOUT_S as LEDGER_TIMEOUT_S
 from replywire.producer.budget.options import DEFAULT_PREFIX
 from replywire.producer.budget.options import DEFAULT_TTL_S as DEFAULT_LEDGER_TTL_S
 from replywire.producer.edge.health import DEFAULT_MAX_HEALTH_WATCHES
+from replywire.producer.event_loop import ASYNCIO, EVENT_LOOPS
 from replywire.producer.replylog.durability import DEFAULT_TIMEOUT_S as DEFAULT_DURABILITY_TIMEOUT_S
 from replywire.producer.replylog.interface import (
     DEFAULT_DETACH_GRACE_S,
@@ -190,6 +191,11 @@ FLAGS: Final = FlagTable(
                  "end `UNAVAILABLE` / `producer_shutdown` (a second signal ends the grace at "
                  "once)",
                  seconds_or_zero, SHUTDOWN_GRACE_S),
+            Flag("--event-loop",
+                 "the event loop the producer runs on: asyncio's own or `uvloop` (needs the "
+                 "uvloop package, which the producer does not install; see "
+                 "[Operations](operations.md#the-event-loop))",
+                 choices=EVENT_LOOPS, default=ASYNCIO),
             Flag("--metrics-port",
                  "serve Prometheus metrics on `http://HOST:PORT/metrics` (`https://` when "
                  "the producer has `--tls-cert` and `--tls-key`; `0` picks a free port, logged "

@@ -23,8 +23,8 @@ from bench.common import middle, process_cpu_s
 from bench.decoders import FRAGMENTS, PLANS
 from bench.fanout import PLANS as FANOUT_PLANS
 from bench.fanout_layouts import LAYOUTS
+from bench.paced import ON_UVLOOP, PURE_SIDES, SEARCHED, SSE_STACK
 from bench.paced import PLANS as PACED_PLANS
-from bench.paced import PURE_SIDES, SEARCHED, SSE_STACK
 from bench.streams import (
     CHUNKINGS,
     BareClient,
@@ -173,7 +173,7 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
     assert list(paced["by_streams"]) == [str(n) for n in plan.streams]
     for n, row in paced["by_streams"].items():
         assert set(row["sides"]) == {
-            "replywire", "bare pair", "checks only", "records only", SSE_STACK
+            "replywire", "bare pair", "checks only", "records only", SSE_STACK, ON_UVLOOP
         }  # fmt: skip
         for side in row["sides"].values():
             # The SSE side's too: its client fails a stream whose events are not in order.
@@ -189,6 +189,7 @@ def test_every_paced_stream_of_every_side_completed(tiny_run: tuple[dict[str, An
         assert {"consumer_memory_over_bare_pair", "producer_memory_over_bare_pair"} <= set(row)
         # Issue 37's, against the SSE pair.
         assert row["pair_cpu_over_sse_pair"] > 0 and row["consumer_cpu_over_sse_client"] > 0
+        assert row["producer_on_uvloop_over_asyncio"] > 0  # the producer's --event-loop uvloop
         assert f"| {n} | {SSE_STACK} |" in tiny_run[1]
     assert set(paced["largest_n_held"]) == set(SEARCHED) >= {"replywire", "bare pair", SSE_STACK}
     assert f"| {SSE_STACK} |" in tiny_run[1]

@@ -138,6 +138,12 @@ RUN_BY = {
     "BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.fanout": BENCH,
     "BENCH_SIZE=tiny .venv/bin/python -m bench.durability": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap_profile cprofile": BENCH,
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap_profile perf": BENCH
+    + " (where perf is installed and may profile the test's own processes)",
+    "BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap_profile syscalls": BENCH
+    + " (where strace is installed)",
     ".venv/bin/python -m bench.flow_window": BENCH,
     ".venv/bin/python -m bench.peer_headers": (
         "tests/system/test_peer_headers.py::test_the_command_prints_each_case"
@@ -552,6 +558,15 @@ def test_build_commands() -> None:
         assert "the pure build ran where another was asked for" in done.stdout
 
 
+def perf_may_profile() -> bool:
+    """``perf`` is here and may profile a process of this user (``perf_event_paranoid`` ≤ 2)."""
+    try:
+        paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    except (OSError, ValueError):
+        return False
+    return shutil.which("perf") is not None and paranoid <= 2
+
+
 # The benchmarks are a load, not paths: their processes are not measured (tests/conftest.py).
 @pytest.mark.no_cover
 def test_benchmarks() -> None:
@@ -568,7 +583,21 @@ def test_benchmarks() -> None:
         "checks only",
         "records only",
         "sse stack",
+        "replywire, producer on uvloop",
     }
+    done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap")
+    assert done.returncode == 0, done.stderr
+    variants = json.loads(done.stdout)["variants"]
+    assert set(variants) == {"bare", "bare uvloop", "producer", "producer uvloop", "sse"}
+    for row in variants.values():
+        assert row["failures"] == {} and row["server_us_per_chunk"] > 0
+    shown = {"cprofile": "by layer", "perf": "samples by dso", "syscalls": "system calls"}
+    hows = ["cprofile"] + (["perf"] if perf_may_profile() else [])
+    hows += ["syscalls"] if shutil.which("strace") else []
+    for how in hows:
+        done = shell(f"BENCH_SIZE=tiny .venv/bin/python -m bench.grpc_gap_profile {how}")
+        assert done.returncode == 0, done.stderr
+        assert shown[how] in done.stdout
     done = shell("BENCH_SIZE=tiny .venv/bin/python -m bench.record_floor")
     assert done.returncode == 0, done.stderr
     floor = json.loads(done.stdout)
