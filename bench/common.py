@@ -150,6 +150,15 @@ def can_pin() -> bool:
 def pin(pid: int, cpu: int) -> None:
     """Pin every thread of ``pid`` (threads it starts later inherit it) to ``cpu``; nothing
     where pinning is not possible (fewer than two CPUs, not Linux)."""
+    _set_affinity(pid, {cpu})
+
+
+def unpin(pid: int) -> None:
+    """Let every thread of ``pid`` run on any CPU (a child inherits its parent's pinning)."""
+    _set_affinity(pid, set(range(os.cpu_count() or 1)))
+
+
+def _set_affinity(pid: int, cpus: set[int]) -> None:
     if not can_pin():
         return
     try:
@@ -158,7 +167,7 @@ def pin(pid: int, cpu: int) -> None:
         threads = [pid]
     for tid in threads:
         try:
-            os.sched_setaffinity(tid, {cpu})
+            os.sched_setaffinity(tid, cpus)
         except OSError:  # a thread that ended meanwhile
             continue
 

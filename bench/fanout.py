@@ -59,8 +59,8 @@ from typing import Any, Final
 import grpc
 import redis.asyncio as aioredis
 
-from bench.common import CLIENT_CPU, Size, bench_size, pin, process_cpu_s
-from bench.fanout_layouts import LAYOUTS, Deployed, unpin
+from bench.common import CLIENT_CPU, Size, bench_size, pin, process_cpu_s, unpin
+from bench.fanout_layouts import LAYOUTS, Deployed
 from replywire.runtime.recording_file import load_recording
 from replywire.shared.pb import replywire_pb2 as pb
 from replywire.shared.pb import replywire_pb2_grpc as pb_grpc

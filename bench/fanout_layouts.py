@@ -15,14 +15,13 @@ either CPU, whatever the process that starts it was pinned to.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.common import SERVER_CPU, can_pin, pin
+from bench.common import SERVER_CPU, pin, unpin
 from tests.processes import Producer, producer
 from tests.redis_cluster import redis_cluster
 from tests.redis_server import redis_server
@@ -44,22 +43,6 @@ class Deployed:
 
 #: (working folder, producer flags, producer environment) → the deployment, while entered.
 Layout = Callable[[Path, Sequence[str], Mapping[str, str]], AbstractContextManager[Deployed]]
-
-
-def unpin(pid: int) -> None:
-    """Let every thread of ``pid`` run on any CPU (a child inherits its parent's pinning)."""
-    if not can_pin():
-        return
-    every = set(range(os.cpu_count() or 1))
-    try:
-        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        threads = [pid]
-    for tid in threads:
-        try:
-            os.sched_setaffinity(tid, every)
-        except OSError:  # a thread that ended meanwhile
-            continue
 
 
 @contextmanager
