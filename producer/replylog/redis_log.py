@@ -104,6 +104,7 @@ from replywire.producer.replylog.notify import NOTIFY_CLIENT_NAME, Notifier
 from replywire.producer.replylog.redis_reply import RedisReply
 from replywire.producer.replylog.scripts import (
     CANCEL,
+    FIND,
     MAX_CANCEL_REQUESTS,
     Entries,
     Scripts,
@@ -172,7 +173,8 @@ class RedisReplyLog:
         #: What every Open asks (``find``) and a relayed ``Cancel``: a small pool.
         self.lookups: Any = pool(LOOKUPS_NAME, LOOKUP_CONNECTIONS)
         self.cancel_script: Any = self.lookups.register_script(CANCEL)
-        self.lookup_scripts = Scripts(self.lookups)
+        #: ``FIND`` on the lookups' pool (the writers' has its own in ``scripts``).
+        self.lookup_find: Any = self.lookups.register_script(FIND)
         #: The followers' reads (``--reply-log-connections``), each a short command.
         self.reader_client: Any = pool(READERS_CLIENT_NAME, self.readers.connections)
         #: The one pub/sub connection that tells followers and generations here that a
@@ -219,16 +221,16 @@ class RedisReplyLog:
         refuse_cluster(await self.client.info("cluster"))
 
     async def find(self, key: ReplyKey) -> RedisReply | None:
-        return (await self._found(self.lookup_scripts, key))[1]
+        return (await self._found(self.lookup_find, key))[1]
 
-    async def _found(self, scripts: Scripts, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
+    async def _found(self, find: Any, key: ReplyKey) -> tuple[ReplyState, RedisReply | None]:
         """The key's reply's state (``states``: from its meta, its lease and its log's last
         entry, read together by ``FIND``) and a reader's snapshot of it (None: absent)."""
         keys = self.keys(key)[:3]
         try:
             # A read: safe to send again through a Cluster's failover (a lease's window).
             answer = await through_failover(
-                self.client, lambda: scripts.find(keys=keys), self.limits.lease_s
+                self.client, lambda: find(keys=keys), self.limits.lease_s
             )
             fields, leased, tail = found_of(answer)
         except aioredis.RedisError as error:
@@ -250,7 +252,7 @@ class RedisReplyLog:
     async def create(
         self, key: ReplyKey, binding_sha256: str, wire: str, first_span: str | None = None
     ) -> RedisReply:
-        state, _ = await self._found(self.scripts, key)
+        state, _ = await self._found(self.scripts.find, key)
         if allowed(state, ReplyInput.CREATE) is None:  # the script refuses it too
             raise ReplyBusy(f"reply {key} is being generated or complete")
         token = secrets.token_hex(16)
@@ -303,7 +305,7 @@ class RedisReplyLog:
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
         while True:
-            _, leased, tail = found_of(await self.lookup_scripts.find(keys=self.keys(key)[:3]))
+            _, leased, tail = found_of(await self.lookup_find(keys=self.keys(key)[:3]))
             last: dict[bytes, bytes] = tail[0][1] if tail else {}
             if b"e" in last or not leased:
                 return last.get(b"e") == Reason.CONSUMER_CANCELLED.value.encode()
