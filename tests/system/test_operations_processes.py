@@ -27,6 +27,8 @@ import structlog.testing
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from replywire.consumer.reader import StreamEnded
+from replywire.consumer.session import refused_by_http2
 from replywire.producer.edge.health import BoundedHealthServicer
 from replywire.producer.flags import build_parser
 from replywire.producer.metrics import ProducerMetrics
@@ -135,6 +137,7 @@ def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
     tmp_path: Path, recording: Recording, shared: bool
 ) -> None:
     clients = 40
+    by_http2 = ("UNAVAILABLE", "REFUSED_STREAM")
 
     async def one(target: str, index: int) -> tuple[str, str]:
         async with channel(target, shared=shared) as c:
@@ -142,29 +145,37 @@ def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
                 slow_request(recording, f"burst-{index}", chunk_bytes=200, interval_ms=20),
                 timeout=60,
             )
-            code, details, _ = await read_to_end(call)
-            return code, details
+            code, details, chunks = await read_to_end(call)
+            end = StreamEnded(getattr(grpc.StatusCode, code), details)
+            return by_http2 if chunks == 0 and refused_by_http2(end) else (code, details)
 
     async def burst(target: str) -> list[tuple[str, str]]:
         async with channel(target, shared=shared) as warm:
             # The shared connection up first, the producer's SETTINGS heard: a burst on a
-            # connection still starting can open more streams than its limit before the
-            # client knows it, and those are refused by HTTP/2 (RST_STREAM REFUSED_STREAM,
-            # UNAVAILABLE) before any servicer sees them (seen once on a loaded machine).
+            # connection still starting opens more streams than its limit before the client
+            # knows it (docs/operations.md#known-limits).
             await check(warm, "")
             return await asyncio.gather(*(one(target, i) for i in range(clients)))
 
     with producer(tmp_path, "--max-streams", "3") as p:
         outcomes = Counter(asyncio.run(burst(p.target)))
+        seen = clients - outcomes[by_http2]
         try:
-            wait_for(lambda: len(finals(p)) == clients)  # the trace is written in batches
+            wait_for(lambda: len(finals(p)) == seen)  # the trace is written in batches
         except TimeoutError:
             missing = sorted({f"burst-{i}" for i in range(clients)} - set(finals(p)))
             pytest.fail(f"no final record for {missing}; the clients heard {dict(outcomes)}")
         ended = finals(p)
         stopped = stopped_record(p)
     # Every client hears one of the two answers; none is cut by gRPC with a bare status.
-    assert set(outcomes) <= {("OK", ""), ("RESOURCE_EXHAUSTED", "stream_limit")}, outcomes
+    # On one connection a third: a stream queued in the client opens as a refused one ends,
+    # and for an instant the producer's HTTP/2 still counts the ended one, so it refuses
+    # the new one unprocessed (REFUSED_STREAM). grpcio retries that once by itself (gRFC
+    # A6); refused again it is UNAVAILABLE, which the consumer names stream_limit. Such a
+    # stream never reached the servicer: no record, not opened. Seen once, in a CI run;
+    # impossible on connections of their own (one stream each).
+    answers = {("OK", ""), ("RESOURCE_EXHAUSTED", "stream_limit")}
+    assert set(outcomes) <= (answers | {by_http2} if shared else answers), outcomes
     assert outcomes["OK", ""] >= 3
     assert sum(outcomes.values()) == clients
     by_state = Counter(r["to_state"] for r in ended.values())
@@ -172,7 +183,7 @@ def test_far_past_the_limit_every_stream_is_served_or_refused_stream_limit(
         "completed": outcomes["OK", ""],
         "refused": outcomes["RESOURCE_EXHAUSTED", "stream_limit"],
     }
-    assert stopped["streams_opened"] == clients
+    assert stopped["streams_opened"] == seen
 
 
 async def check(c: grpc.aio.Channel, service: str) -> int:
