@@ -29,6 +29,9 @@ pinned to one CPU, this process (every client) to another (``bench.common.pin``)
 
 Why one file: the sides are alternated in the same rounds with the same channel options,
 and the round machinery, the sides and their rows are one measurement.
+
+One file past 500 lines: the three sides run the same stream plan and are measured by the
+same code; apart, they could drift.
 """
 
 from __future__ import annotations

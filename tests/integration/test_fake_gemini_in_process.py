@@ -3,6 +3,8 @@
 Every async scenario runs under ``asyncio.run`` inside a plain test function; the
 client is httpx (streaming), except one test that speaks raw HTTP/1.1 to check
 the bytes on the wire.
+
+One file past 500 lines: one server's tests, sharing its ``run`` and ``post`` helpers.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Results, never times: every benchmark ran, every side of every comparison has
 its figures and ratio, every stream of the tiny run ended complete, the decoders
 decoded every frame, and results.md holds every table. The figures themselves
 are not asserted: they are measurements (bench/results.md has the full run).
+
+One file past 500 lines: the tiny ``make bench`` is built once (a module fixture) and every
+test reads it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ age, its own trace file, and a hostile HTTP/2 peer.
 Real producer processes on ephemeral loopback ports and real gRPC clients; raw TCP
 peers built by hand (tests/http2.py). Only what a test started is signalled, by pid;
 every wait is bounded; no assertion is on elapsed time.
+
+One file past 500 lines: the surface's tests share the channel, request and trace helpers
+below.
 """
 
 from __future__ import annotations

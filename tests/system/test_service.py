@@ -2,6 +2,9 @@
 
 Producer and consumer are started through their module entry points, exactly
 as the Makefile starts them. Only the processes a test started are signalled.
+
+One file past 500 lines: the pair's tests share one faulty producer (a module fixture) and
+its helpers.
 """
 
 from __future__ import annotations

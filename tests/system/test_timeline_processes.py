@@ -8,6 +8,9 @@ whose call is malformed, the verdict naming the call. The table and
 the SVG are parsed back and their marks counted against the trace records;
 one page is opened in a headless Chromium (skipped with the reason where none
 is installed, never in CI).
+
+One file past 500 lines: the six streams are made once (a module fixture) and every test
+reads the same traces.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """A chat reply's frame rules (docs/protocol.md#chat-rules), each on both default wires:
 part_outside_chat, frame_after_finish, each chat frame's fields, the tool call limit, the
 content limit over every part, the chat content digest (#chat-digest) and the duplicate
-policy on chat frames."""
+policy on chat frames.
+
+One file past 500 lines: each rule is checked on both wires from the same frame builders.
+"""
 
 from __future__ import annotations
 

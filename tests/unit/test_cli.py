@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from replywire.consumer import cli as consumer_cli
+from replywire.consumer.binding_flags import load_binding
 from replywire.consumer.flags import build_parser
 from replywire.demo import demo_runs
 from replywire.runtime.recording_file import load_recording
@@ -77,7 +78,7 @@ def test_a_text_request_is_checked_before_anything_runs(
 
 def test_kind_text_binds_its_own_case() -> None:
     args = build_parser().parse_args(["stream", "--kind", "text", "--text", ""])
-    case_id, binding = consumer_cli.load_binding(args)
+    case_id, binding = load_binding(args)
     assert case_id == binding["case_id"] and case_id.startswith("text-")
     assert binding["messages"] == [["human", ""]]
 
@@ -89,12 +90,12 @@ def test_a_binding_file_names_its_own_kind(tmp_path: Path) -> None:
     binding = build_text_binding("hi")
     path.write_text(json.dumps(binding))
     flags = ["stream", "--case", binding["case_id"], "--binding", str(path)]
-    assert consumer_cli.load_binding(build_parser().parse_args(flags)) == (
+    assert load_binding(build_parser().parse_args(flags)) == (
         binding["case_id"],
         binding,
     )
     with pytest.raises(ConfigurationError):
-        consumer_cli.load_binding(build_parser().parse_args([*flags, "--kind", "grounded"]))
+        load_binding(build_parser().parse_args([*flags, "--kind", "grounded"]))
 
 
 TOOLS = [
@@ -110,7 +111,7 @@ def test_kind_chat_binds_its_own_case_from_the_prompt_and_tools(tmp_path: Path) 
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps(TOOLS))
     flags = ["stream", "--kind", "chat", "--prompt", "Oslo?", "--tools", str(tools)]
-    case_id, binding = consumer_cli.load_binding(build_parser().parse_args(flags))
+    case_id, binding = load_binding(build_parser().parse_args(flags))
     assert case_id == binding["case_id"] == "chat-" + binding["request_sha256"][:16]
     assert binding["request"] == {
         "model": "gemini-3.1-flash-lite",
@@ -120,18 +121,18 @@ def test_kind_chat_binds_its_own_case_from_the_prompt_and_tools(tmp_path: Path) 
         "settings": {},
     }
     more = [*flags, "--system", "Be brief.", "--model", "fake-chat-turn"]
-    _, other = consumer_cli.load_binding(build_parser().parse_args(more))
+    _, other = load_binding(build_parser().parse_args(more))
     assert (other["request"]["system"], other["request"]["model"]) == (
         "Be brief.",
         "fake-chat-turn",
     )
     bare = ["stream", "--kind", "chat", "--prompt", ""]
-    assert consumer_cli.load_binding(build_parser().parse_args(bare))[1]["request"]["tools"] == []
+    assert load_binding(build_parser().parse_args(bare))[1]["request"]["tools"] == []
 
 
 def test_kind_chat_case_asks_for_a_recorded_chat_turn() -> None:
     flags = ["stream", "--kind", "chat", "--case", "chat-interleaved-calls"]
-    case_id, binding = consumer_cli.load_binding(build_parser().parse_args(flags))
+    case_id, binding = load_binding(build_parser().parse_args(flags))
     assert case_id == binding["case_id"] == "chat-interleaved-calls"
     assert binding["kind"] == "chat"
 

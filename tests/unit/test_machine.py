@@ -1,4 +1,8 @@
-"""The consumer state machine: every reason code, every limit at and past its edge."""
+"""The consumer state machine: every reason code, every limit at and past its edge.
+
+One file past 500 lines: every reason and limit is driven through the one state machine,
+from the same builders.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Fixtures do not mix well with ``@given``, so the recording and a quiet logger
 (everything below CRITICAL dropped; the consumer logs only info and debug) are
 built once at module level.
+
+One file past 500 lines: the properties share the module-level recording and logger below.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Every exact test runs once per way of cutting the bytes (the ``split``
 fixture): the parser must give the same events, and fail with the same
 reason after the same events, however the stream is cut.
+
+One file past 500 lines: one parser, every test under the same ``split`` fixture.
 """
 
 from __future__ import annotations

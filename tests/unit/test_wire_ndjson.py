@@ -2,6 +2,9 @@
 
 The module's functions without ``digest=True`` are the lab's wire (``ndjson-lab``);
 the default ``ndjson`` wire differs only in its done, which carries the content digest.
+
+One file past 500 lines: one format's encoder, decoder and chunk plans, each tested against
+the others.
 """
 
 from __future__ import annotations

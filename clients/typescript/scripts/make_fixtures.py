@@ -24,6 +24,9 @@ from the TypeScript one:
 * ``text_kind.json`` - a text binding (docs/protocol.md#text-binding), text replies and
   broken ones on every wire with the Python core's result documents, and the document of a
   grounded binding's empty stream (which names no kind).
+
+One file past 500 lines: one run writes every fixture from the same Python code, so the
+TypeScript suite reads one consistent snapshot.
 """
 
 from __future__ import annotations
