@@ -118,17 +118,25 @@ def test_a_reset_anywhere_in_the_stream_resumes_to_the_unbroken_result(
     if chunks != "frame":  # 1-11 byte chunks: hundreds of reads, so every 5th cut
         points = points[::5]
     discarded = 0
+    uncut = []
     for n in points:
         with ResetProxy(served.port, n) as proxy:
             result = stream_once(
                 recording, proxy.target, f"cut-{chunks}-{n}", attempts=3, chunks=chunks
             )
-            assert proxy.reset_done, n
+            if not proxy.reset_done:
+                # This run's connection carried fewer bytes than the measured one (its
+                # HTTP/2 control frames, a PING or a WINDOW_UPDATE, vary from run to run;
+                # seen once in CI at the last bytes): a cut past its end cuts nothing.
+                assert proxy.first_bytes < n, n
+                uncut.append(n)
         assert essence(result) == essence(unbroken), n
         # A cut before the response headers may come before the call was committed, which
         # gRPC then sends on the next connection itself (no resume needed, none counted).
-        assert result["stats"]["reconnects"] >= (1 if n >= committed else 0), n
+        resumed = 1 if n >= committed and proxy.reset_done else 0
+        assert result["stats"]["reconnects"] >= resumed, n
         discarded += result["stats"]["discarded_bytes"]
+    assert len(uncut) <= len(points) // 10, uncut  # the tail's few bytes, never the stream
     if chunks != "frame":  # a frame cut across chunks: its first part is dropped
         assert discarded > 0
 
