@@ -533,6 +533,20 @@ def durability_section(rows: dict[str, Any]) -> list[str]:
         "docs/operations.md#redis-cluster.",
         "",
         *table(durability_bench.HEADER, durability_bench.cells(rows)),
+        *(ledger_durability(rows) if "ledger" in rows else []),
+    ]
+
+
+def ledger_durability(rows: dict[str, Any]) -> list[str]:
+    """What ``--ledger-durability`` costs a provider call (``bench.durability``)."""
+    return [
+        "",
+        f"The ledger on the same cluster: {rows['ledger_calls']} calls a round (`aof` "
+        f"{rows['aof_frames']}), each reserved, marked sending and settled as the source does; "
+        "with `replica` and `aof` the first two wait (`producer/budget/redis_durable.py`), "
+        "the settle does not.",
+        "",
+        *table(durability_bench.LEDGER_HEADER, durability_bench.ledger_cells(rows)),
     ]
 
 

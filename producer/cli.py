@@ -28,7 +28,7 @@ from replywire.producer.event_loop import EventLoopUnavailable, run, running_loo
 from replywire.producer.files import write_atomically
 from replywire.producer.flags import build_parser
 from replywire.producer.metrics import MetricsEndpoint, MetricsTls, ProducerMetrics, install
-from replywire.producer.opening import make_source, open_reply_log, store_of
+from replywire.producer.opening import ledger_durability, make_source, open_reply_log, store_of
 from replywire.producer.replylog.interface import LogLimits
 from replywire.producer.settings import (
     Exposure,
@@ -308,6 +308,8 @@ def check_before_start(args: argparse.Namespace, *, parent: bool) -> MetricsTls 
     workers checks here, once, what its workers are started with; its metrics' TLS."""
     store_of("--ledger", args.ledger)
     store_of("--reply-log", args.reply_log)
+    if args.source == "gemini":
+        ledger_durability(args)
     check_writable("--trace-file", args.trace_file)
     check_writable("--ready-file", args.ready_file)  # written once it listens
     if not parent:

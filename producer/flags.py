@@ -386,6 +386,23 @@ FLAGS: Final = FlagTable(
                      "the longest one ledger operation waits (a Redis round trip, the file "
                      "ledger's lock); more than 0 and at most a third of `--ledger-lease-s`",
                      seconds_or_zero, LEDGER_TIMEOUT_S),
+                Flag("--ledger-durability",
+                     "a Redis ledger: what a call's reservation and its mark that it is "
+                     "sending, each written before the request is sent, wait for: `none` (a "
+                     "failover may lose the calls its master took alone: paid, not counted), "
+                     "`replica` (`WAIT`: on `--ledger-durability-replicas` replicas) or `aof` "
+                     "(`WAITAOF`: in the master's and those replicas' append-only files); a "
+                     "wait answered short within `--ledger-durability-timeout-s` sends nothing: "
+                     "`ledger_unavailable` (see [Operations](operations.md#redis-cluster))",
+                     choices=("none", "replica", "aof"), default="none"),
+                Flag("--ledger-durability-replicas",
+                     "a Redis ledger with `--ledger-durability`: the replicas each write "
+                     "before a call waits for",
+                     Count("replicas"), 1),
+                Flag("--ledger-durability-timeout-s",
+                     "a Redis ledger with `--ledger-durability`: how long such a write waits "
+                     "for its replicas; less than `--ledger-timeout-s`",
+                     positive_seconds, DEFAULT_DURABILITY_TIMEOUT_S),
                 Flag("--ledger-reconcile-s",
                      "how often (and once at start) a producer reconciles the reservations "
                      "of producers whose lease lapsed: released if never sent, kept (failed) "

@@ -15,6 +15,7 @@ from replywire.producer.budget.options import RedisOptions
 from replywire.producer.budget.stores import open_ledger
 from replywire.producer.budget.usage import Rates
 from replywire.producer.metrics import ProducerMetrics
+from replywire.producer.replylog.durability import Durability, Mode
 from replywire.producer.replylog.interface import LogLimits, ReaderLimits, ReplyLog
 from replywire.producer.replylog.memory import MemoryReplyLog
 from replywire.producer.sources import Source
@@ -47,6 +48,31 @@ def store_of(flag: str, spec: str) -> Store:
     return store
 
 
+def ledger_durability(args: argparse.Namespace) -> Durability:
+    """``--ledger-durability`` and its two flags, checked before anything is opened or
+    logged: a Redis ledger's, and its wait shorter than ``--ledger-timeout-s`` (the round
+    trip it is part of)."""
+    durability = Durability(
+        Mode(args.ledger_durability),
+        args.ledger_durability_replicas,
+        args.ledger_durability_timeout_s,
+    )
+    if durability.mode is Mode.NONE:
+        return durability
+    if store_of("--ledger", args.ledger).kind is not StoreKind.REDIS:
+        raise ConfigurationError(
+            "--ledger-durability waits for a Redis ledger's replicas: give --ledger "
+            "redis://... or redis+cluster://..."
+        )
+    if not durability.timeout_s < args.ledger_timeout_s:
+        raise ConfigurationError(
+            f"--ledger-durability-timeout-s {durability.timeout_s:g} must be shorter than "
+            f"the ledger timeout (--ledger-timeout-s {args.ledger_timeout_s:g}): the wait is "
+            "part of the round trip it bounds"
+        )
+    return durability
+
+
 def make_ledger(
     args: argparse.Namespace, per_identity: float | None, policy: LedgerPolicy
 ) -> Ledger:
@@ -55,6 +81,7 @@ def make_ledger(
     this process, with a lease of ``--ledger-lease-s``."""
     store = store_of("--ledger", args.ledger)
     shown_ledger = store.shown
+    durability = ledger_durability(args)
     try:
         ledger = open_ledger(
             store.target,
@@ -62,7 +89,10 @@ def make_ledger(
             budget_per_identity_usd=per_identity,
             rates=Rates(args.input_usd_per_mtok, args.output_usd_per_mtok),
             options=RedisOptions(
-                prefix=args.ledger_prefix, ttl_s=args.ledger_ttl_s, timeout_s=policy.timeout_s
+                prefix=args.ledger_prefix,
+                ttl_s=args.ledger_ttl_s,
+                timeout_s=policy.timeout_s,
+                durability=durability,
             ),
             owner=Owner.new(policy.lease_s),
         )
@@ -136,7 +166,6 @@ async def open_reply_log(
     # The Redis client, imported when a Redis is asked for: a tenth of a second of a start.
     import redis  # noqa: PLC0415
 
-    from replywire.producer.replylog.durability import Durability, Mode  # noqa: PLC0415
     from replywire.producer.replylog.redis_log import RedisReplyLog  # noqa: PLC0415
 
     try:

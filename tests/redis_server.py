@@ -200,3 +200,77 @@ def _answers(process: subprocess.Popen[bytes], socket_path: Path, password: str 
         return False
     finally:
         client.close()
+
+
+# --- a primary and its replica -------------------------------------------------------------
+
+
+def local_client(server: RedisServer) -> redis.Redis:
+    """The test's own client of ``server``, through its Unix socket, answers decoded."""
+    return redis.Redis.from_url(server.local_url, decode_responses=True)
+
+
+def linked(primary: RedisServer) -> bool:
+    """Whether ``primary`` has one replica, online, that acknowledges its writes: a write
+    of the test's own and ``WAIT 1`` for it (a replica the master lists as online may
+    not have acknowledged anything yet: its offset 0 after a full resync)."""
+    with local_client(primary) as c:
+        replication = c.info("replication")
+        if replication.get("connected_slaves") != 1:
+            return False
+        with c.pipeline(transaction=False) as pipe:
+            pipe.incr("test:linked")
+            pipe.execute_command("WAIT", 1, 100)
+            _, acknowledged = pipe.execute()
+    return int(acknowledged) == 1
+
+
+def _replicas(primary: RedisServer) -> int:
+    with local_client(primary) as c:
+        return int(c.info("replication").get("connected_slaves", 0))
+
+
+def wait_linked(primary: RedisServer, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not linked(primary):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no replica of :{primary.port} came online")
+        time.sleep(0.05)
+
+
+@contextmanager
+def replicated_pair() -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A primary and a replica of it (``REPLICAOF``), linked. A full resync starts at once
+    (the primary's ``repl-diskless-sync-delay`` 0, not 5 s)."""
+    with (
+        redis_server(options=["--repl-diskless-sync-delay", "0"]) as primary,
+        redis_server() as replica,
+    ):
+        with local_client(replica) as c:
+            c.execute_command("REPLICAOF", primary.host, str(primary.port))
+        wait_linked(primary)
+        yield primary, replica
+
+
+def cut_off(primary: RedisServer) -> None:
+    """``primary`` drops its replica's link and refuses its resync (``ACL SETUSER default
+    -psync -sync``: every other command still runs): it takes writes alone."""
+    with local_client(primary) as c:
+        c.execute_command("ACL", "SETUSER", "default", "-psync", "-sync")
+        c.execute_command("CLIENT", "KILL", "TYPE", "replica")
+    deadline = time.monotonic() + 30.0
+    while _replicas(primary):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the replica of :{primary.port} is still linked")
+        time.sleep(0.05)
+
+
+def link_back(primary: RedisServer) -> None:
+    """Undo ``cut_off``: the replica resyncs, and is online again. ``PSYNC`` is allowed
+    first and the old ``SYNC`` only once it has: a replica refused ``PSYNC`` tries ``SYNC``
+    next, and one linked by ``SYNC`` never acknowledges an offset (``WAIT`` never counts
+    it)."""
+    with local_client(primary) as c:
+        c.execute_command("ACL", "SETUSER", "default", "+psync")
+        wait_linked(primary)
+        c.execute_command("ACL", "SETUSER", "default", "+sync")

@@ -5,10 +5,11 @@ tenth of a second of every start)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from replywire.producer.budget.ledger import TIMEOUT_S
+from replywire.producer.replylog.durability import Durability, Mode
 
 DEFAULT_PREFIX: Final = "replywire:ledger:"
 #: A settled or released call's hash is kept this long (7 days).
@@ -17,9 +18,19 @@ DEFAULT_TTL_S: Final = 7 * 24 * 3600
 
 @dataclass(frozen=True, slots=True)
 class RedisOptions:
-    """Where the ledger's keys live, how long finished calls are kept (Redis only), how long
-    one operation waits (both ledgers: a Redis round trip, the file ledger's lock)."""
+    """Where the ledger's keys live, how long finished calls are kept and what a write before
+    a call is sent waits for (``redis_durable``; Redis only), how long one operation waits
+    (both ledgers: a Redis round trip, the file ledger's lock)."""
 
     prefix: str = DEFAULT_PREFIX
     ttl_s: int = DEFAULT_TTL_S
     timeout_s: float = TIMEOUT_S
+    durability: Durability = field(default_factory=Durability)
+
+    def __post_init__(self) -> None:
+        # The wait is one command of the round trip ``timeout_s`` bounds.
+        if self.durability.mode is not Mode.NONE and not self.durability.timeout_s < self.timeout_s:
+            raise ValueError(
+                "the durability timeout (--ledger-durability-timeout-s) must be shorter than "
+                "the ledger timeout (--ledger-timeout-s)"
+            )

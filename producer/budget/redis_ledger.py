@@ -28,6 +28,11 @@ up on is ``abandon``-ed (released, or a tombstone that a late copy of it finds).
 
 The scripts are in ``redis_scripts``; the moves they make are the table of
 ``entry_states``, which ``tests/integration/test_ledger_lifecycle.py`` checks them against.
+The writes before a call is sent wait for replicas with ``--ledger-durability``
+(``redis_durable``).
+
+One file past 500 lines: one ledger, whose operations share its key layout, its client and
+its error mapping; its scripts, values and durable writes are modules of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from redis.exceptions import RedisClusterException
 from replywire.producer.budget.entry_states import FAILED, RELEASED, RESERVED, SETTLED
 from replywire.producer.budget.ledger import ANONYMOUS, AlreadyLeft, Owner, Settlement
 from replywire.producer.budget.options import RedisOptions
+from replywire.producer.budget.redis_durable import write_and_wait
 from replywire.producer.budget.redis_scripts import (
     ABANDON,
     LEAVE_RESERVED,
@@ -70,6 +76,7 @@ from replywire.producer.budget.usage import (
     shown,
 )
 from replywire.producer.redis_clients import sync_client
+from replywire.producer.replylog.durability import Mode
 from replywire.producer.store_urls import NOT_A_CLUSTER, ClusterNode, parse_store, refuse_cluster
 from replywire.producer.store_urls import redacted as safe_location
 from replywire.shared.errors import RequestRefused
@@ -119,6 +126,7 @@ class RedisLedger:
         self.prefix = f"{{{prefix}}}" if self.store.cluster else prefix
         self.ttl_s = ttl_s
         self._timeout_s = timeout_s
+        self.durability = options.durability
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
 
@@ -170,6 +178,16 @@ class RedisLedger:
             return operation()
         except (redis.RedisError, RedisClusterException, OSError, ValueError, TypeError) as error:
             raise self._unavailable(what, error) from error
+
+    def _durable_write(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """A write before a call is sent: with ``--ledger-durability``, on its replicas too
+        (``redis_durable``: a wait answered short is ``ledger_unavailable``)."""
+        if self.durability.mode is Mode.NONE:
+            return self._redis("write", lambda: self._script(script)(keys=keys, args=args))
+        fence, wanted = f"{self.prefix}durable", self.durability
+        return self._redis(
+            "write", lambda: write_and_wait(self.client, script, keys, args, fence, wanted)
+        )
 
     def _unavailable(self, what: str, error: object) -> RequestRefused:
         detail = f"cannot {what} the ledger {self.location}: {type(error).__name__}: {error}"
@@ -253,7 +271,7 @@ class RedisLedger:
             self.call_key(call_id, identity), self._committed_key, self._seq_key,
             self._reserved_key, self.lease_key(self.owner.id),
         ]  # fmt: skip
-        answer = self._redis("write", lambda: self._script(RESERVE)(keys=keys, args=args))
+        answer = self._durable_write(RESERVE, keys, args)
         match answer:
             case ["ok", int()]:
                 return worst_usd
@@ -282,7 +300,7 @@ class RedisLedger:
             self._lease_ms,
             self._lease_value,
         ]
-        answer = self._redis("write", lambda: self._script(MARK_SENDING)(keys=keys, args=args))
+        answer = self._durable_write(MARK_SENDING, keys, args)
         match answer:
             case ["ok", _, _]:
                 return

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from replywire.producer.budget.ledger import AlreadyLeft
+from replywire.producer.budget.options import RedisOptions
 from replywire.producer.budget.redis_ledger import RedisLedger
 from replywire.producer.replylog.durability import Durability, Mode
 from replywire.producer.replylog.interface import (
@@ -294,3 +296,62 @@ def test_the_ledger_at_a_failover_loses_only_what_its_master_took_alone_and_doub
     settled_costs = sum(float(e["cost_usd"]) for e in entries.values() if e["state"] == "settled")
     assert totals["committed_usd"] == pytest.approx(settled_costs, abs=1e-12)
     assert set(refused.values()) <= {Reason.LEDGER_UNAVAILABLE.value, "missing"}
+
+
+def test_with_ledger_durability_a_failover_loses_no_call_that_was_let_through(
+    cluster: Cluster,
+) -> None:
+    """``--ledger-durability replica``: the same calls, the ledger's master cut off from its
+    replica before call ``LEDGER_CUT_AT`` and killed five calls later. A call's reserve
+    and its mark that it is sending wait for the replica: while the master is alone every
+    reserve is answered short and refused ``ledger_unavailable`` (its reservation, taken
+    alone, is released, or lost with the master); after the kill the promoted replica has
+    no replica of its own, so the calls are refused still. Every call that was marked
+    sending, so would have been sent, is in the ledger after the failover: none paid and
+    not counted."""
+    options = RedisOptions(durability=Durability(Mode.REPLICA, 1, 0.5))
+    ledger = RedisLedger(cluster.url, budget_usd=1.0, options=options)
+    ledger.check()
+    master = cluster.master_of(ledger.call_key("call-0", "alice"))
+    told: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    try:
+        for n in range(LEDGER_CALLS):
+            if n == LEDGER_CUT_AT:
+                cut_replicas_off(cluster, master)
+            if n == LEDGER_CUT_AT + 5:
+                cluster.kill(master)
+                cluster.wait_promoted(master)
+            call = f"call-{n}"
+            try:
+                ledger.reserve(call, body=BODY, max_output_tokens=100, identity="alice")
+                told[call] = "reserved"
+                ledger.mark_sending(call, identity="alice")
+                told[call] = "marked"
+                ledger.settle(call, USAGE, identity="alice")
+                told[call] = "settled"
+            except (RequestRefused, KeyError) as error:
+                refused[call] = getattr(getattr(error, "reason", None), "value", "missing")
+                with contextlib.suppress(RequestRefused, KeyError, AlreadyLeft):
+                    ledger.release(call, "refused", identity="alice")  # as the source does
+        entries = {e["call_id"]: e for e in ledger.entries()}
+        totals = ledger.totals()
+    finally:
+        ledger.close()
+    let_through = sorted(c for c, step in told.items() if step in {"marked", "settled"})
+    lost = [c for c in let_through if c not in entries]
+    print(f"ledger master :{master.port} cut off before call {LEDGER_CUT_AT}, killed before "
+          f"call {LEDGER_CUT_AT + 5}, --ledger-durability replica: {len(let_through)} calls "
+          f"let through, {len(lost)} of them lost; {len(refused)} refused "
+          f"{sorted(set(refused.values()))} (calls {min(refused, default='-')} on); ledger "
+          f"holds {len(entries)} entries, committed {totals['committed_usd']:.8f} USD")  # fmt: skip
+    assert lost == []
+    assert all(entries[f"call-{n}"]["state"] == "settled" for n in range(LEDGER_CUT_AT))
+    # From the cut on, nothing was let through: every reserve was refused.
+    assert sorted(refused, key=lambda c: int(c.split("-")[1])) == [
+        f"call-{n}" for n in range(LEDGER_CUT_AT, LEDGER_CALLS)
+    ]
+    assert set(refused.values()) == {Reason.LEDGER_UNAVAILABLE.value}
+    assert all(told.get(c) is None for c in refused)
+    settled_costs = sum(float(e["cost_usd"]) for e in entries.values() if e["state"] == "settled")
+    assert totals["committed_usd"] == pytest.approx(settled_costs, abs=1e-12)

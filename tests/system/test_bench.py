@@ -342,6 +342,12 @@ def test_every_durability_setting_wrote_its_replies_whole(
             assert row["ended"] == ["complete"], (shape, mode)
             assert row["wall_us_per_frame"] > 0 and row["cpu_us_per_frame"] > 0
             assert f"| {shape} | {mode} |" in tiny_run[1]
+    ledger = tiny_run[0]["durability"]["ledger"]
+    assert list(ledger) == ["none", "replica", "aof"]
+    for mode, row in ledger.items():
+        assert row["settled"] == row["calls"] > 0, mode  # no wait fell short
+        assert row["wall_us_per_call"] > 0 and row["cpu_us_per_call"] > 0
+        assert f"| {mode} | " in tiny_run[1]
 
 
 def test_past_the_limit_streams_are_refused_by_name(tiny_run: tuple[dict[str, Any], str]) -> None:

@@ -43,7 +43,7 @@ from tests.processes import (
     run_consumer,
     wait_for,
 )
-from tests.redis_server import redis_server
+from tests.redis_server import cut_off, link_back, redis_server, replicated_pair
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,12 +67,12 @@ def fake() -> Iterator[FakeGeminiProcess]:
 
 
 def gemini_producer(
-    tmp_path: Path, fake: FakeGeminiProcess, ledger: str, *, name: str, model: str
+    tmp_path: Path, fake: FakeGeminiProcess, ledger: str, *flags: str, name: str, model: str
 ) -> AbstractContextManager[Producer]:
     return producer(
         tmp_path,
         "--source", "gemini", "--gemini-base-url", fake.base_url, "--model", model,
-        "--ledger", ledger, "--ledger-prefix", PREFIX, "--budget-usd", "1.0", *FAST,
+        "--ledger", ledger, "--ledger-prefix", PREFIX, "--budget-usd", "1.0", *FAST, *flags,
         name=name, env={"GEMINI_API_KEY": API_KEY},
     )  # fmt: skip
 
@@ -169,6 +169,42 @@ def test_redis_paused_during_a_reserve(tmp_path: Path, fake: FakeGeminiProcess) 
     assert late["released"] == "reserve_unanswered (refused)"
     print(f"provider calls {len(calls)}, committed {committed:.9f} USD; the stalled reserve:",
           "a tombstone" if late.get("tombstone") else "landed late, released")  # fmt: skip
+
+
+def test_with_ledger_durability_a_primary_alone_sends_nothing(
+    tmp_path: Path, fake: FakeGeminiProcess
+) -> None:
+    """``--ledger-durability replica`` on a primary cut off from its replica: the reserve's
+    wait is answered short, asked again, short again: the stream is refused
+    ``ledger_unavailable`` with no provider call, and the reservation the primary took
+    alone is released (the abandon). The replica back, the next stream completes."""
+    before = len(fake.log())
+    durable = ("--ledger-durability", "replica", "--ledger-durability-timeout-s", "0.3")
+    with (
+        replicated_pair() as (primary, _replica),
+        gemini_producer(
+            tmp_path, fake, primary.url, *durable, name="p", model="gemini-3.1-flash-lite"
+        ) as p,
+    ):
+        ledger = reader(primary.url)
+        complete(p.target, "linked")
+        cut_off(primary)
+        alone = run_consumer(p.target, "--case", CASE, "--stream-id", "alone")
+        wait_for(lambda: bool(records(p, "budget_reserve_abandoned")), timeout=PROMPTLY_S)
+        link_back(primary)
+        complete(p.target, "back")
+        wait_for(lambda: len(records(p, "budget_settled")) == 2, timeout=PROMPTLY_S)
+        calls = fake.log()[before:]
+        committed = assert_accounted(ledger, calls)
+        (abandoned,) = records(p, "budget_reserve_abandoned")
+        released = entry(ledger, abandoned["call_id"])["state"]
+        unanswered = records(p, "budget_reserve_unanswered")
+    assert (alone.returncode, alone.result["reason"]) == (5, "ledger_unavailable")
+    assert len(calls) == 2  # linked and back: the stream of the primary alone called nobody
+    assert released == "released"
+    assert "0 of 1 replicas had the write" in unanswered[0]["detail"]
+    print(f"provider calls {len(calls)}, committed {committed:.9f} USD; the reserve of the "
+          f"primary alone: {len(unanswered)} short waits, then released")  # fmt: skip
 
 
 @pytest.mark.parametrize("restart", ["at once", "after the refusal"])

@@ -163,6 +163,26 @@ PRODUCER_CASES = [
     (["--workers", "65"], {}, "argument --workers: must be at most 64: 65"),
     (["--workers", "2"], {}, "--workers 2 needs a shared reply log, --reply-log redis://"),
     (
+        ["--source", "gemini", "--ledger-durability", "replica"],
+        {"GEMINI_API_KEY": "AIzaSy-wrong-inputs"},
+        "--ledger-durability waits for a Redis ledger's replicas: give --ledger redis://",
+    ),
+    (
+        [
+            "--source",
+            "gemini",
+            "--ledger",
+            "redis://127.0.0.1:9/0",
+            "--ledger-durability",
+            "aof",
+            "--ledger-durability-timeout-s",
+            "5",
+        ],
+        {"GEMINI_API_KEY": "AIzaSy-wrong-inputs"},
+        "--ledger-durability-timeout-s 5 must be shorter than the ledger timeout "
+        "(--ledger-timeout-s 5)",
+    ),
+    (
         ["--reply-log", "redis://127.0.0.1:9/0", "--conformance", "fixtures/conformance/vectors"],
         {"REPLYWIRE_WORKERS": "3"},
         "--conformance is served by one process, not --workers 3",
