@@ -150,6 +150,7 @@ def run(size: Size) -> dict[str, Any]:
         "shapes": rows,
         "ledger_calls": plan.calls,
         "ledger": ledger,
+        "ledger_measured_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
 
 

@@ -540,11 +540,10 @@ def durability_section(rows: dict[str, Any]) -> list[str]:
 def ledger_durability(rows: dict[str, Any]) -> list[str]:
     """What ``--ledger-durability`` costs a provider call (``bench.durability``)."""
     return [
-        "",
         f"The ledger on the same cluster: {rows['ledger_calls']} calls a round (`aof` "
         f"{rows['aof_frames']}), each reserved, marked sending and settled as the source does; "
         "with `replica` and `aof` the first two wait (`producer/budget/redis_durable.py`), "
-        "the settle does not.",
+        f"the settle does not (measured {rows['ledger_measured_utc']} UTC).",
         "",
         *table(durability_bench.LEDGER_HEADER, durability_bench.ledger_cells(rows)),
     ]
