@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -247,69 +248,22 @@ BODY = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
 USAGE = {"promptTokenCount": 3, "candidatesTokenCount": 5, "totalTokenCount": 8}
 
 
-def test_the_ledger_at_a_failover_loses_only_what_its_master_took_alone_and_doubles_nothing(
-    cluster: Cluster,
-) -> None:
-    """Calls reserved, marked and settled one after another; the ledger's master cut off
-    from its replica before call ``LEDGER_CUT_AT`` and killed five calls later. What the
-    ledger holds afterwards, against what each call was told: a call whose every step was
-    answered before the cut is there, settled; what the master took alone is lost (its
-    entry and its share of the sums alike: they are written together, in one slot);
-    nothing is counted twice; a step refused meanwhile is ``ledger_unavailable``."""
-    ledger = RedisLedger(cluster.url, budget_usd=1.0)
-    ledger.check()
-    master = cluster.master_of(ledger.call_key("call-0", "alice"))
-    told: dict[str, str] = {}  # call id -> the last step the ledger answered
-    refused: dict[str, str] = {}
-    try:
-        for n in range(LEDGER_CALLS):
-            if n == LEDGER_CUT_AT:
-                cut_replicas_off(cluster, master)
-            if n == LEDGER_CUT_AT + 5:
-                cluster.kill(master)
-                cluster.wait_promoted(master)
-            call = f"call-{n}"
-            try:
-                ledger.reserve(call, body=BODY, max_output_tokens=100, identity="alice")
-                told[call] = "reserved"
-                ledger.mark_sending(call, identity="alice")
-                told[call] = "marked"
-                ledger.settle(call, USAGE, identity="alice")
-                told[call] = "settled"
-            except (RequestRefused, KeyError) as error:
-                refused[call] = getattr(getattr(error, "reason", None), "value", "missing")
-        entries = {e["call_id"]: e for e in ledger.entries()}
-        totals = ledger.totals()
-    finally:
-        ledger.close()
-    held = {call: entries[call]["state"] for call in entries}
-    lost = sorted(c for c, step in told.items() if c not in held or (step == "settled")
-                  != (held[c] == "settled"))  # fmt: skip
-    print(f"ledger master :{master.port} cut off before call {LEDGER_CUT_AT}, killed before "
-          f"call {LEDGER_CUT_AT + 5}: {len(told)} calls answered, {len(refused)} refused "
-          f"{sorted(set(refused.values()))}, {len(lost)} lost {lost}; ledger holds "
-          f"{len(held)} entries, committed {totals['committed_usd']:.8f} USD")  # fmt: skip
-    # Before the cut, everything answered is there; what was lost was taken alone.
-    assert all(held.get(f"call-{n}") == "settled" for n in range(LEDGER_CUT_AT))
-    assert all(LEDGER_CUT_AT <= int(c.split("-")[1]) < LEDGER_CUT_AT + 5 for c in lost)
-    # Nothing doubled: the sums are exactly the entries' own.
-    settled_costs = sum(float(e["cost_usd"]) for e in entries.values() if e["state"] == "settled")
-    assert totals["committed_usd"] == pytest.approx(settled_costs, abs=1e-12)
-    assert set(refused.values()) <= {Reason.LEDGER_UNAVAILABLE.value, "missing"}
+@dataclass
+class LedgerRun:
+    master: RedisServer
+    #: call id -> the last step the ledger answered (reserved, marked, settled)
+    told: dict[str, str]
+    #: call id -> the reason a step of it was refused ("missing": no entry to mark)
+    refused: dict[str, str]
+    entries: dict[str, dict[str, Any]]
+    totals: dict[str, Any]
 
 
-def test_with_ledger_durability_a_failover_loses_no_call_that_was_let_through(
-    cluster: Cluster,
-) -> None:
-    """``--ledger-durability replica``: the same calls, the ledger's master cut off from its
-    replica before call ``LEDGER_CUT_AT`` and killed five calls later. A call's reserve
-    and its mark that it is sending wait for the replica: while the master is alone every
-    reserve is answered short and refused ``ledger_unavailable`` (its reservation, taken
-    alone, is released, or lost with the master); after the kill the promoted replica has
-    no replica of its own, so the calls are refused still. Every call that was marked
-    sending, so would have been sent, is in the ledger after the failover: none paid and
-    not counted."""
-    options = RedisOptions(durability=Durability(Mode.REPLICA, 1, 0.5))
+def ledger_failover_run(cluster: Cluster, options: RedisOptions | None = None) -> LedgerRun:
+    """``LEDGER_CALLS`` calls reserved, marked and settled one after another, the ledger's
+    master cut off from its replica before call ``LEDGER_CUT_AT`` and killed five calls
+    later; a call refused at a step is released as the source does (if it can be). What
+    each call was told, and what the ledger holds afterwards."""
     ledger = RedisLedger(cluster.url, budget_usd=1.0, options=options)
     ledger.check()
     master = cluster.master_of(ledger.call_key("call-0", "alice"))
@@ -333,25 +287,69 @@ def test_with_ledger_durability_a_failover_loses_no_call_that_was_let_through(
             except (RequestRefused, KeyError) as error:
                 refused[call] = getattr(getattr(error, "reason", None), "value", "missing")
                 with contextlib.suppress(RequestRefused, KeyError, AlreadyLeft):
-                    ledger.release(call, "refused", identity="alice")  # as the source does
+                    ledger.release(call, "refused", identity="alice")
         entries = {e["call_id"]: e for e in ledger.entries()}
-        totals = ledger.totals()
+        return LedgerRun(master, told, refused, entries, ledger.totals())
     finally:
         ledger.close()
-    let_through = sorted(c for c, step in told.items() if step in {"marked", "settled"})
-    lost = [c for c in let_through if c not in entries]
-    print(f"ledger master :{master.port} cut off before call {LEDGER_CUT_AT}, killed before "
-          f"call {LEDGER_CUT_AT + 5}, --ledger-durability replica: {len(let_through)} calls "
-          f"let through, {len(lost)} of them lost; {len(refused)} refused "
-          f"{sorted(set(refused.values()))} (calls {min(refused, default='-')} on); ledger "
-          f"holds {len(entries)} entries, committed {totals['committed_usd']:.8f} USD")  # fmt: skip
+
+
+def test_the_ledger_at_a_failover_loses_only_what_its_master_took_alone_and_doubles_nothing(
+    cluster: Cluster,
+) -> None:
+    """Calls reserved, marked and settled one after another; the ledger's master cut off
+    from its replica before call ``LEDGER_CUT_AT`` and killed five calls later. What the
+    ledger holds afterwards, against what each call was told: a call whose every step was
+    answered before the cut is there, settled; what the master took alone is lost (its
+    entry and its share of the sums alike: they are written together, in one slot);
+    nothing is counted twice; a step refused meanwhile is ``ledger_unavailable``."""
+    run = ledger_failover_run(cluster)
+    held = {call: entry["state"] for call, entry in run.entries.items()}
+    lost = sorted(c for c, step in run.told.items() if c not in held or (step == "settled")
+                  != (held[c] == "settled"))  # fmt: skip
+    print(f"ledger master :{run.master.port} cut off before call {LEDGER_CUT_AT}, killed "
+          f"before call {LEDGER_CUT_AT + 5}: {len(run.told)} calls answered, "
+          f"{len(run.refused)} refused {sorted(set(run.refused.values()))}, {len(lost)} lost "
+          f"{lost}; ledger holds {len(held)} entries, committed "
+          f"{run.totals['committed_usd']:.8f} USD")  # fmt: skip
+    # Before the cut, everything answered is there; what was lost was taken alone.
+    assert all(held.get(f"call-{n}") == "settled" for n in range(LEDGER_CUT_AT))
+    assert all(LEDGER_CUT_AT <= int(c.split("-")[1]) < LEDGER_CUT_AT + 5 for c in lost)
+    assert run.totals["committed_usd"] == pytest.approx(settled_costs(run), abs=1e-12)
+    assert set(run.refused.values()) <= {Reason.LEDGER_UNAVAILABLE.value, "missing"}
+
+
+def settled_costs(run: LedgerRun) -> float:
+    """What the settled entries cost: the committed sum must be exactly this (nothing
+    doubled, nothing held for a call that left ``reserved``)."""
+    return sum(float(e["cost_usd"]) for e in run.entries.values() if e["state"] == "settled")
+
+
+def test_with_ledger_durability_a_failover_loses_no_call_that_was_let_through(
+    cluster: Cluster,
+) -> None:
+    """``--ledger-durability replica``: the same calls, the ledger's master cut off from its
+    replica before call ``LEDGER_CUT_AT`` and killed five calls later. A call's reserve
+    and its mark that it is sending wait for the replica: while the master is alone every
+    reserve is answered short and refused ``ledger_unavailable`` (its reservation, taken
+    alone, is released, or lost with the master); after the kill the promoted replica has
+    no replica of its own, so the calls are refused still. Every call that was marked
+    sending, so would have been sent, is in the ledger after the failover: none paid and
+    not counted."""
+    run = ledger_failover_run(cluster, RedisOptions(durability=Durability(Mode.REPLICA, 1, 0.5)))
+    let_through = sorted(c for c, step in run.told.items() if step in {"marked", "settled"})
+    lost = [c for c in let_through if c not in run.entries]
+    print(f"ledger master :{run.master.port} cut off before call {LEDGER_CUT_AT}, killed "
+          f"before call {LEDGER_CUT_AT + 5}, --ledger-durability replica: {len(let_through)} "
+          f"calls let through, {len(lost)} of them lost; {len(run.refused)} refused "
+          f"{sorted(set(run.refused.values()))}; ledger holds {len(run.entries)} entries, "
+          f"committed {run.totals['committed_usd']:.8f} USD")  # fmt: skip
     assert lost == []
-    assert all(entries[f"call-{n}"]["state"] == "settled" for n in range(LEDGER_CUT_AT))
+    assert all(run.entries[f"call-{n}"]["state"] == "settled" for n in range(LEDGER_CUT_AT))
     # From the cut on, nothing was let through: every reserve was refused.
-    assert sorted(refused, key=lambda c: int(c.split("-")[1])) == [
+    assert sorted(run.refused, key=lambda c: int(c.split("-")[1])) == [
         f"call-{n}" for n in range(LEDGER_CUT_AT, LEDGER_CALLS)
     ]
-    assert set(refused.values()) == {Reason.LEDGER_UNAVAILABLE.value}
-    assert all(told.get(c) is None for c in refused)
-    settled_costs = sum(float(e["cost_usd"]) for e in entries.values() if e["state"] == "settled")
-    assert totals["committed_usd"] == pytest.approx(settled_costs, abs=1e-12)
+    assert set(run.refused.values()) == {Reason.LEDGER_UNAVAILABLE.value}
+    assert all(run.told.get(c) is None for c in run.refused)
+    assert run.totals["committed_usd"] == pytest.approx(settled_costs(run), abs=1e-12)
