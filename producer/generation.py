@@ -264,7 +264,9 @@ class Generation:
         if self.stopped is None:
             self.stopped = reason
             self._log.info("generation_stopped", reason=reason.value)
-        self.task.cancel()
+        # The reason rides the cancellation: a provider call cut short by it is recorded
+        # with it (producer.sources.gemini.call_ledger.cancelled_outcome).
+        self.task.cancel(reason.value)
         return True
 
     def _abandon(self) -> None:

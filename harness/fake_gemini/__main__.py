@@ -25,7 +25,11 @@ async def _serve(args: argparse.Namespace) -> int:
     fake = FakeGemini(
         api_key=args.api_key,
         google_auth_errors=args.google_auth_errors,
-        pacing=Pacing(drip_delay=args.drip_delay_s, event_delay=args.event_delay_s),
+        pacing=Pacing(
+            drip_delay=args.drip_delay_s,
+            event_delay=args.event_delay_s,
+            start_delay=args.start_delay_s,
+        ),
     )
     tls = None
     if args.tls_cert is not None:
@@ -84,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=Pacing().event_delay,
         help="seconds after each event of a reply (but fake-slow-drip's, paced by its pieces)",
+    )
+    parser.add_argument(
+        "--start-delay-s",
+        type=float,
+        default=Pacing().start_delay,
+        help="seconds fake-slow-start holds the response after reading the request",
     )
     return asyncio.run(_serve(parser.parse_args(argv)))
 

@@ -93,6 +93,34 @@ def test_a_producer_that_stops_ends_the_replies_still_generating(tmp_path: Path)
     assert len(entries) == 1 and entries[0]["state"] != "reserved"
 
 
+def test_a_producer_that_stops_while_the_provider_has_not_answered_records_its_stop(
+    tmp_path: Path,
+) -> None:
+    """The consumer left (its deadline) while the provider holds its answer; the producer
+    stops meanwhile: the generation is stopped ``producer_shutdown`` with the request sent
+    and unanswered, and the call is recorded with that outcome (its reservation kept:
+    it may have cost), not as the consumer's cancel."""
+    with (
+        fake_gemini(API_KEY, "--start-delay-s", "600") as fake,
+        gemini_producer(
+            tmp_path, fake, "--detach-grace-s", "120", model="fake-slow-start"
+        ) as running,
+    ):
+        run = run_consumer(running.target, "--case", CASE, "--deadline-s", LEFT_AFTER_S)
+        assert run.result["reason"] == "deadline_exceeded"
+        wait_for(lambda: len(fake.log()) == 1, timeout=PROMPTLY_S)
+    assert running.process.returncode == 0
+    records = running.trace()
+    stopped = [r["reason"] for r in records if r["event"] == "generation_stopped"]
+    (abandoned,) = [r for r in records if r["event"] == "provider_request_abandoned"]
+    (kept,) = [r for r in records if r["event"] == "budget_reservation_kept"]
+    entries = json.loads((tmp_path / "ledger.json").read_text())["entries"]
+    assert stopped == ["producer_shutdown"]
+    assert abandoned["request_sent"] is True
+    assert kept["outcome"] == "producer_shutdown"
+    assert [(e["state"], e["failure"]) for e in entries] == [("failed", "producer_shutdown")]
+
+
 def test_a_live_reply_nobody_comes_back_for_ends_reply_abandoned(
     tmp_path: Path, fake: FakeGeminiProcess
 ) -> None:

@@ -74,16 +74,26 @@ def _answer_lost(error: BaseException | None) -> bool:
     )
 
 
-async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
+def cancelled_outcome(error: BaseException) -> str:
+    """The outcome a call cut short by a cancellation is recorded with: the producer's own
+    stop at shutdown by its name (a generation's task is cancelled with the reason it was
+    stopped for: ``producer.generation``), any other as the consumer's."""
+    if error.args and error.args[0] == Reason.PRODUCER_SHUTDOWN.value:
+        return Reason.PRODUCER_SHUTDOWN.value
+    return "cancelled_by_consumer"
+
+
+async def run_to_the_end(work: Awaitable[T]) -> tuple[asyncio.Future[T], str | None]:
     """Await ``work`` to its end even if the awaiting task is cancelled meanwhile; return
-    it (done) and whether a cancellation arrived, which the caller must pass on."""
+    it (done) and, if a cancellation arrived (which the caller must pass on), its outcome
+    (``cancelled_outcome``)."""
     task = asyncio.ensure_future(work)
-    cancelled = False
+    cancelled: str | None = None
     while not task.done():
         try:
             await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
+        except asyncio.CancelledError as error:
+            cancelled = cancelled_outcome(error)
     return task, cancelled
 
 
@@ -134,19 +144,19 @@ class CallLedger:
                 log.warning("budget_reserve_unanswered", tries=tries, detail=detail_of(error))
                 try:
                     await asyncio.sleep(keeper.policy.backoff(tries, self._jitter.random()))
-                except asyncio.CancelledError:
-                    self._abandon(call, body, "cancelled_by_consumer")
+                except asyncio.CancelledError as stopped:
+                    self._abandon(call, body, cancelled_outcome(stopped))
                     raise
                 continue
             # No reservation is used: one that may have been written (or still may be) goes.
             if unanswered:
-                self._abandon(call, body, "cancelled_by_consumer" if cancelled else "refused")
+                self._abandon(call, body, cancelled or "refused")
             else:
                 keeper.let_go(call.key)
             if isinstance(error, AlreadyLeft):  # the call id is taken: not this call's to use
                 error = RequestRefused(Reason.LEDGER_UNAVAILABLE, str(error))
             if cancelled:
-                raise asyncio.CancelledError from error
+                raise asyncio.CancelledError(cancelled) from error
             raise error
         log.info(
             "budget_reserved",
@@ -156,9 +166,10 @@ class CallLedger:
             tries=tries,
         )
         if cancelled:
-            # The consumer left while the reservation was being written: nothing was sent.
-            await self.settle(call, usage=None, outcome="cancelled_by_consumer", sent=False)
-            raise asyncio.CancelledError
+            # The consumer left (or the producer stops) while the reservation was being
+            # written: nothing was sent.
+            await self.settle(call, usage=None, outcome=cancelled, sent=False)
+            raise asyncio.CancelledError(cancelled)
 
     def _abandon(self, call: Call, body: Mapping[str, Any], outcome: str) -> None:
         """The producer gave up on a reserve whose answer was lost: in the background,
@@ -199,10 +210,10 @@ class CallLedger:
             return
         if error is not None:
             call.log.warning("budget_sending_unmarked", detail=detail_of(error))
-        outcome = "cancelled_by_consumer" if cancelled else "ledger_unavailable"
+        outcome = cancelled or "ledger_unavailable"
         await self.settle(call, usage=None, outcome=outcome, sent=False)
         if cancelled:
-            raise asyncio.CancelledError from error
+            raise asyncio.CancelledError(cancelled) from error
         assert error is not None  # not cancelled: the mark failed
         raise RequestRefused(
             Reason.LEDGER_UNAVAILABLE, f"the call could not be marked sending: {detail_of(error)}"
@@ -236,7 +247,7 @@ class CallLedger:
             end_call_span(tracing, call, usage=usage, outcome=outcome,
                           finish_reason=finish_reason, sent=sent)  # fmt: skip
         if cancelled:
-            raise asyncio.CancelledError
+            raise asyncio.CancelledError(cancelled)
         recording.result()
 
     async def _record(

@@ -30,7 +30,7 @@ import structlog
 from replywire.producer.budget.keeper import LedgerKeeper, LedgerPolicy
 from replywire.producer.budget.ledger import ANONYMOUS, Ledger
 from replywire.producer.sources import check_kind
-from replywire.producer.sources.gemini.call_ledger import Call, CallLedger
+from replywire.producer.sources.gemini.call_ledger import Call, CallLedger, cancelled_outcome
 from replywire.producer.sources.gemini.call_span import start_call_span
 from replywire.producer.sources.gemini.capture import RunCapture
 from replywire.producer.sources.gemini.chat import chat_request_body
@@ -192,7 +192,7 @@ class GeminiSource:
             if not call.recorded:  # anything between the answer and the plan: still recorded
                 await response.aclose()
                 cancelled = isinstance(error, asyncio.CancelledError)
-                outcome = "cancelled_by_consumer" if cancelled else "internal_error"
+                outcome = cancelled_outcome(error) if cancelled else "internal_error"
                 await self.calls.settle(call, usage=None, outcome=outcome)
             raise
         self._open.add(plan)
@@ -223,7 +223,7 @@ class GeminiSource:
         except BaseException as error:
             if isinstance(error, asyncio.CancelledError):
                 log.info("provider_request_abandoned", request_sent=sent)
-                outcome = "cancelled_by_consumer"
+                outcome = cancelled_outcome(error)
             elif isinstance(error, httpx.HTTPError):
                 log.warning("provider_unreachable", error=type(error).__name__, request_sent=sent)
                 outcome = "unreachable"
@@ -251,7 +251,7 @@ class GeminiSource:
             if not call.recorded:  # cut short while reading the error body
                 await response.aclose()
                 cancelled_now = isinstance(error, asyncio.CancelledError)
-                outcome = "cancelled_by_consumer" if cancelled_now else "internal_error"
+                outcome = cancelled_outcome(error) if cancelled_now else "internal_error"
                 await self.calls.settle(call, usage=None, outcome=outcome)
             raise
 
