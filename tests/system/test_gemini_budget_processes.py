@@ -163,10 +163,17 @@ def test_each_token_s_caller_is_charged_its_own_share(
     assert sorted(entry["identity"] for entry in entries(tmp_path)) == ["alice", "bob"]
 
 
+#: A quick consumer's deadline: short of ``fake-slow-start``'s 2 s hold (measured from
+#: later, once the request is sent), so it always leaves before the answer; long enough for
+#: its Open to reach the servicer on a loaded machine (with 0.5 s, CI once saw three of six
+#: expire in the client, never seen by the producer).
+QUICK_DEADLINE_S = 1.5
+
+
 def quick_cancels(target: str, recording: Recording, count: int, prefix: str) -> list[Any]:
-    """``count`` consumers at once that give up after 0.5 s."""
+    """``count`` consumers at once that give up after ``QUICK_DEADLINE_S``."""
     ids = [f"{prefix}-{index}" for index in range(count)]
-    return concurrent_replies([target], recording, CASE, ids, deadline_s=0.5)
+    return concurrent_replies([target], recording, CASE, ids, deadline_s=QUICK_DEADLINE_S)
 
 
 def test_open_then_cancel_leaves_no_reservation_behind(
