@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import grpc
 from google.protobuf import __version__ as protobuf_version
+
+from replywire.children import START_TIMEOUT_S, read_listening_port, stop_producer
 
 T = TypeVar("T")
 Size = Literal["tiny", "full"]
@@ -188,3 +191,19 @@ def load_average() -> str:
 def stopwatch() -> Callable[[], float]:
     started = time.perf_counter()
     return lambda: time.perf_counter() - started
+
+
+def start_server(
+    command: Sequence[str], what: str, timeout_s: float = START_TIMEOUT_S, **popen: Any
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a server the benchmark measures (``command`` prints ``listening on HOST:PORT``;
+    its stderr is dropped unless ``popen`` says otherwise) and return it with its port; one
+    that does not listen within ``timeout_s`` is stopped and named."""
+    process = subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, **{"stderr": subprocess.DEVNULL, **popen}
+    )
+    port = read_listening_port(process, timeout_s)
+    if port is None:
+        stop_producer(process)
+        raise RuntimeError(f"{what} did not start (exit code {process.poll()})")
+    return process, port

@@ -37,9 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from bench.common import SERVER_CPU, bench_size, pin
+from bench.common import SERVER_CPU, bench_size, pin, start_server
 from bench.paced import CASE_ID, PLANS, paced_recording
-from replywire.children import read_listening_port, stop_producer
 from replywire.producer.event_loop import ASYNCIO, EVENT_LOOPS
 
 #: The server's interpreter under a tool, pinned to the servers' CPU before it starts.
@@ -98,15 +97,8 @@ def one_round(streams: int, workdir: Path, args: argparse.Namespace, wrap: list[
     flags = ["--port", "0", "--recording", str(recording), "--recording-sha256", sha256]
     if args.server == "bare":
         flags += ["--producer-options", "--event-loop", args.event_loop]
-    server = subprocess.Popen(
-        [*wrap, "-m", f"bench.{args.server}_server", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    port = read_listening_port(server)
-    if port is None:
-        stop_producer(server)
-        raise RuntimeError(f"bench.{args.server}_server did not start")
+    module = f"bench.{args.server}_server"
+    server, port = start_server([*wrap, "-m", module, *flags], module)
     # Under a tool the server is its child (taskset has pinned it, and become it).
     children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
     pid = int(children[0]) if wrap[0] != sys.executable else server.pid

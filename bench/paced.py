@@ -63,9 +63,10 @@ from bench.common import (
     pinning,
     process_cpu_s,
     ratio,
+    start_server,
     threads_cpu_s,
 )
-from replywire.children import read_listening_port, start_producer, stop_producer
+from replywire.children import start_producer, stop_producer
 from replywire.runtime.recording_file import DEFAULT_RECORDING_PATH
 from replywire.shared.frames import DELTA_CHARS
 
@@ -161,16 +162,7 @@ def server(
             trace, recording, "info", "--recording-sha256", sha256, *extra
         )
     else:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, "--port", "0", *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        found = read_listening_port(process)
-        if found is None:
-            stop_producer(process)
-            raise RuntimeError(f"{module} did not start")
-        port = found
+        process, port = start_server([sys.executable, "-m", module, "--port", "0", *flags], module)
     pin(process.pid, SERVER_CPU)
     try:
         yield Server(process, port)

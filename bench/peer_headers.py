@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from bench.common import start_server
 from bench.window_proxy import ACK, PREFACE, SETTINGS
-from replywire.children import read_listening_port, stop_process
+from replywire.children import stop_process
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 
@@ -206,17 +207,10 @@ def producer(
         sys.executable, "-m", "replywire.producer", "--port", "0", "--log-format", "json",
         "--auth-tokens", str(tokens), "--trace-file", str(trace), *flags,
     ]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
+    process, port = start_server(
+        command, "the producer", cwd=ROOT, env={**os.environ, **(env or {})}
     )
     try:
-        port = read_listening_port(process)
-        if port is None:
-            raise RuntimeError(f"the producer did not start (exit code {process.poll()})")
         yield process, port, trace
     finally:
         stop_process(process)

@@ -69,8 +69,9 @@ from bench.common import (
     pinning,
     process_cpu_s,
     ratio,
+    start_server,
 )
-from replywire.children import read_listening_port, start_producer, stop_producer
+from replywire.children import start_producer, stop_producer
 from replywire.consumer import client as consumer_client
 from replywire.consumer.channels import channel_options
 from replywire.consumer.options import StreamOptions
@@ -208,15 +209,9 @@ def bare_server(trace: Path | None = None, *more: str, name: str = "") -> Iterat
     """``bench.bare_server``; with ``trace``, writing the producer's four records per stream
     there (the records-only server); ``more``: its other flags (``bench.record_floor``)."""
     flags = ([] if trace is None else ["--trace-file", str(trace)]) + list(more)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_server", "--port", "0", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [sys.executable, "-m", "bench.bare_server", "--port", "0", *flags]
+    process, port = start_server(command, "bench.bare_server")
     try:
-        port = read_listening_port(process)
-        if port is None:
-            raise RuntimeError("bench.bare_server did not start")
         pin(process.pid, SERVER_CPU)
         yield Server(name or ("bare server" if trace is None else "records only"), process, port)
     finally:

@@ -35,9 +35,9 @@ from typing import Any, Final
 
 import redis
 
-from bench.common import Size, bench_size, can_pin, median, pin
+from bench.common import Size, bench_size, can_pin, median, pin, start_server
 from bench.paced import CASE_ID, HELD_MS, paced_recording, summary
-from replywire.children import read_listening_port, stop_producer
+from replywire.children import stop_producer
 from tests.processes import read_trace, wait_for
 from tests.redis_server import redis_server
 
@@ -90,11 +90,8 @@ def producer(
         "--reply-log", reply_log, "--recording", str(recording), "--recording-sha256", sha256,
         "--log-format", "json", "--trace-file", str(trace),
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process, port = start_server(command, f"the producer (--workers {workers})", 60)
     try:
-        port = read_listening_port(process, 60)
-        if port is None:
-            raise RuntimeError(f"the producer (--workers {workers}) did not start")
         pids = [process.pid]
         if workers > 1:
             wait_for(lambda: read_trace(trace) != [])
