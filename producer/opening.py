@@ -64,12 +64,10 @@ def ledger_durability(args: argparse.Namespace) -> Durability:
             "--ledger-durability waits for a Redis ledger's replicas: give --ledger "
             "redis://... or redis+cluster://..."
         )
-    if not durability.timeout_s < args.ledger_timeout_s:
-        raise ConfigurationError(
-            f"--ledger-durability-timeout-s {durability.timeout_s:g} must be shorter than "
-            f"the ledger timeout (--ledger-timeout-s {args.ledger_timeout_s:g}): the wait is "
-            "part of the round trip it bounds"
-        )
+    try:  # the options' own check: the wait within the round trip --ledger-timeout-s bounds
+        RedisOptions(timeout_s=args.ledger_timeout_s, durability=durability)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from error
     return durability
 
 

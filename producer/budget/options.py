@@ -31,6 +31,7 @@ class RedisOptions:
         # The wait is one command of the round trip ``timeout_s`` bounds.
         if self.durability.mode is not Mode.NONE and not self.durability.timeout_s < self.timeout_s:
             raise ValueError(
-                "the durability timeout (--ledger-durability-timeout-s) must be shorter than "
-                "the ledger timeout (--ledger-timeout-s)"
+                f"--ledger-durability-timeout-s {self.durability.timeout_s:g} must be shorter "
+                f"than the ledger timeout (--ledger-timeout-s {self.timeout_s:g}): the wait is "
+                "part of the round trip it bounds"
             )
